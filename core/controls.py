@@ -1,0 +1,91 @@
+"""Live controls: written by any thread (GUI, CLI), read by the loop between iterations only."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from .records import ControlValues
+
+K_MIN, K_MAX = 1, 16
+
+
+class InvalidControl(ValueError):
+    """A control value out of range; the message says which and why."""
+
+
+def validate(values: ControlValues) -> ControlValues:
+    if not K_MIN <= values.k <= K_MAX:
+        raise InvalidControl(f"k must be between {K_MIN} and {K_MAX}, got {values.k}")
+    if values.temperature < 0:
+        raise InvalidControl(f"temperature must be >= 0 (0 = greedy), got {values.temperature}")
+    if values.top_k < 0:
+        raise InvalidControl(f"top-k must be >= 0 (0 = off), got {values.top_k}")
+    if not 0.0 < values.top_p <= 1.0:
+        raise InvalidControl(f"top-p must be in (0, 1] (1 = off), got {values.top_p}")
+    return values
+
+
+class Controls:
+    """Thread-safe holder of pending control values plus pause/stop flags.
+
+    Writers call :meth:`update`, :meth:`pause`, :meth:`resume`, :meth:`stop` from any thread. The loop calls
+    :meth:`checkpoint` at each iteration boundary, which blocks while paused and returns the values the next
+    iteration must use, or None when a stop was requested.
+    """
+
+    def __init__(self, values: ControlValues | None = None) -> None:
+        self._lock = threading.Lock()
+        self._values = validate(values or ControlValues())
+        self._running = threading.Event()  # set = not paused
+        self._running.set()
+        self._stop = threading.Event()
+        self._baseline_requested = threading.Event()
+
+    @property
+    def values(self) -> ControlValues:
+        with self._lock:
+            return self._values
+
+    def update(self, **changes: object) -> ControlValues:
+        with self._lock:
+            new = validate(replace(self._values, **changes))  # type: ignore[arg-type]
+            self._values = new
+            return new
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._running.set()  # a paused loop must wake up to see the stop
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def request_baseline(self) -> None:
+        """Ask the loop to measure plain step time at the next boundary ("measure baseline now")."""
+        self._baseline_requested.set()
+
+    def take_baseline_request(self) -> bool:
+        if self._baseline_requested.is_set():
+            self._baseline_requested.clear()
+            return True
+        return False
+
+    def checkpoint(self) -> ControlValues | None:
+        """Called by the loop between iterations: wait while paused; None means stop."""
+        while not self._running.wait(timeout=0.1):
+            if self._stop.is_set():
+                return None
+        if self._stop.is_set():
+            return None
+        return self.values

@@ -1,0 +1,53 @@
+"""The drafter interface: anything that proposes k tokens and says with what distribution it did.
+
+Sampling stays exact only if the loop knows q, the distribution each proposal was really drawn from, so
+``propose`` returns it: k x V rows for a stochastic drafter, or None for a deterministic one (q one-hot at
+each proposal; prompt lookup, or any drafter under greedy decoding).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ..records import ControlValues
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    q_probs: torch.Tensor | None  # (len(tokens), V) processed proposal distributions; None = one-hot
+    # Softmax of the drafter's raw logits (greedy) or processed q (sampling) at each proposal, for records.
+    q_token_probs: list[float | None]
+
+
+class Drafter(ABC):
+    """Proposes tokens for the committed context. Stateful drafters keep their own cache."""
+
+    name: str = "drafter"
+
+    @abstractmethod
+    def reset(self, prompt_ids: list[int]) -> None:
+        """Start a new sequence with this prompt (drop all state)."""
+
+    @abstractmethod
+    def propose(
+        self,
+        context_ids: list[int],
+        k: int,
+        controls: ControlValues,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        """Up to k proposals continuing ``context_ids`` (the whole committed sequence, prompt included).
+
+        May return fewer than k (prompt lookup with no match may return none).
+        """
+
+    @abstractmethod
+    def rollback(self, committed_ids: list[int]) -> None:
+        """Make internal state consistent with the committed sequence after verification."""
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Drop caches and references so memory can be freed."""

@@ -1,0 +1,172 @@
+"""Record types: what one iteration of the loop reports.
+
+Plain dataclasses of Python scalars: no torch tensors survive an iteration, so records are cheap to keep,
+safe to hand to another thread and trivially serialisable. Every consumer (CLI, metrics, trace files, GUI)
+reads these; nothing recomputes what the loop already measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TokenStatus(str, Enum):
+    """The fate of a token in one iteration."""
+
+    ACCEPTED = "accepted"  # a draft proposal the target kept
+    REJECTED = "rejected"  # a draft proposal discarded (not part of the output)
+    CORRECTION = "correction"  # the target's own token after a rejection
+    BONUS = "bonus"  # the target's own token after every proposal was accepted
+    PLAIN = "plain"  # a token from plain (target-only) decoding
+
+    @property
+    def committed(self) -> bool:
+        return self is not TokenStatus.REJECTED
+
+
+@dataclass(frozen=True)
+class ControlValues:
+    """The control values one iteration ran with (a snapshot, never shared mutable state)."""
+
+    k: int = 4
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    adaptive_k: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class TokenRecord:
+    """One token seen in an iteration (committed or rejected).
+
+    ``p`` is the target's processed probability of the token at its position, ``q`` the drafter's proposal
+    probability (None for tokens the target supplied). Under greedy decoding p and q are the softmax of the
+    raw logits, reported for information; the rule itself compares arg-maxes.
+    """
+
+    token_id: int
+    text: str
+    status: TokenStatus
+    position: int  # index in the generated continuation (0 = first new token)
+    p: float | None = None
+    q: float | None = None
+    top5: list[tuple[int, float]] = field(default_factory=list)  # target's top 5 (id, prob) at this position
+
+    @property
+    def accept_prob(self) -> float | None:
+        """min(1, p/q) for a proposal; None for target-supplied tokens."""
+        if self.p is None or self.q is None:
+            return None
+        if self.q <= 0.0:
+            return 1.0
+        return min(1.0, self.p / self.q)
+
+
+@dataclass
+class IterationRecord:
+    """Everything one iteration did and cost. Times in milliseconds; ``t_*_s`` are time.monotonic()."""
+
+    iteration: int
+    mode: str  # "speculative" or "plain"
+    drafter: str
+    controls: ControlValues
+    tokens: list[TokenRecord]
+    n_drafted: int
+    n_accepted: int
+    n_emitted: int
+    draft_ms: float
+    verify_ms: float
+    rollback_ms: float
+    iteration_ms: float
+    context_len: int  # committed tokens (prompt + generated) after this iteration
+    generated_len: int  # generated tokens after this iteration
+    t_start_s: float
+    t_end_s: float
+    finished: bool = False
+    finish_reason: str = ""  # "eos", "max_new_tokens", "stop", "error"
+    # Filled by the measurement layer (session), not the loop:
+    plain_step_ms: float | None = None  # adjacent plain-decoding step time of the target
+    alpha_window: float | None = None
+    alpha_cumulative: float | None = None
+    measured_speedup: float | None = None
+    predicted_speedup: float | None = None
+    memory: dict[str, float] = field(default_factory=dict)  # joined memory sample (flat, units in names)
+    flags: list[str] = field(default_factory=list)  # paging-detector sentences
+
+    @property
+    def k(self) -> int:
+        return self.controls.k
+
+    @property
+    def draft_step_ms(self) -> float | None:
+        return self.draft_ms / self.n_drafted if self.n_drafted else None
+
+    @property
+    def committed_tokens(self) -> list[TokenRecord]:
+        return [t for t in self.tokens if t.status.committed]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["controls"] = asdict(self.controls)
+        return d
+
+
+@dataclass
+class BaselineRecord:
+    """Plain target steps measured on the live context, adjacent to the iterations they are compared with."""
+
+    after_iteration: int
+    context_len: int
+    step_ms: list[float]  # one plain step each
+    verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
+    t_s: float = 0.0
+
+    @property
+    def median_step_ms(self) -> float:
+        s = sorted(self.step_ms)
+        n = len(s)
+        if n == 0:
+            return float("nan")
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+@dataclass
+class RunResult:
+    """The outcome of a whole run (also returned when stopped early)."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    iterations: list[IterationRecord]
+    baselines: list[BaselineRecord]
+    finish_reason: str
+    elapsed_s: float
+
+    @property
+    def n_drafted(self) -> int:
+        return sum(r.n_drafted for r in self.iterations)
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(r.n_accepted for r in self.iterations)
+
+    @property
+    def alpha(self) -> float | None:
+        d = self.n_drafted
+        return self.n_accepted / d if d else None
+
+    @property
+    def tokens_per_iteration(self) -> float | None:
+        n = len(self.iterations)
+        return len(self.token_ids) / n if n else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        decode_s = sum(r.iteration_ms for r in self.iterations) / 1000.0
+        return len(self.token_ids) / decode_s if decode_s > 0 else None

@@ -1,0 +1,112 @@
+"""A session: one pair, one prompt, the loop's records enriched with measurement and memory.
+
+The loop (``speculative.Decoder``) measures; the session joins what the loop cannot know by itself:
+the adjacent plain-step baseline and speed-ups (``live.LiveMeasurement``), the nearest memory sample
+(``memory.sampler.MemorySampler``, its own thread) and paging flags (``memory.detector.PagingDetector``).
+The CLI and the GUI worker both consume ``Session.stream``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .adaptive import CostModelKPolicy
+from .controls import Controls
+from .live import LiveMeasurement
+from .memory.detector import PagingDetector
+from .memory.sampler import MemorySampler
+from .pair import ModelPair
+from .records import BaselineRecord, IterationRecord, RunResult
+from .speculative import DecodeOptions, Decoder
+
+
+@dataclass
+class SessionOptions:
+    max_new_tokens: int = 256
+    seed: int | None = None
+    plain: bool = False
+    record_tokens: bool = True
+    baseline_every: int = 16  # plain steps on the live context every N iterations (adjacent baseline)
+    baseline_steps: int = 3
+    verify_sweep: bool = True  # with each baseline, time passes of length 1..sweep_k_max+1
+    sweep_k_max: int = 8
+    alpha_window: int = 32
+    memory_period_s: float = 0.25  # 0 disables the sampler
+    paging_factor: float = 3.0
+
+
+class Session:
+    def __init__(self, pair: ModelPair, controls: Controls | None = None, options: SessionOptions | None = None):
+        self.pair = pair
+        self.controls = controls or Controls()
+        self.options = options or SessionOptions()
+        self.live = LiveMeasurement(window=self.options.alpha_window)
+        self.k_policy = CostModelKPolicy(self.live)
+        self.detector = PagingDetector(factor=self.options.paging_factor)
+        self.sampler: MemorySampler | None = None
+        if self.options.memory_period_s > 0:
+            self.sampler = MemorySampler(
+                period_s=self.options.memory_period_s,
+                models=self._models_for_residency(),
+            )
+        self.decoder = Decoder(
+            pair.target.model,
+            pair.vocab_size,
+            drafter=pair.drafter,
+            token_text=pair.token_text,
+            k_policy=self.k_policy,
+        )
+        self.records: list[IterationRecord] = []
+        self.baselines: list[BaselineRecord] = []
+
+    def _models_for_residency(self) -> dict[str, object]:
+        models: dict[str, object] = {"target": self.pair.target.model}
+        if self.pair.draft is not None:
+            models["draft"] = self.pair.draft.model
+        return models
+
+    @property
+    def result(self) -> RunResult | None:
+        return self.decoder.result
+
+    def decode_options(self) -> DecodeOptions:
+        o = self.options
+        return DecodeOptions(
+            max_new_tokens=o.max_new_tokens,
+            seed=o.seed,
+            eos_token_ids=self.pair.eos_token_ids,
+            record_tokens=o.record_tokens,
+            baseline_every=o.baseline_every,
+            baseline_steps=o.baseline_steps,
+            verify_sweep=o.verify_sweep,
+            sweep_k_max=o.sweep_k_max,
+        )
+
+    def stream(self, prompt_ids: list[int]) -> Iterator[IterationRecord | BaselineRecord]:
+        if self.sampler is not None:
+            self.sampler.start()
+        try:
+            for event in self.decoder.stream(
+                prompt_ids, self.controls, self.decode_options(), plain=self.options.plain
+            ):
+                if isinstance(event, BaselineRecord):
+                    self.live.observe_baseline(event)
+                    self.baselines.append(event)
+                    yield event
+                    continue
+                self.live.enrich(event)
+                if self.sampler is not None:
+                    event.memory = self.sampler.sample_near(event.t_start_s, event.t_end_s)
+                event.flags = self.detector.observe(event)
+                self.records.append(event)
+                yield event
+        finally:
+            if self.sampler is not None:
+                self.sampler.stop()
+
+    def run(self, prompt_ids: list[int]) -> RunResult:
+        for _ in self.stream(prompt_ids):
+            pass
+        assert self.result is not None
+        return self.result

@@ -1,0 +1,358 @@
+"""The speculative loop and plain decoding, streaming one record per iteration.
+
+Cache invariant (both loops): the committed sequence is ``ids`` (prompt + generated); the target's cache
+holds ``ids[:-1]``. The last committed token was supplied by the target (or is the last prompt token) and
+has not been through it yet, so it opens the next pass. A speculative pass feeds it plus the k proposals
+and reads k+1 rows of logits; afterwards the cache is cropped back to the new ``ids[:-1]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from .acceptance import accept_greedy, accept_sample
+from .controls import K_MAX, Controls
+from .drafters.base import Drafter, Proposal
+from .records import BaselineRecord, ControlValues, IterationRecord, RunResult, TokenRecord, TokenStatus
+from .sampling import processed_probs, sample_from
+
+
+class KPolicy(Protocol):
+    """Chooses k for the next iteration (adaptive k). Fed every record and baseline of the run."""
+
+    def choose_k(self, k_max: int) -> int: ...
+
+    def observe(self, record: IterationRecord) -> None: ...
+
+    def observe_baseline(self, baseline: BaselineRecord) -> None: ...
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels so a phase's wall time is its real cost (CUDA and MPS run asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+@dataclass
+class DecodeOptions:
+    max_new_tokens: int = 128
+    seed: int | None = None
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    record_tokens: bool = True  # per-token p, q and top-5; off only to measure instrumentation overhead
+    baseline_every: int = 0  # measure plain steps on the live context every N iterations (0 = only on request)
+    baseline_steps: int = 3
+    verify_sweep: bool = False  # with each baseline, time target passes of length 1..k_max+1
+    sweep_k_max: int = 8
+
+
+class TargetRunner:
+    """The target model with its cache: forward passes, crops, and plain steps on the live context."""
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+
+    @property
+    def cache_len(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    def forward(self, ids: list[int], keep: int) -> torch.Tensor:
+        """Run ``ids`` through the model (extending the cache); return the last ``keep`` rows of logits."""
+        inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(inp, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[0, -keep:, : self.vocab_size]
+
+    def crop_to(self, length: int) -> None:
+        drop = self.cache_len - length
+        if drop > 0:
+            self.cache.crop(-drop)
+
+
+class Decoder:
+    """Runs plain or speculative decoding for one target (and optionally one drafter).
+
+    ``stream`` is a generator of :class:`IterationRecord` and :class:`BaselineRecord`; after it ends (or is
+    stopped through the controls, or closed) ``result`` holds the tokens generated so far.
+    """
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        vocab_size: int,
+        drafter: Drafter | None = None,
+        token_text: Callable[[int], str] | None = None,
+        k_policy: KPolicy | None = None,
+    ):
+        self.target = TargetRunner(target, vocab_size)
+        self.drafter = drafter
+        self.vocab_size = vocab_size
+        self._token_text = token_text or (lambda i: str(i))
+        self._text_cache: dict[int, str] = {}
+        self.k_policy = k_policy
+        self.result: RunResult | None = None
+        self.prefill_ms: float = 0.0
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def text(self, token_id: int) -> str:
+        t = self._text_cache.get(token_id)
+        if t is None:
+            t = self._token_text(token_id)
+            self._text_cache[token_id] = t
+        return t
+
+    def _sync(self) -> None:
+        synchronize(self.target.device)
+        if self.drafter is not None:
+            dev = getattr(self.drafter, "device", None)
+            if isinstance(dev, torch.device) and dev != self.target.device:
+                synchronize(dev)
+
+    def _prefill(self, prompt_ids: list[int]) -> None:
+        t0 = time.perf_counter()
+        self.target.reset()
+        if len(prompt_ids) > 1:
+            self.target.forward(prompt_ids[:-1], keep=1)
+        if self.drafter is not None:
+            self.drafter.reset(prompt_ids)
+        self._sync()
+        self.prefill_ms = (time.perf_counter() - t0) * 1000.0
+
+    @staticmethod
+    def _top5(row: torch.Tensor) -> list[tuple[int, float]]:
+        vals, idx = torch.topk(row, 5)
+        return list(zip(idx.tolist(), vals.tolist(), strict=True))
+
+    def _choose(self, logits_row: torch.Tensor, controls: ControlValues, gen: torch.Generator | None) -> int:
+        if controls.greedy:
+            return int(torch.argmax(logits_row).item())
+        return sample_from(processed_probs(logits_row.unsqueeze(0), controls)[0], gen)
+
+    def measure_baseline(self, ids: list[int], after_iteration: int, opts: DecodeOptions) -> BaselineRecord:
+        """Plain target steps (and optionally a pass-length sweep) on the live context; cache restored."""
+        base_len = len(ids) - 1
+        steps: list[float] = []
+        token = ids[-1]
+        for _ in range(max(1, opts.baseline_steps)):
+            t0 = time.perf_counter()
+            logits = self.target.forward([token], keep=1)
+            token = int(torch.argmax(logits[-1]).item())
+            self._sync()
+            steps.append((time.perf_counter() - t0) * 1000.0)
+        self.target.crop_to(base_len)
+        sweep: dict[int, float] = {}
+        if opts.verify_sweep:
+            for n in range(1, opts.sweep_k_max + 2):
+                t0 = time.perf_counter()
+                self.target.forward([ids[-1]] * n, keep=n)
+                self._sync()
+                sweep[n] = (time.perf_counter() - t0) * 1000.0
+                self.target.crop_to(base_len)
+        return BaselineRecord(
+            after_iteration=after_iteration,
+            context_len=len(ids),
+            step_ms=steps,
+            verify_ms_by_len=sweep,
+            t_s=time.monotonic(),
+        )
+
+    # ---- the loops -----------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def stream(
+        self,
+        prompt_ids: list[int],
+        controls: Controls | None = None,
+        options: DecodeOptions | None = None,
+        plain: bool = False,
+    ) -> Iterator[IterationRecord | BaselineRecord]:
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        if not plain and self.drafter is None:
+            raise ValueError("speculative decoding needs a drafter (or pass plain=True)")
+        controls = controls or Controls()
+        opts = options or DecodeOptions()
+        gen: torch.Generator | None = None
+        if opts.seed is not None:
+            gen = torch.Generator(device=self.target.device)
+            gen.manual_seed(opts.seed)
+        ids = list(prompt_ids)
+        n_prompt = len(prompt_ids)
+        records: list[IterationRecord] = []
+        baselines: list[BaselineRecord] = []
+        finish = "max_new_tokens"
+        t_run = time.perf_counter()
+        self.result = None
+        try:
+            self._prefill(prompt_ids)
+            iteration = 0
+            while len(ids) - n_prompt < opts.max_new_tokens:
+                values = controls.checkpoint()
+                if values is None:
+                    finish = "stop"
+                    break
+                if controls.take_baseline_request() or (
+                    opts.baseline_every and iteration and iteration % opts.baseline_every == 0
+                ):
+                    b = self.measure_baseline(ids, iteration, opts)
+                    baselines.append(b)
+                    if self.k_policy is not None:
+                        self.k_policy.observe_baseline(b)
+                    yield b
+                if plain:
+                    rec = self._plain_step(ids, n_prompt, iteration, values, gen, opts)
+                else:
+                    rec = self._speculative_step(ids, n_prompt, iteration, values, gen, opts)
+                records.append(rec)
+                if self.k_policy is not None and not plain:
+                    self.k_policy.observe(rec)
+                iteration += 1
+                if rec.finished:
+                    finish = rec.finish_reason
+                    yield rec
+                    break
+                yield rec
+        finally:
+            gen_ids = ids[n_prompt:]
+            self.result = RunResult(
+                prompt_ids=list(prompt_ids),
+                token_ids=gen_ids,
+                text="".join(self.text(t) for t in gen_ids),
+                iterations=records,
+                baselines=baselines,
+                finish_reason=finish,
+                elapsed_s=time.perf_counter() - t_run,
+            )
+
+    def run(self, prompt_ids: list[int], controls: Controls | None = None,
+            options: DecodeOptions | None = None, plain: bool = False) -> RunResult:
+        """Consume the stream; return the result."""
+        for _ in self.stream(prompt_ids, controls, options, plain):
+            pass
+        assert self.result is not None
+        return self.result
+
+    def _finish_check(
+        self, ids: list[int], n_prompt: int, new: list[int], opts: DecodeOptions
+    ) -> tuple[list[int], str]:
+        """Truncate newly committed tokens at EOS (kept) or at max_new_tokens."""
+        for i, t in enumerate(new):
+            if t in opts.eos_token_ids:
+                return new[: i + 1], "eos"
+        room = opts.max_new_tokens - (len(ids) - n_prompt)
+        if len(new) >= room:
+            return new[:room], "max_new_tokens"
+        return new, ""
+
+    def _plain_step(
+        self,
+        ids: list[int],
+        n_prompt: int,
+        iteration: int,
+        values: ControlValues,
+        gen: torch.Generator | None,
+        opts: DecodeOptions,
+    ) -> IterationRecord:
+        t_start = time.monotonic()
+        t0 = time.perf_counter()
+        logits = self.target.forward(ids[self.target.cache_len :], keep=1)[-1]
+        token = self._choose(logits, values, gen)
+        self._sync()
+        t1 = time.perf_counter()
+        tokens: list[TokenRecord] = []
+        new, reason = self._finish_check(ids, n_prompt, [token], opts)
+        if opts.record_tokens:
+            probs = processed_probs(logits.unsqueeze(0), values)[0]
+            tokens.append(TokenRecord(token, self.text(token), TokenStatus.PLAIN, len(ids) - n_prompt,
+                                      p=float(probs[token]), top5=self._top5(probs)))
+        ids.extend(new)
+        t2 = time.perf_counter()
+        return IterationRecord(
+            iteration=iteration, mode="plain", drafter="none", controls=values, tokens=tokens,
+            n_drafted=0, n_accepted=0, n_emitted=len(new), draft_ms=0.0,
+            verify_ms=(t1 - t0) * 1000.0, rollback_ms=0.0, iteration_ms=(t2 - t0) * 1000.0,
+            context_len=len(ids), generated_len=len(ids) - n_prompt, t_start_s=t_start,
+            t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
+        )
+
+    def _speculative_step(
+        self,
+        ids: list[int],
+        n_prompt: int,
+        iteration: int,
+        values: ControlValues,
+        gen: torch.Generator | None,
+        opts: DecodeOptions,
+    ) -> IterationRecord:
+        assert self.drafter is not None
+        if values.adaptive_k and self.k_policy is not None:
+            values = replace(values, k=max(1, min(K_MAX, self.k_policy.choose_k(K_MAX))))
+        remaining = opts.max_new_tokens - (len(ids) - n_prompt)
+        k = max(0, min(values.k, remaining - 1))  # never draft past max_new_tokens
+        t_start = time.monotonic()
+        t0 = time.perf_counter()
+        # 1. draft
+        if k > 0:
+            proposal = self.drafter.propose(ids, k, values, gen)
+        else:
+            proposal = Proposal(tokens=[], q_probs=None, q_token_probs=[])
+        proposals = proposal.tokens[:k]
+        k = len(proposals)
+        self._sync()
+        t1 = time.perf_counter()
+        # 2. verify: the unseen committed token(s) plus all proposals in one pass -> k+1 rows
+        unseen = ids[self.target.cache_len :]
+        rows = self.target.forward(unseen + proposals, keep=k + 1)
+        if values.greedy:
+            n_acc, next_token = accept_greedy(proposals, rows)
+            p_rows = processed_probs(rows, values) if opts.record_tokens else None
+        else:
+            p_rows = processed_probs(rows, values)
+            q = proposal.q_probs[:k] if proposal.q_probs is not None else None
+            n_acc, next_token = accept_sample(proposals, q, p_rows, gen)
+        self._sync()
+        t2 = time.perf_counter()
+        # 3. commit and roll both caches back to the committed prefix
+        committed = proposals[:n_acc] + [next_token]
+        new, reason = self._finish_check(ids, n_prompt, committed, opts)
+        position0 = len(ids) - n_prompt
+        ids.extend(new)
+        self.target.crop_to(len(ids) - 1)
+        self.drafter.rollback(ids)
+        self._sync()
+        t3 = time.perf_counter()
+        # 4. record (counted in iteration_ms: it is part of what the loop costs)
+        tokens: list[TokenRecord] = []
+        if opts.record_tokens and p_rows is not None:
+            for i, x in enumerate(proposals):
+                if i < n_acc and i >= len(new):
+                    break  # accepted but after EOS / the output limit: never emitted
+                status = TokenStatus.ACCEPTED if i < n_acc else TokenStatus.REJECTED
+                tokens.append(TokenRecord(x, self.text(x), status, position0 + i, p=float(p_rows[i, x]),
+                                          q=proposal.q_token_probs[i], top5=self._top5(p_rows[i])))
+                if status is TokenStatus.REJECTED:
+                    break
+            if len(new) == len(committed):
+                # k == 0 (no proposals) counts as "all accepted": the target's token is a bonus.
+                status = TokenStatus.BONUS if n_acc == k else TokenStatus.CORRECTION
+                tokens.append(TokenRecord(next_token, self.text(next_token), status, position0 + n_acc,
+                                          p=float(p_rows[n_acc, next_token]), top5=self._top5(p_rows[n_acc])))
+        t4 = time.perf_counter()
+        return IterationRecord(
+            iteration=iteration, mode="speculative", drafter=self.drafter.name, controls=values,
+            tokens=tokens, n_drafted=k, n_accepted=n_acc, n_emitted=len(new),
+            draft_ms=(t1 - t0) * 1000.0, verify_ms=(t2 - t1) * 1000.0, rollback_ms=(t3 - t2) * 1000.0,
+            iteration_ms=(t4 - t0) * 1000.0, context_len=len(ids), generated_len=len(ids) - n_prompt,
+            t_start_s=t_start, t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
+        )

