@@ -49,6 +49,11 @@ class Session:
             self.sampler = MemorySampler(
                 period_s=self.options.memory_period_s,
                 models=self._models_for_residency(),
+                caches={
+                    "target": lambda: self.decoder.target.cache,
+                    "draft": lambda: getattr(pair.drafter, "cache", None),
+                },
+                expected_devices=self._expected_devices(),
             )
         self.decoder = Decoder(
             pair.target.model,
@@ -65,6 +70,12 @@ class Session:
         if self.pair.draft is not None:
             models["draft"] = self.pair.draft.model
         return models
+
+    def _expected_devices(self) -> dict[str, str]:
+        devices = {"target": str(self.pair.target.device)}
+        if self.pair.draft is not None:
+            devices["draft"] = str(self.pair.draft.device)
+        return devices
 
     @property
     def result(self) -> RunResult | None:

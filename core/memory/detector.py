@@ -1,0 +1,160 @@
+"""Paging detector: flag iterations where a model is several times slower than its own recent self.
+
+Two series per run: the draft's time per step (``draft_step_ms``) and the target's time per pass
+(``verify_ms``, or the plain step). Each is compared with the median of its own recent unflagged values,
+so noise and slow drift never flag and a flagged patch never becomes the new normal. A verify pass of L
+tokens is compared like with like: a baseline pass of m tokens predicts at most ``t_m * max(1, L/m)`` (a
+pass never costs more than linear in its length, and never less for more tokens), a conservative bound.
+The sentence names the model, the factor and the memory evidence from the record's joined sample.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..records import IterationRecord
+from .residency import format_bytes
+
+# Evidence thresholds. Decode-time PCIe traffic is normally a few MB/s (token ids, launches); weights
+# streamed from host memory move hundreds of MB to GB per second.
+PCIE_RX_HIGH_BYTES_PER_S = 0.5e9
+FREE_NEAR_ZERO_FRACTION = 0.01
+FREE_NEAR_ZERO_BYTES = 512 * 2**20
+MAJOR_FAULTS_HIGH_PER_S = 100.0
+ACCELERATOR_PREFIXES = ("cuda", "mps", "xpu", "npu")
+
+
+@dataclass
+class _Series:
+    window: deque[tuple[float, int]]  # (ms, pass length) of recent unflagged observations
+
+
+class PagingDetector:
+    """``observe(record)`` returns the record's flag sentences (usually none); state is per run.
+
+    ``factor``: how many times its recent median a time must reach to be flagged.
+    ``baseline_window``: how many recent unflagged observations form the median.
+    ``min_baseline``: observations needed before anything can be flagged.
+    ``min_excess_ms``: ignore slowdowns smaller than this in absolute terms (scheduler jitter on tiny models).
+    """
+
+    def __init__(self, factor: float = 3.0, baseline_window: int = 16, min_baseline: int = 4,
+                 min_excess_ms: float = 1.0):
+        if factor <= 1.0:
+            raise ValueError(f"factor must be above 1, got {factor}")
+        if min_baseline < 1 or baseline_window < min_baseline:
+            raise ValueError("need 1 <= min_baseline <= baseline_window")
+        self.factor = factor
+        self.baseline_window = baseline_window
+        self.min_baseline = min_baseline
+        self.min_excess_ms = min_excess_ms
+        self._series: dict[str, _Series] = {}
+
+    def reset(self) -> None:
+        self._series.clear()
+
+    def observe(self, record: IterationRecord) -> list[str]:
+        flags: list[str] = []
+        draft = record.draft_step_ms
+        if draft is not None and record.mode == "speculative":
+            flags += self._check("draft", "draft step", draft, 1, record)
+        if record.mode == "plain":
+            flags += self._check("target", "target step", record.verify_ms, 1, record)
+        elif record.n_drafted or record.verify_ms > 0:
+            flags += self._check("target", "target verify", record.verify_ms, record.n_drafted + 1, record)
+        return flags
+
+    def flag_trace(self, records: Iterable[IterationRecord]) -> dict[int, list[str]]:
+        """Offline: run a fresh detector with these settings over a list of records."""
+        fresh = PagingDetector(self.factor, self.baseline_window, self.min_baseline, self.min_excess_ms)
+        out: dict[int, list[str]] = {}
+        for r in records:
+            flags = fresh.observe(r)
+            if flags:
+                out[r.iteration] = flags
+        return out
+
+    def _check(self, model: str, label: str, ms: float, length: int, record: IterationRecord) -> list[str]:
+        series = self._series.setdefault(model, _Series(deque(maxlen=self.baseline_window)))
+        if len(series.window) >= self.min_baseline:
+            expected = statistics.median(t * max(1.0, length / m) for t, m in series.window)
+            if ms >= self.factor * expected and ms - expected >= self.min_excess_ms:
+                return [_sentence(model, label, ms, expected, record.memory)]
+        series.window.append((ms, length))
+        return []
+
+
+def flag_trace(records: Iterable[IterationRecord], factor: float = 3.0, baseline_window: int = 16,
+               min_baseline: int = 4) -> dict[int, list[str]]:
+    """Flags for a recorded run: iteration -> sentences (only flagged iterations)."""
+    return PagingDetector(factor, baseline_window, min_baseline).flag_trace(records)
+
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
+
+
+def _fmt_rate(bytes_per_s: float) -> str:
+    return f"{format_bytes(bytes_per_s)}/s"
+
+
+def memory_evidence(model: str, memory: dict[str, float]) -> tuple[list[str], str]:
+    """(evidence phrases, likely cause) from a joined memory sample; ([], "") when memory looks fine."""
+    evidence: list[str] = []
+    causes: list[str] = []
+    prefix = f"{model}_weights_"
+    placed = {k[len(prefix) : -len("_bytes")]: v for k, v in memory.items()
+              if k.startswith(prefix) and k.endswith("_bytes") and v > 0}
+    on_accel = any(d.startswith(ACCELERATOR_PREFIXES) for d in placed)
+    offloaded = memory.get(f"{model}_offloaded_bytes", 0.0)
+    off_device = {d: b for d, b in placed.items() if d in ("cpu", "disk", "meta")}
+    if off_device and (on_accel or offloaded > 0):
+        where = "/".join(sorted(off_device))
+        off = sum(off_device.values())
+        partly = "partly " if off < sum(placed.values()) else ""
+        evidence.append(f"weights {partly}on {where} ({format_bytes(off)})")
+        causes.append("pcie")
+    elif offloaded > 0:
+        evidence.append(f"{format_bytes(offloaded)} of weights behind offload hooks")
+        causes.append("pcie")
+    for key, value in sorted(memory.items()):
+        if key.startswith("pcie") and key.endswith("_rx_bytes_per_s") and value >= PCIE_RX_HIGH_BYTES_PER_S:
+            evidence.append(f"PCIe RX {_fmt_rate(value)} during the step")
+            causes.append("pcie")
+            break
+    for key, free in sorted(memory.items()):
+        if key.startswith("gpu") and key.endswith("_free_bytes"):
+            total = memory.get(key.replace("_free_bytes", "_total_bytes"), 0.0)
+            if free <= FREE_NEAR_ZERO_BYTES or (total > 0 and free <= FREE_NEAR_ZERO_FRACTION * total):
+                gpu = key[len("gpu") : -len("_free_bytes")]
+                of = f" of {format_bytes(total)}" if total else ""
+                evidence.append(f"GPU {gpu} free memory near zero ({format_bytes(free)}{of})")
+                causes.append("device")
+                break
+    faults = memory.get("host_major_faults_per_s", 0.0)
+    if faults >= MAJOR_FAULTS_HIGH_PER_S:
+        evidence.append(f"host major page faults rising ({faults:.0f}/s)")
+        causes.append("host")
+    if not evidence:
+        return [], ""
+    if "pcie" in causes:
+        cause = "likely paging over PCIe"
+    elif "device" in causes:
+        cause = "likely device memory pressure (weights or cache evicted, or the allocator thrashing)"
+    else:
+        cause = "likely host memory paging"
+    return evidence, cause
+
+
+def _sentence(model: str, label: str, ms: float, expected: float, memory: dict[str, float]) -> str:
+    head = f"{label} {ms / expected:.1f}x its recent median ({_fmt_ms(expected)} → {_fmt_ms(ms)})"
+    advice = "check clocks, other processes, or thermal throttling."
+    if not memory:
+        return f"{head}: slow, no memory sample to explain it — {advice}"
+    evidence, cause = memory_evidence(model, memory)
+    if not evidence:
+        return f"{head}: slow, memory looks fine — {advice}"
+    return f"{head}: {' and '.join(evidence)} — {cause}."

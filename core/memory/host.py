@@ -1,0 +1,49 @@
+"""Host memory probe: this process's RSS, system available memory, swap in use, major page faults."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+
+def _major_faults() -> int | None:
+    """Cumulative major page faults of this process (pages read from disk: swap or mapped files)."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)
+    except (ImportError, OSError, ValueError):
+        pass
+    try:  # Linux without the resource module: field 12 of /proc/self/stat
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            stat = f.read()
+        return int(stat.rsplit(")", 1)[1].split()[9])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_memory() -> dict[str, float]:
+    """Flat readings in bytes (and a fault count); a key is absent when the platform cannot say."""
+    out: dict[str, float] = {}
+    try:
+        import psutil  # type: ignore[import-untyped]
+    except ImportError:
+        psutil = None  # type: ignore[assignment]
+    if psutil is not None:
+        for key, read in (
+            ("host_rss_bytes", lambda: psutil.Process().memory_info().rss),
+            ("host_available_bytes", lambda: psutil.virtual_memory().available),
+            ("swap_used_bytes", lambda: psutil.swap_memory().used),
+        ):
+            with contextlib.suppress(Exception):  # e.g. no swap information in a container
+                out[key] = float(read())
+    faults = _major_faults()
+    if faults is None and psutil is not None and sys.platform == "win32":
+        try:  # Windows counts soft and hard faults together: still a trend worth watching
+            faults = int(psutil.Process().memory_info().num_page_faults)
+        except Exception:
+            faults = None
+    if faults is not None:
+        out["host_major_faults"] = float(faults)
+    return out

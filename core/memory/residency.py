@@ -1,0 +1,175 @@
+"""Where a model's weights live: bytes of parameters and buffers per device, offloading, KV-cache size.
+
+A weight on the meta device under an accelerate offload hook is not missing: it lives in the hook's
+weights map (host memory, or disk) and is copied to the execution device on every forward pass. That is
+the slow case the paging detector looks for, so it is reported as ``cpu``/``disk`` bytes *and* as
+offloaded bytes, with a warning, whatever ``next(model.parameters()).device`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Residency:
+    bytes_by_device: dict[str, int] = field(default_factory=dict)  # "cuda:0", "cpu", "disk", "meta", "mps"
+    param_bytes: int = 0
+    buffer_bytes: int = 0
+    offloaded_bytes: int = 0  # served through offload hooks (copied to the execution device each pass)
+    execution_devices: list[str] = field(default_factory=list)  # where offload hooks run the weights
+    device_map: dict[str, str] = field(default_factory=dict)  # hf_device_map, values as strings
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.buffer_bytes
+
+    @property
+    def offloaded(self) -> bool:
+        """Weights served from host or disk to an accelerator: offload hooks, or a mixed device map."""
+        places = set(self.device_map.values())
+        return self.offloaded_bytes > 0 or (len(places) > 1 and bool({"cpu", "disk"} & places))
+
+
+def device_key(device: torch.device | str | int) -> str:
+    """Canonical device name: "cuda" -> "cuda:0", 0 -> "cuda:0", "cpu" stays."""
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    d = torch.device(device) if not isinstance(device, torch.device) else device
+    if d.type in ("cuda", "xpu", "npu") and d.index is None:
+        return f"{d.type}:0"
+    return str(d)
+
+
+def _hooks(module: nn.Module) -> Iterator[Any]:
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None:
+        return
+    yield from getattr(hook, "hooks", (hook,))  # SequentialHook holds several
+
+
+def _offload_hook(module: nn.Module) -> Any:
+    for h in _hooks(module):
+        if getattr(h, "offload", False) and getattr(h, "weights_map", None) is not None:
+            return h
+    return None
+
+
+def _offload_location(weights_map: Any, name: str) -> str:
+    """"disk" when accelerate keeps this weight in a file index rather than an in-memory state dict."""
+    prefix = ""
+    while hasattr(weights_map, "dataset") and hasattr(weights_map, "prefix"):  # PrefixedDataset
+        prefix = weights_map.prefix + prefix
+        weights_map = weights_map.dataset
+    key = prefix + name
+    index = getattr(weights_map, "index", None)
+    state = getattr(weights_map, "state_dict", None)
+    if isinstance(index, dict) and key in index and not (isinstance(state, dict) and key in state):
+        return "disk"
+    return "cpu"
+
+
+def model_residency(model: nn.Module, expected_device: torch.device | str | None = None,
+                    name: str = "model") -> Residency:
+    """Bytes of parameters and buffers per device, offloading and warnings (one sentence each)."""
+    r = Residency()
+    seen: set[int] = set()
+    exec_devices: set[str] = set()
+    for module in model.modules():
+        hook = _offload_hook(module)
+        if hook is not None and getattr(hook, "execution_device", None) is not None:
+            exec_devices.add(device_key(hook.execution_device))
+        tensors: list[tuple[str, torch.Tensor, bool]] = [
+            (n, p, True) for n, p in module.named_parameters(recurse=False)]
+        tensors += [(n, b, False) for n, b in module.named_buffers(recurse=False)]
+        for tname, t, is_param in tensors:
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            nbytes = t.numel() * t.element_size()
+            where = device_key(t.device)
+            if t.device.type == "meta" and hook is not None:
+                where = _offload_location(hook.weights_map, tname)
+                r.offloaded_bytes += nbytes
+            r.bytes_by_device[where] = r.bytes_by_device.get(where, 0) + nbytes
+            if is_param:
+                r.param_bytes += nbytes
+            else:
+                r.buffer_bytes += nbytes
+    r.execution_devices = sorted(exec_devices)
+    dmap = getattr(model, "hf_device_map", None)
+    if isinstance(dmap, dict):
+        r.device_map = {str(k): device_key(v) if isinstance(v, int) else str(v) for k, v in dmap.items()}
+    r.warnings = _warnings(name, r, expected_device)
+    return r
+
+
+def _warnings(name: str, r: Residency, expected: torch.device | str | None) -> list[str]:
+    out: list[str] = []
+    total = r.total_bytes
+    if r.offloaded_bytes:
+        to = ", ".join(r.execution_devices) or "the execution device"
+        out.append(f"{name}: accelerate offload hooks copy {format_bytes(r.offloaded_bytes)} of weights "
+                   f"to {to} on every forward pass (expect each step to be slow).")
+    map_off = sorted({k for k, v in r.device_map.items() if v in ("cpu", "disk")})
+    if map_off and len(set(r.device_map.values())) > 1 and not r.offloaded_bytes:
+        out.append(f"{name}: its device map places {len(map_off)} module(s) on cpu/disk "
+                   f"(e.g. {map_off[0]}), so those weights are not on the accelerator.")
+    meta = r.bytes_by_device.get("meta", 0)
+    if meta:
+        out.append(f"{name}: {format_bytes(meta)} of weights are on the meta device (never loaded).")
+    if expected is not None:
+        want = device_key(expected)
+        elsewhere = {d: b for d, b in r.bytes_by_device.items() if d != want and b}
+        if elsewhere:
+            parts = ", ".join(f"{format_bytes(b)} on {d}" for d, b in sorted(elsewhere.items()))
+            out.append(f"{name}: {parts} of {format_bytes(total)}, not on {want} as asked.")
+    return out
+
+
+def kv_cache_bytes(cache: object | None) -> int:
+    """Bytes held by a transformers cache (``layers[i].keys/values``; legacy ``key_cache/value_cache``)."""
+    if cache is None:
+        return 0
+    total = 0
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in list(layers):
+            for attr in ("keys", "values"):
+                t = getattr(layer, attr, None)
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+        return total
+    for attr in ("key_cache", "value_cache"):  # older transformers
+        for t in list(getattr(cache, attr, None) or []):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+def format_bytes(n: float) -> str:
+    """Decimal units, three significant figures: "412 MB", "1.23 GB", "980 kB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_residency(name: str, residency: Residency) -> str:
+    """One line for the CLI summary: total, then bytes per device, offloading noted."""
+    parts = ", ".join(f"{d} {format_bytes(b)}" for d, b in sorted(residency.bytes_by_device.items(),
+                                                                     key=lambda kv: -kv[1]) if b)
+    line = f"{name}: {format_bytes(residency.total_bytes)} weights ({parts or 'none'})"
+    if residency.offloaded_bytes:
+        to = ", ".join(residency.execution_devices) or "the execution device"
+        line += f"; {format_bytes(residency.offloaded_bytes)} offloaded, copied to {to} each pass"
+    if residency.warnings:
+        line += " [!]"
+    return line

@@ -1,0 +1,242 @@
+"""The speculative loop on small random models: exactness, caches, EOS/limits and live controls."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from specscope.core.controls import Controls
+from specscope.core.drafters.base import Drafter, Proposal
+from specscope.core.drafters.model import ModelDrafter
+from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenStatus
+from specscope.core.sampling import processed_probs
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import perturbed, tiny_model
+from tests.stats import chi_square_pvalue
+
+V = 64
+PROMPTS = [[1, 2, 3], [5], [7, 8, 9, 10, 11, 12], [40, 41, 40, 41]]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(0, vocab_size=V, logit_scale=3.0)
+
+
+def _drafts(target):
+    return {
+        "perfect": target,
+        "useless": tiny_model(1, vocab_size=V, logit_scale=3.0),
+        "partial": perturbed(target, 0.03),
+    }
+
+
+def _plain(target, prompt, n=30):
+    return Decoder(target, V).run(prompt, options=DecodeOptions(max_new_tokens=n), plain=True).token_ids
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+def test_greedy_speculation_equals_plain_greedy(target, k: int) -> None:
+    alphas = {}
+    for name, draft in _drafts(target).items():
+        drafted = accepted = 0
+        for prompt in PROMPTS:
+            dec = Decoder(target, V, drafter=ModelDrafter(draft, V))
+            res = dec.run(prompt, Controls(ControlValues(k=k)), DecodeOptions(max_new_tokens=30))
+            assert res.token_ids == _plain(target, prompt), (name, k, prompt)
+            drafted += res.n_drafted
+            accepted += res.n_accepted
+        alphas[name] = accepted / drafted
+    # The three drafts really are perfect, useless and in between, so all cache paths were exercised.
+    assert alphas["perfect"] == 1.0
+    assert alphas["useless"] < 0.15
+    assert 0.1 < alphas["partial"] < 0.95
+
+
+def test_statuses_follow_the_rule(target) -> None:
+    dec = Decoder(target, V, drafter=ModelDrafter(target, V))
+    res = dec.run([1, 2, 3], Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=17))
+    assert {t.status for r in res.iterations for t in r.tokens} == {TokenStatus.ACCEPTED, TokenStatus.BONUS}
+    useless = Decoder(target, V, drafter=ModelDrafter(tiny_model(1, vocab_size=V, logit_scale=3.0), V))
+    res = useless.run([1, 2, 3], Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=17))
+    for r in res.iterations:
+        committed = [t.token_id for t in r.tokens if t.status.committed]
+        assert r.n_emitted == len(committed)
+        statuses = [t.status for t in r.tokens]
+        if r.n_accepted < r.n_drafted:  # a rejection: accepted*, rejected, correction
+            assert statuses[-2:] == [TokenStatus.REJECTED, TokenStatus.CORRECTION]
+    # committed tokens in the records are exactly the output, in order
+    assert [t.token_id for r in res.iterations for t in r.tokens if t.status.committed] == res.token_ids
+
+
+def test_eos_inside_a_proposal_ends_the_run_at_eos(target) -> None:
+    plain = _plain(target, [1, 2, 3], 30)
+    eos = plain[7]  # a token the target really emits; the run must end right after its first occurrence
+    first = plain.index(eos)
+    dec = Decoder(target, V, drafter=ModelDrafter(target, V))
+    opts = DecodeOptions(max_new_tokens=30, eos_token_ids=frozenset({eos}))
+    res = dec.run([1, 2, 3], Controls(ControlValues(k=8)), opts)
+    assert res.token_ids == plain[: first + 1]
+    assert res.finish_reason == "eos"
+    assert res.iterations[-1].finished
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_max_new_tokens_is_exact(target, n: int) -> None:
+    dec = Decoder(target, V, drafter=ModelDrafter(target, V))
+    res = dec.run([1, 2, 3], Controls(ControlValues(k=4)), DecodeOptions(max_new_tokens=n))
+    assert res.token_ids == _plain(target, [1, 2, 3], n)
+    assert len(res.token_ids) == n
+
+
+def test_records_carry_timings_and_context(target) -> None:
+    dec = Decoder(target, V, drafter=ModelDrafter(perturbed(target, 0.03), V))
+    res = dec.run([1, 2, 3], Controls(ControlValues(k=4)), DecodeOptions(max_new_tokens=20))
+    for r in res.iterations:
+        assert r.draft_ms > 0 and r.verify_ms > 0 and r.rollback_ms >= 0
+        assert r.iteration_ms >= r.draft_ms + r.verify_ms + r.rollback_ms
+        assert r.t_end_s >= r.t_start_s
+    assert res.iterations[-1].context_len == 3 + 20
+    assert [r.generated_len for r in res.iterations] == list(np.cumsum([r.n_emitted for r in res.iterations]))
+
+
+def test_baseline_measurement_restores_the_cache(target) -> None:
+    """Plain steps measured on the live context must not disturb the output."""
+    dec = Decoder(target, V, drafter=ModelDrafter(perturbed(target, 0.03), V))
+    opts = DecodeOptions(max_new_tokens=30, baseline_every=2, verify_sweep=True, sweep_k_max=4)
+    events = list(dec.stream([1, 2, 3], Controls(ControlValues(k=3)), opts))
+    baselines = [e for e in events if isinstance(e, BaselineRecord)]
+    assert baselines and all(len(b.step_ms) == 3 and sorted(b.verify_ms_by_len) == [1, 2, 3, 4, 5]
+                             for b in baselines)
+    assert dec.result is not None and dec.result.token_ids == _plain(target, [1, 2, 3])
+
+
+# ---- sampling: the whole loop keeps the target's distribution ---------------------------------------
+V8 = 8
+RUNS = 6000
+
+
+def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
+    """The target's exact joint distribution of the first two sampled tokens."""
+    with torch.no_grad():
+        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
+        joint = np.zeros((V8, V8))
+        for a in range(V8):
+            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
+            joint[a] = float(p1[a]) * p2.numpy()
+    return joint
+
+
+class OneSidedProcessing(Drafter):
+    """A bug on purpose: the draft samples from its raw distribution while p is processed."""
+
+    name = "one-sided"
+
+    def __init__(self, inner: ModelDrafter):
+        self.inner = inner
+
+    def reset(self, prompt_ids):
+        self.inner.reset(prompt_ids)
+
+    def propose(self, context_ids, k, controls, generator) -> Proposal:
+        return self.inner.propose(context_ids, k, replace(controls, temperature=1.0, top_p=1.0), generator)
+
+    def rollback(self, committed_ids):
+        self.inner.rollback(committed_ids)
+
+
+def _loop_counts(target, drafter, prompt, controls: ControlValues, runs: int) -> np.ndarray:
+    dec = Decoder(target, V8, drafter=drafter)
+    counts = np.zeros((V8, V8))
+    c = Controls(controls)
+    for seed in range(runs):
+        ids = dec.run(prompt, c, DecodeOptions(max_new_tokens=2, seed=seed, record_tokens=False)).token_ids
+        counts[ids[0], ids[1]] += 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("controls", [ControlValues(k=2, temperature=1.0),
+                                      ControlValues(k=3, temperature=0.7, top_p=0.9)])
+def test_sampling_loop_keeps_target_joint_distribution(controls: ControlValues) -> None:
+    target = tiny_model(10, vocab_size=V8, logit_scale=1.5)
+    draft = tiny_model(11, vocab_size=V8, logit_scale=1.5)
+    prompt = [1, 2, 3]
+    counts = _loop_counts(target, ModelDrafter(draft, V8), prompt, controls, RUNS)
+    assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) > 1e-3
+
+
+@pytest.mark.slow
+def test_processing_only_one_model_is_detected() -> None:
+    """The same test must fail when temperature/top-p reach p but not q."""
+    controls = ControlValues(k=3, temperature=0.5, top_p=0.8)
+    target = tiny_model(10, vocab_size=V8, logit_scale=1.5)
+    draft = tiny_model(11, vocab_size=V8, logit_scale=1.5)
+    prompt = [1, 2, 3]
+    counts = _loop_counts(target, OneSidedProcessing(ModelDrafter(draft, V8)), prompt, controls, RUNS)
+    assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) < 1e-6
+
+
+# ---- live controls from another thread --------------------------------------------------------------
+def _run_in_thread(dec: Decoder, controls: Controls, n: int):
+    out: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        for ev in dec.stream([1, 2, 3], controls, DecodeOptions(max_new_tokens=n)):
+            out.put(ev)
+        out.put(None)
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    return th, out
+
+
+def test_k_changed_mid_run_shows_in_records(target) -> None:
+    controls = Controls(ControlValues(k=4))
+    dec = Decoder(target, V, drafter=ModelDrafter(perturbed(target, 0.03), V))
+    th, out = _run_in_thread(dec, controls, 200)
+    seen: list[IterationRecord] = []
+    while (ev := out.get(timeout=60)) is not None:
+        seen.append(ev)
+        if len(seen) == 3:
+            controls.update(k=2)
+    th.join(timeout=60)
+    ks = [r.controls.k for r in seen]
+    switch = ks.index(2)
+    assert switch >= 3 and set(ks[:switch]) == {4} and set(ks[switch:]) == {2}
+    assert all(r.n_drafted <= r.controls.k for r in seen)
+    assert dec.result is not None and dec.result.token_ids == _plain(target, [1, 2, 3], 200)
+
+
+def test_pause_resume_and_stop_return_tokens_so_far(target) -> None:
+    controls = Controls(ControlValues(k=2))
+    dec = Decoder(target, V, drafter=ModelDrafter(perturbed(target, 0.03), V))
+    th, out = _run_in_thread(dec, controls, 400)
+    seen = []
+    while (ev := out.get(timeout=60)) is not None:
+        seen.append(ev)
+        if len(seen) == 2:
+            controls.pause()
+            # Exactly one iteration may already have passed the boundary; then the loop must block.
+            extra = []
+            try:
+                while True:
+                    extra.append(out.get(timeout=0.5))
+            except queue.Empty:
+                pass
+            assert len(extra) <= 1 and controls.paused
+            seen.extend(extra)
+            controls.resume()
+        if len(seen) == 5:
+            controls.stop()
+    th.join(timeout=60)
+    res = dec.result
+    assert res is not None and res.finish_reason == "stop"
+    assert 0 < len(res.token_ids) < 400
+    assert res.token_ids == _plain(target, [1, 2, 3], len(res.token_ids))
+    assert res.token_ids == [t.token_id for r in res.iterations for t in r.tokens if t.status.committed]
