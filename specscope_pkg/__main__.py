@@ -1,0 +1,5 @@
+import sys
+
+from specscope.launcher import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""One entry point for both faces: ``specscope`` opens the app; ``specscope run|bench|verify`` stays headless.
+
+Dispatching here, before anything imports Qt or torch, keeps the headless commands free of a display and
+the app's start-up free of torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+HEADLESS_COMMANDS = {"run", "bench", "verify"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in HEADLESS_COMMANDS:
+        from specscope.core.cli import main as cli_main
+
+        return cli_main(args)
+    if args and args[0] in {"-h", "--help"} and len(args) == 1:
+        print("usage: specscope [APP OPTIONS]            open the desktop app (see specscope --app-help)\n"
+              "       specscope run|bench|verify ...     headless commands (specscope run --help)")
+        return 0
+    from specscope.app.main import main as app_main
+
+    return int(app_main(args) or 0)
+
+
+def cli() -> int:
+    """Console entry point (``specscope-cli``): headless commands only, with a console on every OS."""
+    from specscope.core.cli import main as cli_main
+
+    return cli_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
