@@ -145,13 +145,15 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from .memory.residency import format_residency, model_residency
+    from .memory.residency import model_residency
     from .metrics import summarize
     from .models import ModelLoadError, load_pair, spec_from_args
     from .session import Session, SessionOptions
 
     controls = _controls(args)
     text = _prompt_text(args)
+    if args.plain and not args.draft and args.drafter == "model":
+        args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
     try:
         spec = spec_from_args(args)
         pair = load_pair(spec, progress=_progress(args.quiet or args.json))

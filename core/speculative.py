@@ -313,7 +313,7 @@ class Decoder:
         t1 = time.perf_counter()
         # 2. verify: the unseen committed token(s) plus all proposals in one pass -> k+1 rows
         unseen = ids[self.target.cache_len :]
-        rows = self.target.forward(unseen + proposals, keep=k + 1)
+        rows = self.target.forward([*unseen, *proposals], keep=k + 1)
         if values.greedy:
             n_acc, next_token = accept_greedy(proposals, rows)
             p_rows = processed_probs(rows, values) if opts.record_tokens else None
@@ -324,7 +324,7 @@ class Decoder:
         self._sync()
         t2 = time.perf_counter()
         # 3. commit and roll both caches back to the committed prefix
-        committed = proposals[:n_acc] + [next_token]
+        committed = [*proposals[:n_acc], next_token]
         new, reason = self._finish_check(ids, n_prompt, committed, opts)
         position0 = len(ids) - n_prompt
         ids.extend(new)
