@@ -7,6 +7,8 @@ temperature, top-k and top-p go through one function used for both. The warpers 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -35,8 +37,8 @@ def processed_probs(logits: torch.Tensor, controls: ControlValues) -> torch.Tens
         scores = scores.unsqueeze(0)
     if not controls.greedy:
         # The warpers ignore input_ids for these three; a dummy keeps the call signature.
-        dummy_ids = torch.zeros((scores.shape[0], 1), dtype=torch.long, device=scores.device)
-        scores = build_warpers(controls)(dummy_ids, scores)
+        dummy_ids = cast(torch.LongTensor, torch.zeros((scores.shape[0], 1), dtype=torch.long, device=scores.device))
+        scores = build_warpers(controls)(dummy_ids, cast(torch.FloatTensor, scores))
     return torch.softmax(scores, dim=-1)
 
 

@@ -104,6 +104,7 @@ class Decoder:
         self.k_policy = k_policy
         self.result: RunResult | None = None
         self.prefill_ms: float = 0.0
+        self._draft_gen: torch.Generator | None = None
 
     # ---- helpers -------------------------------------------------------------------------------------
     def text(self, token_id: int) -> str:
@@ -184,9 +185,15 @@ class Decoder:
         controls = controls or Controls()
         opts = options or DecodeOptions()
         gen: torch.Generator | None = None
+        self._draft_gen = None
         if opts.seed is not None:
             gen = torch.Generator(device=self.target.device)
             gen.manual_seed(opts.seed)
+            draft_device = getattr(self.drafter, "device", None)
+            if isinstance(draft_device, torch.device) and draft_device != self.target.device:
+                # A generator only draws on its own device: the draft samples with its own, seeded too.
+                self._draft_gen = torch.Generator(device=draft_device)
+                self._draft_gen.manual_seed(opts.seed + 1)
         ids = list(prompt_ids)
         n_prompt = len(prompt_ids)
         records: list[IterationRecord] = []
@@ -304,7 +311,7 @@ class Decoder:
         t0 = time.perf_counter()
         # 1. draft
         if k > 0:
-            proposal = self.drafter.propose(ids, k, values, gen)
+            proposal = self.drafter.propose(ids, k, values, self._draft_gen or gen)
         else:
             proposal = Proposal(tokens=[], q_probs=None, q_token_probs=[])
         proposals = proposal.tokens[:k]
@@ -319,7 +326,7 @@ class Decoder:
             p_rows = processed_probs(rows, values) if opts.record_tokens else None
         else:
             p_rows = processed_probs(rows, values)
-            q = proposal.q_probs[:k] if proposal.q_probs is not None else None
+            q = proposal.q_probs[:k].to(p_rows.device) if proposal.q_probs is not None else None
             n_acc, next_token = accept_sample(proposals, q, p_rows, gen)
         self._sync()
         t2 = time.perf_counter()

@@ -1,0 +1,55 @@
+"""The prompt sets shipped in ``resources/prompts``: prose, code and structured/repetitive text."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+PROMPT_KINDS = ("prose", "code", "structured")
+_FIELDS = ("id", "title", "text")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    kind: str
+    title: str
+    text: str
+
+
+def parse_prompt_file(data: dict[str, Any], origin: str) -> list[Prompt]:
+    """Prompts from one file's JSON: {"kind": ..., "prompts": [{"id", "title", "text"}, ...]}."""
+    kind = data.get("kind")
+    items = data.get("prompts")
+    if not isinstance(kind, str) or not isinstance(items, list):
+        raise ValueError(f"{origin}: expected an object with a 'kind' string and a 'prompts' list")
+    out: list[Prompt] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in _FIELDS):
+            raise ValueError(f"{origin}: prompt {i} needs 'id', 'title' and 'text' strings")
+        out.append(Prompt(id=item["id"], kind=kind, title=item["title"], text=item["text"]))
+    return out
+
+
+def load_prompt_sets() -> dict[str, list[Prompt]]:
+    """Every shipped set, keyed by kind, in file order."""
+    folder = files("specscope.resources").joinpath("prompts")
+    sets: dict[str, list[Prompt]] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            prompts = parse_prompt_file(json.loads(entry.read_text(encoding="utf-8")), entry.name)
+            if prompts:
+                sets.setdefault(prompts[0].kind, []).extend(prompts)
+    return sets
+
+
+def load_prompt_file(path: str | Path) -> list[Prompt]:
+    """A user's own set in the same format, or a plain text file (one prompt, kind "custom")."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".json":
+        return parse_prompt_file(json.loads(text), p.name)
+    return [Prompt(id=p.stem, kind="custom", title=p.stem, text=text.strip())]
