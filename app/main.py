@@ -1,2 +1,118 @@
-def main() -> int:
-    return 0
+"""``specscope``: open the window at once, then load the demo (or the chosen pair) on the worker.
+
+Nothing heavy is imported before the window is visible: torch and transformers load on the worker thread
+when the pair loads. ``--screenshot-after N --screenshot FILE`` saves a grab of the window after N
+iterations and exits (used by scripts/screenshot.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+T0 = time.monotonic()
+
+DRAFTERS = ("model", "lookup", "early-exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specscope", description="Watch speculative decoding live.")
+    p.add_argument("--target", help="target model: 'demo', a directory, or a hub id in the local cache")
+    p.add_argument("--draft", help="draft model (for --drafter model)")
+    p.add_argument("--drafter", choices=DRAFTERS, help="how proposals are made (default: model)")
+    p.add_argument("--device", help="device for the models: cpu, cuda, cuda:N, mps")
+    p.add_argument("--dtype", help="auto, float32, float16, bfloat16")
+    p.add_argument("--prompt", help="prompt text to put in the editor")
+    p.add_argument("--open-trace", metavar="FILE", help="open a saved trace (no model is loaded)")
+    p.add_argument("--no-load", action="store_true", help="do not load a model at start")
+    p.add_argument("--run", action="store_true", help="start decoding as soon as the pair is loaded")
+    p.add_argument("--max-new-tokens", type=int, help="tokens to generate")
+    p.add_argument("--screenshot", metavar="PNG", help="save a grab of the window, then quit")
+    p.add_argument("--screenshot-after", type=int, default=0, metavar="N",
+                   help="with --screenshot: wait until N iterations are shown (0 = once a trace is shown)")
+    p.add_argument("--print-visible-time", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        print("specscope: --max-new-tokens must be at least 1", file=sys.stderr)
+        return 2
+    if args.open_trace and not Path(args.open_trace).exists():
+        print(f"specscope: no such trace: {args.open_trace}", file=sys.stderr)
+        return 2
+
+    from .qt_check import binding_problem
+
+    problem = binding_problem()
+    if problem:
+        print(f"specscope: {problem}", file=sys.stderr)
+        return 1
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from .pair_choice import PairChoice
+    from .window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("specscope")
+    app.setOrganizationName("specscope")
+    window = MainWindow(check_interrupted=not args.open_trace and not args.screenshot)
+    if args.prompt:
+        window.panel.set_prompt_text(args.prompt)
+    if args.max_new_tokens:
+        window.panel.max_new.setValue(args.max_new_tokens)
+    window.show()
+    app.processEvents()
+    if args.print_visible_time:
+        print(f"window visible after {1000 * (time.monotonic() - T0):.0f} ms", flush=True)
+
+    choice = window.pair_choice
+    if args.target or args.draft or args.drafter or args.device or args.dtype:
+        choice = PairChoice(target=args.target or "demo", draft=args.draft or "",
+                            drafter=args.drafter or "model", target_device=args.device or "cpu",
+                            target_dtype=args.dtype or "auto")
+    if args.open_trace:
+        window.open_trace(args.open_trace)
+    elif not args.no_load:
+        if args.run:
+            window.pair_ready.connect(window.start_run)
+        QTimer.singleShot(0, lambda: window.load_pair(choice))
+
+    if args.screenshot:
+        _arm_screenshot(window, args.screenshot, args.screenshot_after)
+    return int(app.exec())
+
+
+def _arm_screenshot(window, path: str, after: int) -> None:
+    """Save a grab once ``after`` iterations are shown (or the run ended), then quit."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    def check() -> None:
+        enough = len(window.data.records) >= max(1, after)
+        ended = window.state in ("idle", "replay", "no_model") and len(window.data.records) > 0
+        if enough or ended:
+            timer.stop()
+            window.tick()
+            QApplication.processEvents()
+            window.grab().save(path, "PNG")
+            print(f"screenshot saved: {path} ({len(window.data.records)} iterations)", flush=True)
+            done = os.environ.get("SPECSCOPE_SCREENSHOT_DONE")
+            if done:
+                Path(done).write_text("ok\n")
+            QTimer.singleShot(int(os.environ.get("SPECSCOPE_SCREENSHOT_LINGER_MS", "0")), window.close)
+
+    timer = QTimer(window)
+    timer.setInterval(200)
+    timer.timeout.connect(check)
+    timer.start()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

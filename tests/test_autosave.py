@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from specscope.core.autosave import (
     RUNNING_MARKER,
     SessionRecorder,

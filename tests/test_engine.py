@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -132,24 +131,6 @@ def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
     return joint
 
 
-class OneSidedProcessing(Drafter):
-    """A bug on purpose: the draft samples from its raw distribution while p is processed."""
-
-    name = "one-sided"
-
-    def __init__(self, inner: ModelDrafter):
-        self.inner = inner
-
-    def reset(self, prompt_ids):
-        self.inner.reset(prompt_ids)
-
-    def propose(self, context_ids, k, controls, generator) -> Proposal:
-        return self.inner.propose(context_ids, k, replace(controls, temperature=1.0, top_p=1.0), generator)
-
-    def rollback(self, committed_ids):
-        self.inner.rollback(committed_ids)
-
-
 def _loop_counts(target, drafter, prompt, controls: ControlValues, runs: int) -> np.ndarray:
     dec = Decoder(target, V8, drafter=drafter)
     counts = np.zeros((V8, V8))
@@ -162,23 +143,53 @@ def _loop_counts(target, drafter, prompt, controls: ControlValues, runs: int) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("controls", [ControlValues(k=2, temperature=1.0),
-                                      ControlValues(k=3, temperature=0.7, top_p=0.9)])
+                                      ControlValues(k=3, temperature=0.6, top_p=0.95)])
 def test_sampling_loop_keeps_target_joint_distribution(controls: ControlValues) -> None:
-    target = tiny_model(10, vocab_size=V8, logit_scale=1.5)
-    draft = tiny_model(11, vocab_size=V8, logit_scale=1.5)
+    target = tiny_model(10, vocab_size=V8, logit_scale=1.0)
+    draft = tiny_model(11, vocab_size=V8, logit_scale=1.0)
     prompt = [1, 2, 3]
     counts = _loop_counts(target, ModelDrafter(draft, V8), prompt, controls, RUNS)
     assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) > 1e-3
 
 
+class RawQReport(Drafter):
+    """A bug on purpose: proposals are sampled from the processed q, but the loop is told the raw q."""
+
+    name = "raw-q"
+
+    def __init__(self, inner: ModelDrafter):
+        self.inner = inner
+
+    def reset(self, prompt_ids):
+        self.inner.reset(prompt_ids)
+
+    def propose(self, context_ids, k, controls, generator) -> Proposal:
+        prop = self.inner.propose(context_ids, k, controls, generator)
+        with torch.no_grad():
+            seq = torch.tensor([[*context_ids, *prop.tokens[:-1]]])
+            logits = self.inner.model(seq).logits[0, -len(prop.tokens):]
+        raw = processed_probs(logits, ControlValues())  # temperature 1, no top-p: the unprocessed q
+        return Proposal(prop.tokens, raw, [float(raw[i, x]) for i, x in enumerate(prop.tokens)])
+
+    def rollback(self, committed_ids):
+        self.inner.rollback(committed_ids)
+
+
 @pytest.mark.slow
-def test_processing_only_one_model_is_detected() -> None:
-    """The same test must fail when temperature/top-p reach p but not q."""
-    controls = ControlValues(k=3, temperature=0.5, top_p=0.8)
-    target = tiny_model(10, vocab_size=V8, logit_scale=1.5)
-    draft = tiny_model(11, vocab_size=V8, logit_scale=1.5)
+@pytest.mark.parametrize("side", ["target", "draft"])
+def test_processing_only_one_model_is_detected(monkeypatch, side: str) -> None:
+    """The same test must fail when temperature/top-p reach one model's distribution but not the other's."""
+    import specscope.core.speculative as loop_module
+
+    controls = ControlValues(k=3, temperature=0.6, top_p=0.95)
+    target = tiny_model(10, vocab_size=V8, logit_scale=1.0)
+    drafter: Drafter = ModelDrafter(tiny_model(11, vocab_size=V8, logit_scale=1.0), V8)
+    if side == "target":  # p computed from raw logits while q is processed
+        monkeypatch.setattr(loop_module, "processed_probs", lambda logits, c: processed_probs(logits, ControlValues()))
+    else:  # q processed for sampling but the ratio sees the raw q
+        drafter = RawQReport(drafter)  # type: ignore[arg-type]
     prompt = [1, 2, 3]
-    counts = _loop_counts(target, OneSidedProcessing(ModelDrafter(draft, V8)), prompt, controls, RUNS)
+    counts = _loop_counts(target, drafter, prompt, controls, RUNS)
     assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) < 1e-6
 
 

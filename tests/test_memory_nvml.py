@@ -7,8 +7,8 @@ import sys
 import threading
 
 import pytest
-from specscope.core.memory.nvml import NvmlProbe, counter_delta, visible_device_uuids
 
+from specscope.core.memory.nvml import NvmlProbe, counter_delta, visible_device_uuids
 from tests.fake_nvml import (
     NVML_VALUE_TYPE_UNSIGNED_INT,
     FakeDevice,

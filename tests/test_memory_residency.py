@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 from accelerate import cpu_offload, dispatch_model
-from specscope.core.memory.residency import format_residency, kv_cache_bytes, model_residency
 from transformers import DynamicCache
 
+from specscope.core.memory.residency import format_residency, kv_cache_bytes, model_residency
 from tests.models import tiny_model
 
 

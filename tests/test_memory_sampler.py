@@ -6,9 +6,9 @@ import os
 
 import pytest
 import torch
-from specscope.core.memory.sampler import MemorySampler
 from transformers import DynamicCache
 
+from specscope.core.memory.sampler import MemorySampler
 from tests.fake_nvml import NVML_VALUE_TYPE_UNSIGNED_INT, FakeDevice, FakeNvml
 from tests.models import tiny_model
 

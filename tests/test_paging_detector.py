@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from specscope.core.memory.detector import PagingDetector, flag_trace
 from specscope.core.records import ControlValues, IterationRecord
 

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from specscope.core.chrome_trace import chrome_trace, write_chrome_trace
 from specscope.core.records import IterationRecord
 from specscope.core.trace import (

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 from accelerate import cpu_offload
+from transformers import LlamaConfig, LlamaForCausalLM
+
 from specscope.core.controls import Controls
 from specscope.core.drafters.model import ModelDrafter
 from specscope.core.memory.detector import PagingDetector
@@ -31,7 +33,6 @@ from specscope.core.memory.residency import format_residency, model_residency
 from specscope.core.memory.sampler import MemorySampler
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.speculative import DecodeOptions, Decoder
-from transformers import LlamaConfig, LlamaForCausalLM
 
 TIME_LIMIT_S = 270.0  # leave margin under the 5-minute budget
 

@@ -1,0 +1,53 @@
+"""What the user picked for the pair, as plain data (no torch): turned into a ``core.models.PairSpec`` on
+the worker thread, so choosing a model never imports the engine on the GUI thread."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+DRAFTER_KINDS = ("model", "lookup", "early-exit")
+DEVICES = ("cpu", "cuda", "cuda:0", "cuda:1", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass
+class PairChoice:
+    target: str = "demo"  # "demo", a local directory or a hub id
+    draft: str = ""  # for drafter "model"; empty with the demo = the demo's own draft
+    drafter: str = "model"
+    target_device: str = "cpu"
+    draft_device: str = ""  # empty = the target's
+    target_dtype: str = "auto"
+    draft_dtype: str = "auto"
+
+    def problem(self) -> str | None:
+        """A one-line reason this choice cannot load, or None."""
+        if not self.target.strip():
+            return "choose a target model (the demo, a local directory or a hub id)"
+        if self.drafter not in DRAFTER_KINDS:
+            return f"unknown drafter {self.drafter!r} (choose {', '.join(DRAFTER_KINDS)})"
+        if self.drafter == "model" and self.target != "demo" and not self.draft.strip():
+            return "the model drafter needs a draft model (or choose the lookup or early-exit drafter)"
+        return None
+
+    def to_spec(self) -> Any:
+        """The engine's PairSpec (imports core.models: call it on the worker thread)."""
+        from specscope.core.models import PairSpec
+
+        return PairSpec(target=self.target.strip(), draft=self.draft.strip() or None, drafter=self.drafter,
+                        target_device=self.target_device, draft_device=self.draft_device or None,
+                        target_dtype=self.target_dtype, draft_dtype=self.draft_dtype)
+
+    def describe(self) -> str:
+        draft = self.draft or ("demo draft" if self.target == "demo" else "")
+        what = f"draft {draft}" if self.drafter == "model" else f"{self.drafter} drafter"
+        return f"{self.target} with {what} on {self.target_device}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PairChoice:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: str(v) for k, v in d.items() if k in names and v is not None})

@@ -1,0 +1,105 @@
+"""Settings that persist between launches (QSettings): last pair, prompt, controls, window layout.
+
+Tests point the store at a file with ``SPECSCOPE_SETTINGS_FILE`` (or pass a path) so they never read or
+write the user's real settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from specscope.core.controls import InvalidControl, validate
+from specscope.core.records import ControlValues
+
+from .pair_choice import PairChoice
+
+
+def make_qsettings(path: str | None = None) -> QSettings:
+    path = path or os.environ.get("SPECSCOPE_SETTINGS_FILE")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, "specscope", "specscope")
+
+
+class AppSettings:
+    def __init__(self, qsettings: QSettings | None = None) -> None:
+        self.qs = qsettings or make_qsettings()
+
+    def _json(self, key: str) -> Any:
+        raw = self.qs.value(key)
+        if not raw:
+            return None
+        try:
+            return json.loads(str(raw))
+        except ValueError:
+            return None
+
+    def _set_json(self, key: str, value: Any) -> None:
+        self.qs.setValue(key, json.dumps(value))
+
+    # ---- pair, prompt, controls ------------------------------------------------------------------------
+    def pair_choice(self) -> PairChoice | None:
+        d = self._json("pair")
+        return PairChoice.from_dict(d) if isinstance(d, dict) else None
+
+    def set_pair_choice(self, c: PairChoice) -> None:
+        self._set_json("pair", c.to_dict())
+
+    def controls(self) -> ControlValues:
+        d = self._json("controls")
+        if not isinstance(d, dict):
+            return ControlValues()
+        try:
+            return validate(ControlValues(k=int(d.get("k", 4)), temperature=float(d.get("temperature", 0.0)),
+                                          top_k=int(d.get("top_k", 0)), top_p=float(d.get("top_p", 1.0)),
+                                          adaptive_k=bool(d.get("adaptive_k", False))))
+        except (InvalidControl, TypeError, ValueError):
+            return ControlValues()
+
+    def set_controls(self, v: ControlValues) -> None:
+        self._set_json("controls", {"k": v.k, "temperature": v.temperature, "top_k": v.top_k,
+                                    "top_p": v.top_p, "adaptive_k": v.adaptive_k})
+
+    def prompt(self) -> str | None:
+        v = self.qs.value("prompt")
+        return str(v) if v else None
+
+    def set_prompt(self, text: str) -> None:
+        self.qs.setValue("prompt", text)
+
+    def run_options(self) -> tuple[int, int]:
+        """(max new tokens, seed; -1 = random)."""
+        d = self._json("run") or {}
+        try:
+            return int(d.get("max_new_tokens", 256)), int(d.get("seed", 0))
+        except (TypeError, ValueError):
+            return 256, 0
+
+    def set_run_options(self, max_new_tokens: int, seed: int) -> None:
+        self._set_json("run", {"max_new_tokens": max_new_tokens, "seed": seed})
+
+    def last_dir(self) -> str:
+        return str(self.qs.value("last_dir") or "")
+
+    def set_last_dir(self, path: str) -> None:
+        self.qs.setValue("last_dir", path)
+
+    # ---- window layout ---------------------------------------------------------------------------------
+    def geometry(self) -> QByteArray | None:
+        v = self.qs.value("window/geometry")
+        return v if isinstance(v, QByteArray) else None
+
+    def state(self) -> QByteArray | None:
+        v = self.qs.value("window/state")
+        return v if isinstance(v, QByteArray) else None
+
+    def set_layout(self, geometry: QByteArray, state: QByteArray) -> None:
+        self.qs.setValue("window/geometry", geometry)
+        self.qs.setValue("window/state", state)
+
+    def sync(self) -> None:
+        self.qs.sync()

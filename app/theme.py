@@ -1,0 +1,87 @@
+"""Colours and styles for token fates and plots: one place, used by the token view, legend and plots.
+
+The palette is Okabe–Ito (distinguishable with the common colour-vision deficiencies). Hue is never the
+only cue: each status also has its own text style (strike-through, underline, bold), so the token view
+reads correctly in greyscale too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Okabe, M. & Ito, K. "Color Universal Design" palette.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+    "grey": "#999999",
+}
+
+
+@dataclass(frozen=True)
+class StatusStyle:
+    label: str
+    colour: str  # foreground colour of the token text
+    background: str  # a light tint behind the token
+    strike: bool = False
+    underline: bool = False
+    bold: bool = False
+    italic: bool = False
+    description: str = ""
+
+
+# Keys are TokenStatus values (strings), so this module needs no engine import.
+STATUS_STYLES: dict[str, StatusStyle] = {
+    "accepted": StatusStyle("accepted", "#005A8C", "#D6ECFA",
+                            description="draft proposal kept by the target"),
+    "rejected": StatusStyle("rejected", "#A34400", "#FBE3D1", strike=True,
+                            description="draft proposal discarded (not in the output)"),
+    "correction": StatusStyle("correction", "#8A3C6E", "#F5DFEC", underline=True, bold=True,
+                              description="target's token after a rejection"),
+    "bonus": StatusStyle("bonus", "#006B4E", "#D2F0E6", bold=True, italic=True,
+                         description="target's extra token after all proposals were accepted"),
+    "plain": StatusStyle("plain", "#333333", "#EDEDED", description="token from plain decoding"),
+}
+
+# Plot series colours (Okabe–Ito), chosen so the stacked timing curves and memory lines stay apart.
+PLOT_COLOURS = {
+    "draft": OKABE_ITO["orange"],
+    "verify": OKABE_ITO["blue"],
+    "rollback": OKABE_ITO["reddish_purple"],
+    "plain_step": OKABE_ITO["black"],
+    "alpha_window": OKABE_ITO["blue"],
+    "alpha_cumulative": OKABE_ITO["sky_blue"],
+    "tokens_per_iteration": OKABE_ITO["bluish_green"],
+    "measured_speedup": OKABE_ITO["vermillion"],
+    "predicted_speedup": OKABE_ITO["blue"],
+    "break_even": OKABE_ITO["grey"],
+    "marker": "#555555",
+    "bars": OKABE_ITO["bluish_green"],
+    "best_k": OKABE_ITO["vermillion"],
+}
+
+PAGING_BAND_RGBA = (213, 94, 0, 50)  # vermillion, translucent: iterations the paging detector flagged
+
+# Memory series cycle: colour plus dash pattern, so two series never differ by hue alone.
+MEMORY_CYCLE = [
+    (OKABE_ITO["blue"], "solid"),
+    (OKABE_ITO["orange"], "dash"),
+    (OKABE_ITO["bluish_green"], "solid"),
+    (OKABE_ITO["vermillion"], "dot"),
+    (OKABE_ITO["reddish_purple"], "dashdot"),
+    (OKABE_ITO["sky_blue"], "dash"),
+    (OKABE_ITO["black"], "dot"),
+    (OKABE_ITO["grey"], "solid"),
+]
+
+PLOT_BACKGROUND = "#FFFFFF"
+PLOT_FOREGROUND = "#222222"
+
+
+def style_for(status: str) -> StatusStyle:
+    return STATUS_STYLES.get(status, STATUS_STYLES["plain"])

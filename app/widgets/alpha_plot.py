@@ -1,0 +1,47 @@
+"""Plot 2: acceptance rate α (windowed and cumulative, left axis) and tokens per iteration (right axis)."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg  # type: ignore[import-untyped]
+
+from ..run_data import RunData
+from ..theme import PLOT_COLOURS
+from .plot_base import LivePlot, pen
+
+
+class AlphaPlot(LivePlot):
+    title_text = "Acceptance α and tokens per iteration"
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        pi = self.plot_item
+        pi.setLabel("left", "α")
+        pi.setYRange(0, 1.05)
+        pi.enableAutoRange(axis="y", enable=False)
+        self.tokens = pg.PlotDataItem([], [], pen=pen(PLOT_COLOURS["tokens_per_iteration"], 1, "dot"))
+        self.tokens.setDownsampling(auto=True, method="mean")
+        self.tokens.setClipToView(True)
+        # Tokens per iteration lives on a second view box bound to the right axis.
+        self.right = pg.ViewBox()
+        pi.showAxis("right")
+        pi.scene().addItem(self.right)
+        pi.getAxis("right").linkToView(self.right)
+        pi.getAxis("right").setLabel("tokens / iteration")
+        self.right.setXLink(pi)
+        self.right.addItem(self.tokens)
+        pi.vb.sigResized.connect(self._sync_views)
+        pi.legend.addItem(self.tokens, "tokens/iter (right)")
+        self.window = self.curve("α window", PLOT_COLOURS["alpha_window"], width=2)
+        self.cumulative = self.curve("α cumulative", PLOT_COLOURS["alpha_cumulative"], width=2, style="dash")
+
+    def _sync_views(self) -> None:
+        self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
+        self.right.linkedViewChanged(self.plot_item.vb, self.right.XAxis)
+
+    def update_from(self, data: RunData) -> None:
+        x = data.col("iteration")
+        self.window.setData(x, data.col("alpha_window"), connect="finite")
+        self.cumulative.setData(x, data.col("alpha_cumulative"), connect="finite")
+        self.tokens.setData(x, data.col("tokens_per_iteration"))
+        if len(x):
+            self.right.setYRange(0, max(2.0, float(data.col("tokens_per_iteration").max()) + 0.5))

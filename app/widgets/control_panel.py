@@ -1,0 +1,246 @@
+"""The control panel: prompt, k / adaptive k, sampling, limits, and run buttons.
+
+Live controls (k, temperature, top-k, top-p, adaptive) are coalesced: a drag across a slider emits at most
+one ``controls_changed`` per 100 ms, so the loop sees a handful of changes, not hundreds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specscope.core.controls import K_MAX, K_MIN
+from specscope.core.records import ControlValues
+
+COALESCE_MS = 100
+
+FALLBACK_PROMPTS = {
+    "examples": [
+        ("Explain KV cache", "Explain in three sentences what a KV cache is and why it speeds up decoding."),
+        ("Python function", "Write a Python function that returns the n-th Fibonacci number iteratively."),
+        ("Story opening", "Write the first paragraph of a short story set on a night train."),
+    ]
+}
+
+
+@dataclass
+class PromptChoice:
+    title: str
+    text: str
+
+
+def load_prompt_choices() -> dict[str, list[PromptChoice]]:
+    """The bundled prompt sets (core.prompts), or a few built-in examples when they are missing."""
+    try:
+        from specscope.core.prompts import load_prompt_sets
+
+        sets = load_prompt_sets()
+        out = {name: [PromptChoice(p.title or p.id, p.text) for p in prompts]
+               for name, prompts in sets.items()}
+        if out:
+            return out
+    except Exception:  # a missing or broken prompt file must not stop the app
+        pass
+    return {name: [PromptChoice(t, x) for t, x in items] for name, items in FALLBACK_PROMPTS.items()}
+
+
+class ControlPanel(QWidget):
+    controls_changed = Signal(object)  # ControlValues, coalesced
+    start_clicked = Signal()
+    pause_toggled = Signal(bool)
+    stop_clicked = Signal()
+    baseline_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.prompt_sets = load_prompt_choices()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+
+        prompt_box = QGroupBox("Prompt")
+        pl = QVBoxLayout(prompt_box)
+        row = QHBoxLayout()
+        self.set_combo = QComboBox()
+        self.set_combo.addItems(list(self.prompt_sets))
+        self.prompt_combo = QComboBox()
+        self.prompt_combo.setMinimumContentsLength(12)
+        self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        row.addWidget(self.set_combo, 1)
+        row.addWidget(self.prompt_combo, 2)
+        pl.addLayout(row)
+        self.prompt_edit = QPlainTextEdit()
+        self.prompt_edit.setPlaceholderText("Type a prompt, or pick one above")
+        self.prompt_edit.setMaximumHeight(110)
+        pl.addWidget(self.prompt_edit)
+        layout.addWidget(prompt_box)
+        self.set_combo.currentTextChanged.connect(self._fill_prompts)
+        self.prompt_combo.activated.connect(self._pick_prompt)
+
+        spec_box = QGroupBox("Speculation (live)")
+        form = QFormLayout(spec_box)
+        self.k_slider = QSlider(Qt.Orientation.Horizontal)
+        self.k_slider.setRange(K_MIN, K_MAX)
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(K_MIN, K_MAX)
+        k_row = QHBoxLayout()
+        k_row.addWidget(self.k_slider, 1)
+        k_row.addWidget(self.k_spin)
+        form.addRow("k (draft tokens)", k_row)
+        self.adaptive = QCheckBox("adaptive k (cost model picks k)")
+        form.addRow(self.adaptive)
+        self.temp_slider = QSlider(Qt.Orientation.Horizontal)
+        self.temp_slider.setRange(0, 200)
+        self.temp_spin = QDoubleSpinBox()
+        self.temp_spin.setRange(0.0, 2.0)
+        self.temp_spin.setSingleStep(0.05)
+        self.temp_spin.setDecimals(2)
+        self.temp_spin.setSpecialValueText("0 (greedy)")
+        t_row = QHBoxLayout()
+        t_row.addWidget(self.temp_slider, 1)
+        t_row.addWidget(self.temp_spin)
+        form.addRow("temperature", t_row)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 100_000)
+        self.top_k.setSpecialValueText("off")
+        form.addRow("top-k", self.top_k)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setDecimals(2)
+        form.addRow("top-p", self.top_p)
+        layout.addWidget(spec_box)
+
+        run_box = QGroupBox("Run")
+        rform = QFormLayout(run_box)
+        self.max_new = QSpinBox()
+        self.max_new.setRange(1, 1_000_000)
+        self.max_new.setValue(256)
+        rform.addRow("max new tokens", self.max_new)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        self.seed.setValue(0)
+        rform.addRow("seed", self.seed)
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Start")
+        self.start_button.setDefault(True)
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.setCheckable(True)
+        self.stop_button = QPushButton("Stop")
+        for b in (self.start_button, self.pause_button, self.stop_button):
+            buttons.addWidget(b)
+        rform.addRow(buttons)
+        self.baseline_button = QPushButton("Measure baseline now")
+        self.baseline_button.setToolTip("Time plain target steps on the live context at the next iteration")
+        rform.addRow(self.baseline_button)
+        layout.addWidget(run_box)
+        layout.addStretch(1)
+
+        self._coalesce = QTimer(self)
+        self._coalesce.setSingleShot(True)
+        self._coalesce.setInterval(COALESCE_MS)
+        self._coalesce.timeout.connect(self._emit_controls)
+        self._syncing = False
+        self.k_slider.valueChanged.connect(self.k_spin.setValue)
+        self.k_spin.valueChanged.connect(self.k_slider.setValue)
+        self.k_spin.valueChanged.connect(self._changed)
+        self.temp_slider.valueChanged.connect(lambda v: self.temp_spin.setValue(v / 100.0))
+        self.temp_spin.valueChanged.connect(lambda v: self.temp_slider.setValue(round(v * 100)))
+        self.temp_spin.valueChanged.connect(self._changed)
+        self.top_k.valueChanged.connect(self._changed)
+        self.top_p.valueChanged.connect(self._changed)
+        self.adaptive.toggled.connect(self._changed)
+        self.start_button.clicked.connect(self.start_clicked)
+        self.pause_button.toggled.connect(self._pause_toggled)
+        self.stop_button.clicked.connect(self.stop_clicked)
+        self.baseline_button.clicked.connect(self.baseline_clicked)
+        self.set_values(ControlValues())
+        self._fill_prompts(self.set_combo.currentText())
+        self._pick_prompt(0)
+        self.set_state("no_model")
+
+    # ---- prompt ----------------------------------------------------------------------------------------
+    def _fill_prompts(self, set_name: str) -> None:
+        self.prompt_combo.clear()
+        for p in self.prompt_sets.get(set_name, []):
+            self.prompt_combo.addItem(p.title, p.text)
+
+    def _pick_prompt(self, index: int) -> None:
+        text = self.prompt_combo.itemData(index)
+        if text:
+            self.prompt_edit.setPlainText(str(text))
+
+    def prompt_text(self) -> str:
+        return self.prompt_edit.toPlainText().strip()
+
+    def set_prompt_text(self, text: str) -> None:
+        self.prompt_edit.setPlainText(text)
+
+    # ---- values ----------------------------------------------------------------------------------------
+    def values(self) -> ControlValues:
+        return ControlValues(k=self.k_spin.value(), temperature=round(self.temp_spin.value(), 4),
+                             top_k=self.top_k.value(), top_p=round(self.top_p.value(), 4),
+                             adaptive_k=self.adaptive.isChecked())
+
+    def set_values(self, v: ControlValues) -> None:
+        self._syncing = True
+        try:
+            self.k_spin.setValue(v.k)
+            self.temp_spin.setValue(v.temperature)
+            self.top_k.setValue(v.top_k)
+            self.top_p.setValue(v.top_p)
+            self.adaptive.setChecked(v.adaptive_k)
+        finally:
+            self._syncing = False
+
+    def seed_value(self) -> int | None:
+        s = self.seed.value()
+        return None if s < 0 else s
+
+    def _changed(self, *_: object) -> None:
+        if not self._syncing and not self._coalesce.isActive():
+            self._coalesce.start()
+
+    def _emit_controls(self) -> None:
+        self.controls_changed.emit(self.values())
+
+    def flush(self) -> None:
+        """Emit a pending coalesced change now (before a run starts)."""
+        if self._coalesce.isActive():
+            self._coalesce.stop()
+            self._emit_controls()
+
+    def _pause_toggled(self, paused: bool) -> None:
+        self.pause_button.setText("Resume" if paused else "Pause")
+        self.pause_toggled.emit(paused)
+
+    # ---- state -----------------------------------------------------------------------------------------
+    def set_state(self, state: str) -> None:
+        """'no_model', 'loading', 'idle', 'running' or 'paused'."""
+        running = state in ("running", "paused")
+        self.start_button.setEnabled(state == "idle")
+        self.pause_button.setEnabled(running)
+        self.stop_button.setEnabled(running)
+        self.baseline_button.setEnabled(running)
+        self.max_new.setEnabled(not running)
+        self.seed.setEnabled(not running)
+        if not running and self.pause_button.isChecked():
+            self.pause_button.blockSignals(True)
+            self.pause_button.setChecked(False)
+            self.pause_button.setText("Pause")
+            self.pause_button.blockSignals(False)

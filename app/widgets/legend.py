@@ -1,0 +1,53 @@
+"""The token legend and the 'show rejected' switch, drawn from the same theme styles as the tokens."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
+
+from ..theme import style_for
+
+LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus")
+
+
+def legend_html() -> str:
+    parts = []
+    for status in LEGEND_ORDER:
+        s = style_for(status)
+        deco = [d for d, on in (("line-through", s.strike), ("underline", s.underline)) if on]
+        css = (f"color:{s.colour}; background-color:{s.background};"
+               f"text-decoration:{' '.join(deco) or 'none'};"
+               f"font-weight:{'bold' if s.bold else 'normal'};"
+               f"font-style:{'italic' if s.italic else 'normal'}")
+        parts.append(f'<span style="{css}">&nbsp;{html.escape(s.label)}&nbsp;</span>')
+    return "&nbsp;&nbsp;".join(parts)
+
+
+def legend_tooltip() -> str:
+    return "<br>".join(f"<b>{s}</b>: {html.escape(style_for(s).description)}" for s in LEGEND_ORDER)
+
+
+class TokenLegend(QWidget):
+    show_rejected_changed = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(2, 0, 2, 0)
+        self.label = QLabel(legend_html())
+        self.label.setToolTip(legend_tooltip())
+        self.counts = QLabel("")
+        self.counts.setStyleSheet("color:#555")
+        self.show_rejected = QCheckBox("show rejected")
+        self.show_rejected.setChecked(True)
+        self.show_rejected.setToolTip("Rejected proposals are not in the output; hide them to read the text")
+        self.show_rejected.toggled.connect(self.show_rejected_changed)
+        layout.addWidget(self.label)
+        layout.addStretch(1)
+        layout.addWidget(self.counts)
+        layout.addWidget(self.show_rejected)
+
+    def set_counts(self, counts: dict[str, int]) -> None:
+        self.counts.setText("  ".join(f"{s} {counts.get(s, 0)}" for s in LEGEND_ORDER))

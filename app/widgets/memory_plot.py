@@ -1,0 +1,110 @@
+"""Plot 3: memory residency per iteration — whatever byte counters the sampler joined to the records
+(device used/free, each model's weights and KV cache, host RSS) on the left axis in GiB, transfer rates
+(PCIe RX/TX) on the right in MB/s — with paging-detector flags as shaded bands (hover for the sentence)."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg  # type: ignore[import-untyped]
+from PySide6.QtWidgets import QWidget
+
+from ..run_data import FlagBand, RunData
+from ..theme import MEMORY_CYCLE, PAGING_BAND_RGBA
+from .plot_base import LivePlot, pen
+
+GIB = float(1 << 30)
+
+
+def series_label(key: str) -> str:
+    """'gpu0_used_bytes' -> 'gpu0 used'; 'pcie0_rx_bytes_per_s' -> 'pcie0 rx'."""
+    name = key.removesuffix("_bytes_per_s").removesuffix("_per_s").removesuffix("_bytes")
+    return name.replace("_", " ")
+
+
+def is_rate(key: str) -> bool:
+    return key.endswith("_per_s")
+
+
+def band_tooltip(band: FlagBand) -> str:
+    text = f"iterations {band.start}–{band.end}: {band.sentence}"
+    if band.count > 1:
+        text += f"\n… {band.count} flags in this band; the last: {band.last_sentence}"
+    return text
+
+
+class MemoryPlot(LivePlot):
+    title_text = "Memory residency (GiB; rates MB/s right)"
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        pi = self.plot_item
+        pi.setLabel("left", "GiB")
+        self.right = pg.ViewBox()
+        pi.showAxis("right")
+        pi.scene().addItem(self.right)
+        pi.getAxis("right").linkToView(self.right)
+        pi.getAxis("right").setLabel("MB/s")
+        self.right.setXLink(pi)
+        pi.vb.sigResized.connect(self._sync_views)
+        self.series: dict[str, pg.PlotDataItem] = {}
+        self.bands: list[pg.LinearRegionItem] = []
+        self._band_sentences: list[str] = []
+        pi.legend.setColumnCount(3)  # many series: keep the legend short
+        self.empty_note = pg.TextItem("no memory samples in these records", color="#777", anchor=(0.5, 0.5))
+        pi.addItem(self.empty_note, ignoreBounds=True)
+
+    def _sync_views(self) -> None:
+        self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
+        self.right.linkedViewChanged(self.plot_item.vb, self.right.XAxis)
+
+    def _series(self, key: str) -> pg.PlotDataItem:
+        item = self.series.get(key)
+        if item is None:
+            colour, style = MEMORY_CYCLE[len(self.series) % len(MEMORY_CYCLE)]
+            label = series_label(key) + (" (right)" if is_rate(key) else "")
+            if is_rate(key):
+                item = pg.PlotDataItem([], [], pen=pen(colour, 1.5, style))
+                item.setDownsampling(auto=True, method="peak")
+                item.setClipToView(True)
+                self.right.addItem(item)
+                self.plot_item.legend.addItem(item, label)
+            else:
+                item = self.curve(label, colour, width=1.5, style=style)
+            self.series[key] = item
+        return item
+
+    def update_from(self, data: RunData) -> None:
+        x = data.col("iteration")
+        keys = [k for k in data.memory if "bytes" in k]
+        self.empty_note.setVisible(not keys)
+        for key in keys:
+            y = data.memory[key].view()
+            scale = 1e-6 if is_rate(key) else 1.0 / GIB
+            self._series(key).setData(x, y * scale, connect="finite")
+        if any(is_rate(k) for k in keys):
+            self.right.enableAutoRange(axis="y")
+        self._sync_bands(data.flag_bands)
+
+    def _sync_bands(self, bands: list[FlagBand]) -> None:
+        # The last band may still be growing: update it in place, then add new ones.
+        for i, band in enumerate(bands):
+            if i < len(self.bands):
+                if i >= len(self.bands) - 1:
+                    self.bands[i].setRegion((band.start - 0.5, band.end + 0.5))
+                    self.bands[i].setToolTip(band_tooltip(band))
+                continue
+            region = pg.LinearRegionItem((band.start - 0.5, band.end + 0.5), movable=False,
+                                         brush=pg.mkBrush(*PAGING_BAND_RGBA), pen=pg.mkPen(None))
+            region.setToolTip(band_tooltip(band))
+            region.setZValue(-10)
+            self.plot_item.addItem(region, ignoreBounds=True)
+            self.bands.append(region)
+            self._band_sentences.append(band.sentence)
+
+    def reset(self) -> None:
+        super().reset()
+        for region in self.bands:
+            self.plot_item.removeItem(region)
+        self.bands.clear()
+        self._band_sentences.clear()
+        for item in self.series.values():
+            item.setData([], [])

@@ -1,0 +1,151 @@
+"""Model picker: the demo, a local directory, or a hub id for the target; a draft model or a drafter kind;
+device and dtype per model."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..pair_choice import DEVICES, DRAFTER_KINDS, DTYPES, PairChoice
+
+
+class ModelField(QWidget):
+    """A model location: kind (demo / directory / hub id), the path or id, and a Browse button."""
+
+    def __init__(self, allow_demo: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.kind = QComboBox()
+        if allow_demo:
+            self.kind.addItem("embedded demo", "demo")
+        self.kind.addItem("local directory", "dir")
+        self.kind.addItem("hub id (local cache)", "hub")
+        self.edit = QLineEdit()
+        self.browse = QPushButton("Browse…")
+        row.addWidget(self.kind)
+        row.addWidget(self.edit, 1)
+        row.addWidget(self.browse)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.browse.clicked.connect(self._browse)
+        self._kind_changed()
+
+    def _kind_changed(self) -> None:
+        kind = self.kind.currentData()
+        self.edit.setEnabled(kind != "demo")
+        self.browse.setEnabled(kind == "dir")
+        self.edit.setPlaceholderText({"dir": "/path/to/model", "hub": "org/model-name", "demo": ""}[kind])
+
+    def _browse(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Model directory", self.edit.text())
+        if path:
+            self.edit.setText(path)
+
+    def value(self) -> str:
+        return "demo" if self.kind.currentData() == "demo" else self.edit.text().strip()
+
+    def set_value(self, value: str) -> None:
+        if value == "demo" and self.kind.findData("demo") >= 0:
+            self.kind.setCurrentIndex(self.kind.findData("demo"))
+            self.edit.clear()
+            return
+        looks_local = value.startswith(("/", ".", "~")) or "\\" in value
+        self.kind.setCurrentIndex(self.kind.findData("dir" if looks_local else "hub"))
+        self.edit.setText(value)
+
+
+def _combo(items: tuple[str, ...], editable: bool = False) -> QComboBox:
+    c = QComboBox()
+    c.addItems(list(items))
+    c.setEditable(editable)
+    return c
+
+
+class ModelPicker(QDialog):
+    def __init__(self, choice: PairChoice, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Choose models")
+        layout = QVBoxLayout(self)
+        tbox = QGroupBox("Target (the model whose output you get)")
+        tf = QFormLayout(tbox)
+        self.target = ModelField(allow_demo=True)
+        self.target_device = _combo(DEVICES, editable=True)
+        self.target_dtype = _combo(DTYPES)
+        tf.addRow("model", self.target)
+        tf.addRow("device", self.target_device)
+        tf.addRow("dtype", self.target_dtype)
+        layout.addWidget(tbox)
+        dbox = QGroupBox("Drafter (proposes tokens)")
+        df = QFormLayout(dbox)
+        self.drafter = _combo(DRAFTER_KINDS)
+        self.draft = ModelField(allow_demo=False)
+        self.draft_device = _combo(("same as target", *DEVICES), editable=True)
+        self.draft_dtype = _combo(DTYPES)
+        df.addRow("kind", self.drafter)
+        df.addRow("draft model", self.draft)
+        df.addRow("device", self.draft_device)
+        df.addRow("dtype", self.draft_dtype)
+        self.demo_note = QLabel("The demo brings its own draft model.")
+        self.demo_note.setStyleSheet("color:#555")
+        df.addRow(self.demo_note)
+        layout.addWidget(dbox)
+        self.problem = QLabel("")
+        self.problem.setStyleSheet("color:#A34400")
+        self.problem.setWordWrap(True)
+        layout.addWidget(self.problem)
+        std = QDialogButtonBox.StandardButton
+        buttons = QDialogButtonBox(std.Ok | std.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Load")
+        buttons.accepted.connect(self._accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.drafter.currentTextChanged.connect(self._update_enabled)
+        self.target.kind.currentIndexChanged.connect(self._update_enabled)
+        self.set_choice(choice)
+
+    def _update_enabled(self) -> None:
+        model_drafter = self.drafter.currentText() == "model"
+        demo = self.target.value() == "demo"
+        for w in (self.draft, self.draft_device, self.draft_dtype):
+            w.setEnabled(model_drafter and not demo)
+        self.demo_note.setVisible(demo and model_drafter)
+
+    def set_choice(self, c: PairChoice) -> None:
+        self.target.set_value(c.target)
+        self.target_device.setCurrentText(c.target_device)
+        self.target_dtype.setCurrentText(c.target_dtype)
+        self.drafter.setCurrentText(c.drafter)
+        if c.draft:
+            self.draft.set_value(c.draft)
+        self.draft_device.setCurrentText(c.draft_device or "same as target")
+        self.draft_dtype.setCurrentText(c.draft_dtype)
+        self._update_enabled()
+
+    def choice(self) -> PairChoice:
+        draft_device = self.draft_device.currentText().strip()
+        demo = self.target.value() == "demo"
+        return PairChoice(
+            target=self.target.value(), draft="" if demo else self.draft.value(),
+            drafter=self.drafter.currentText(), target_device=self.target_device.currentText().strip(),
+            draft_device="" if draft_device == "same as target" else draft_device,
+            target_dtype=self.target_dtype.currentText(), draft_dtype=self.draft_dtype.currentText(),
+        )
+
+    def _accept(self) -> None:
+        problem = self.choice().problem()
+        if problem:
+            self.problem.setText(problem)
+            return
+        self.accept()

@@ -1,0 +1,80 @@
+"""The plot grid: four per-iteration plots (x axes linked) plus acceptance-by-position and the k advisor."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import QGridLayout, QWidget
+
+from ..estimates import Advice
+from ..run_data import RunData
+from .acceptance_bars import AcceptanceBars
+from .alpha_plot import AlphaPlot
+from .k_advisor import KAdvisorPlot
+from .memory_plot import MemoryPlot
+from .plot_base import LivePlot
+from .speedup_plot import SpeedupPlot
+from .timing_plot import TimingPlot
+
+
+class PlotsPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.timing = TimingPlot()
+        self.alpha = AlphaPlot()
+        self.memory = MemoryPlot()
+        self.speedup = SpeedupPlot()
+        self.positions = AcceptanceBars()
+        self.k_advisor = KAdvisorPlot()
+        for plot in (self.alpha, self.memory, self.speedup):
+            plot.setXLink(self.timing)  # zoom one iteration range, see it everywhere
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setSpacing(4)
+        grid.addWidget(self.timing, 0, 0)
+        grid.addWidget(self.alpha, 0, 1)
+        grid.addWidget(self.memory, 1, 0)
+        grid.addWidget(self.speedup, 1, 1)
+        grid.addWidget(self.positions, 2, 0)
+        grid.addWidget(self.k_advisor, 2, 1)
+        for row, stretch in enumerate((3, 3, 2)):
+            grid.setRowStretch(row, stretch)
+        self._turn = 0
+
+    @property
+    def live_plots(self) -> list[LivePlot]:
+        return [self.timing, self.alpha, self.memory, self.speedup]
+
+    def stale(self, data: RunData) -> bool:
+        """True when some plot has not drawn the latest data yet."""
+        return self.positions._version != data.version or any(
+            p._version != data.version for p in self.live_plots)
+
+    def refresh_one(self, data: RunData, advice: Advice | None) -> None:
+        """Redraw the next plot in turn (the k advisor counts as one turn)."""
+        turn = self._turn % 6
+        self._turn += 1
+        if turn < 4:
+            self.live_plots[turn].refresh(data)
+        elif turn == 4:
+            self.positions.refresh(data)
+        else:
+            self.k_advisor.show_advice(advice)
+
+    def refresh(self, data: RunData, advice: Advice | None) -> None:
+        for plot in self.live_plots:
+            plot.refresh(data)
+        self.positions.refresh(data)
+        self.k_advisor.show_advice(advice)
+
+    def reset(self) -> None:
+        for plot in self.live_plots:
+            plot.reset()
+        self.positions.reset()
+        self.k_advisor.show_advice(None)
+        empty = RunData()
+        for plot in self.live_plots:
+            plot.refresh(empty)
+
+    def grab_png(self, path: str) -> bool:
+        pixmap: QPixmap = self.grab()
+        return bool(pixmap.save(path, "PNG"))

@@ -1,0 +1,30 @@
+"""Plot 4: measured versus predicted speed-up over plain decoding; above the 1.0 line speculation pays."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg  # type: ignore[import-untyped]
+from PySide6.QtCore import Qt
+
+from ..run_data import RunData
+from ..theme import PLOT_COLOURS
+from .plot_base import LivePlot
+
+
+class SpeedupPlot(LivePlot):
+    title_text = "Speed-up over plain decoding (×)"
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.plot_item.setLabel("left", "×")
+        dash = pg.mkPen(PLOT_COLOURS["break_even"], width=1.5, style=Qt.PenStyle.DashLine)
+        self.one = pg.InfiniteLine(pos=1.0, angle=0, movable=False, pen=dash,
+                                   label="1.0 = plain", labelOpts={"position": 0.88, "color": "#555"})
+        self.plot_item.addItem(self.one)
+        self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
+        self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)
+        self.measured.setZValue(1)  # on top: when the model predicts well the two curves coincide
+
+    def update_from(self, data: RunData) -> None:
+        x = data.col("iteration")
+        self.measured.setData(x, data.col("measured_speedup"), connect="finite")
+        self.predicted.setData(x, data.col("predicted_speedup"), connect="finite")

@@ -1,0 +1,111 @@
+"""The status bar's live readout: throughput, α, tokens per iteration, speed-up, device, memory, and the
+last paging warning; a verdict line when speculation is losing to plain decoding."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
+
+from ..estimates import Advice
+from ..run_data import RunData
+
+MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _f(x: float | None, spec: str, none: str = "—") -> str:
+    return none if x is None else format(x, spec)
+
+
+def memory_text(data: RunData) -> str:
+    for key in MEMORY_KEYS:
+        arr = data.memory.get(key)
+        if arr is not None and len(arr):
+            v = float(arr.view()[-1])
+            if v == v:  # not NaN
+                return f"{key.removesuffix('_bytes').replace('_', ' ')} {fmt_bytes(v)}"
+    return "memory —"
+
+
+class StatusPanel:
+    """Owns the permanent widgets of a QStatusBar (not a widget itself: the bar is the widget)."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        self.bar = bar
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setTextVisible(False)
+        self.progress.hide()
+        self.metrics = QLabel("no run yet")
+        self.device = QLabel("")
+        self.memory = QLabel("")
+        self.warning = QLabel("")
+        self.warning.setStyleSheet("color:#A34400")
+        self.warning.setMaximumWidth(420)
+        # Long texts must never widen the window: these labels shrink (full text in the tooltip).
+        self.warning.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.message = QLabel("")  # transient messages, in place of showMessage (which hides widgets)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._clear = QTimer(self.message)
+        self._clear.setSingleShot(True)
+        self._clear.timeout.connect(self.message.clear)
+        self.verdict = QLabel("")
+        self.verdict.setStyleSheet("color:#FFFFFF; background:#A34400; padding:1px 6px; font-weight:bold")
+        self.verdict.setWordWrap(False)
+        self.verdict.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.verdict.hide()
+        bar.addWidget(self.message, 1)
+        bar.addWidget(self.verdict, 3)
+        for w in (self.progress, self.metrics, self.device, self.memory):
+            bar.addPermanentWidget(w)
+        bar.addPermanentWidget(self.warning, 1)
+
+    def widgets(self) -> list[QWidget]:
+        return [self.progress, self.metrics, self.device, self.memory, self.warning, self.verdict]
+
+    def show_message(self, text: str, timeout_ms: int = 0) -> None:
+        self.message.setText(text)
+        self.message.setToolTip(text)
+        if timeout_ms:
+            self._clear.start(timeout_ms)
+        else:
+            self._clear.stop()
+
+    def show_progress(self, message: str, fraction: float) -> None:
+        self.progress.show()
+        if fraction < 0:
+            self.progress.setRange(0, 0)  # busy indicator
+        else:
+            self.progress.setRange(0, 100)
+            self.progress.setValue(int(100 * fraction))
+        self.show_message(message)
+
+    def hide_progress(self) -> None:
+        self.progress.hide()
+
+    def set_device(self, text: str) -> None:
+        self.device.setText(text)
+
+    def update(self, data: RunData, advice: Advice | None) -> None:
+        speedup = data.last("measured_speedup")
+        k = data.records[-1].controls.k if data.records else None
+        self.metrics.setText(
+            f"{_f(data.tokens_per_second, '.1f')} tok/s · α {_f(data.alpha, '.2f')} · "
+            f"{_f(data.tokens_per_iteration, '.2f')} tok/iter · speed-up ×{_f(speedup, '.2f')} · "
+            f"k {_f(k, 'd')} · {len(data.records)} it")
+        self.memory.setText(memory_text(data))
+        sentence = data.flag_bands[-1].sentence if data.flag_bands else ""
+        elided = sentence if len(sentence) <= 70 else sentence[:69] + "…"
+        self.warning.setText(f"⚠ {elided}" if sentence else "")
+        self.warning.setToolTip(sentence)
+        verdict = advice.verdict if advice is not None else None
+        self.verdict.setVisible(bool(verdict))
+        self.message.setVisible(not verdict)
+        self.verdict.setText(verdict or "")
+        self.verdict.setToolTip(verdict or "")

@@ -1,0 +1,45 @@
+"""Plot 1: where each iteration's time goes — drafting, verification, rollback (stacked) — against the
+target's plain step time (the cost of one token without speculation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg  # type: ignore[import-untyped]
+
+from ..run_data import RunData
+from ..theme import PLOT_COLOURS
+from .plot_base import LivePlot
+
+
+class TimingPlot(LivePlot):
+    title_text = "Time per iteration (ms, stacked)"
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.plot_item.setLabel("left", "ms")
+        # Stacked areas: each curve is a running sum, drawn back to front so the bands read bottom-up.
+        self.total = self._area("rollback", PLOT_COLOURS["rollback"])
+        self.draft_verify = self._area("verify", PLOT_COLOURS["verify"])
+        self.draft = self._area("draft", PLOT_COLOURS["draft"])
+        self.plain = self.curve("plain step", PLOT_COLOURS["plain_step"], width=2, style="dash")
+
+    def _area(self, name: str, colour: str):
+        brush = pg.mkBrush(pg.mkColor(colour).lighter(130))
+        item = self.curve(name, colour, width=1)
+        item.setFillLevel(0)
+        item.setBrush(brush)
+        return item
+
+    def update_from(self, data: RunData) -> None:
+        x = data.col("iteration")
+        d = data.col("draft_ms")
+        dv = d + data.col("verify_ms")
+        self.draft.setData(x, d)
+        self.draft_verify.setData(x, dv)
+        self.total.setData(x, dv + data.col("rollback_ms"))
+        plain = data.col("plain_step_ms")
+        ok = ~np.isnan(plain)
+        if ok.any():
+            self.plain.setData(x[ok], plain[ok])
+        else:
+            self.plain.setData([], [])

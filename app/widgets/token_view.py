@@ -1,0 +1,170 @@
+"""The token stream: committed tokens coloured by fate, rejected ones struck through (or hidden).
+
+Appends are incremental (one cursor insert per token, batched per timer tick), and hover maps the
+character under the mouse to a token through a sorted list of start offsets (bisect), so the view stays
+fast with tens of thousands of tokens. Tooltips show iteration, status, p(x), q(x), min(1, p/q) and the
+target's top 5 at that position.
+"""
+
+from __future__ import annotations
+
+import bisect
+import html
+from collections.abc import Callable, Iterable
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
+
+from specscope.core.records import IterationRecord, TokenRecord
+
+from ..theme import style_for
+
+TokenDecoder = Callable[[int], str]
+# QPlainTextEdit lays out text per block (paragraph); one endless block makes every append O(length).
+# A long run without newlines is therefore broken into blocks at a word boundary after this many tokens.
+BLOCK_TOKENS = 256
+
+
+def char_format(status: str) -> QTextCharFormat:
+    s = style_for(status)
+    fmt = QTextCharFormat()
+    fmt.setForeground(QColor(s.colour))
+    fmt.setBackground(QColor(s.background))
+    fmt.setFontStrikeOut(s.strike)
+    fmt.setFontUnderline(s.underline)
+    fmt.setFontWeight(QFont.Weight.Bold if s.bold else QFont.Weight.Normal)
+    fmt.setFontItalic(s.italic)
+    return fmt
+
+
+def visible_text(text: str) -> str:
+    """Token text as shown: carriage returns dropped, an empty token (special) as a visible marker."""
+    text = text.replace("\r", "")
+    return text if text else "·"
+
+
+def _fmt_prob(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None) -> str:
+    status = tok.status.value if hasattr(tok.status, "value") else str(tok.status)
+    rows = [
+        f"<b>{html.escape(repr(tok.text))}</b> (id {tok.token_id})",
+        f"iteration {iteration}, position {tok.position}, <b>{status}</b>",
+        f"p(x) = {_fmt_prob(tok.p)} &nbsp; q(x) = {_fmt_prob(tok.q)} &nbsp; "
+        f"min(1, p/q) = {_fmt_prob(tok.accept_prob)}",
+    ]
+    if tok.top5:
+        rows.append("target top 5:")
+        for tid, prob in tok.top5:
+            label = repr(decode(tid)) if decode is not None else f"id {tid}"
+            rows.append(f"&nbsp;&nbsp;{html.escape(label)} &nbsp; {prob:.4f}")
+    return "<br>".join(rows)
+
+
+class TokenView(QPlainTextEdit):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setMouseTracking(True)
+        self.viewport().setMouseTracking(True)
+        self.viewport().installEventFilter(self)
+        font = QFont("DejaVu Sans Mono")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        font.setPointSize(10)
+        self.document().setDefaultFont(font)
+        self._formats = {s: char_format(s) for s in ("accepted", "rejected", "correction", "bonus", "plain")}
+        self._starts: list[int] = []  # document offset where each shown token starts
+        self._shown: list[tuple[int, TokenRecord]] = []  # (iteration, token) for each shown token
+        self._all: list[tuple[int, TokenRecord]] = []
+        self._block_tokens = 0  # tokens in the current (last) block
+        self.show_rejected = True
+        self.decode: TokenDecoder | None = None  # set when a pair is loaded (top-5 ids -> text)
+        self.counts: dict[str, int] = {}
+
+    # ---- content -------------------------------------------------------------------------------------
+    def clear_tokens(self) -> None:
+        self.clear()
+        self._starts.clear()
+        self._shown.clear()
+        self._all.clear()
+        self._block_tokens = 0
+        self.counts.clear()
+
+    def append_records(self, records: Iterable[IterationRecord]) -> None:
+        items = [(r.iteration, t) for r in records for t in r.tokens]
+        if not items:
+            return
+        self._all.extend(items)
+        for _, t in items:
+            self.counts[t.status.value] = self.counts.get(t.status.value, 0) + 1
+        self._insert(items)
+
+    def _insert(self, items: list[tuple[int, TokenRecord]]) -> None:
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        pos = cursor.position()
+        for it, tok in items:
+            status = tok.status.value
+            if status == "rejected" and not self.show_rejected:
+                continue
+            text = visible_text(tok.text)
+            if self._block_tokens >= BLOCK_TOKENS and (text[0].isspace() or self._block_tokens >= 2 * BLOCK_TOKENS):
+                cursor.insertBlock()
+                pos = cursor.position()
+                self._block_tokens = 0
+            self._block_tokens = 0 if "\n" in text else self._block_tokens + 1
+            self._starts.append(pos)
+            self._shown.append((it, tok))
+            cursor.insertText(text, self._formats.get(status, self._formats["plain"]))
+            pos = cursor.position()
+        cursor.endEditBlock()
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def set_show_rejected(self, show: bool) -> None:
+        if show == self.show_rejected:
+            return
+        self.show_rejected = show
+        items = list(self._all)
+        self.clear()
+        self._block_tokens = 0
+        self._starts.clear()
+        self._shown.clear()
+        self._insert(items)
+
+    # ---- queries (tests, hover) ----------------------------------------------------------------------
+    def shown_tokens(self) -> list[tuple[int, TokenRecord]]:
+        return list(self._shown)
+
+    def token_at_offset(self, offset: int) -> tuple[int, TokenRecord] | None:
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        end = self._starts[i + 1] if i + 1 < len(self._starts) else self.document().characterCount() - 1
+        return self._shown[i] if offset < end else None
+
+    def tooltip_for_offset(self, offset: int) -> str | None:
+        hit = self.token_at_offset(offset)
+        return None if hit is None else tooltip_html(hit[0], hit[1], self.decode)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.viewport() and event.type() == QEvent.Type.ToolTip:
+            assert isinstance(event, QHelpEvent)
+            cursor = self.cursorForPosition(event.pos())
+            rect = self.cursorRect(cursor)
+            # cursorForPosition snaps to the nearest gap; the token is the char left or right of it.
+            offset = cursor.position() if event.pos().x() >= rect.x() else cursor.position() - 1
+            tip = self.tooltip_for_offset(max(0, offset))
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().eventFilter(watched, event)

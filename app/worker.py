@@ -1,0 +1,224 @@
+"""The engine on a worker thread: loads a pair, runs sessions, buffers records for the GUI.
+
+The worker never touches a widget. Records go into a :class:`RecordBuffer` the window drains on a timer
+(~30 Hz), so a fast loop costs the GUI one batch per frame rather than one signal per iteration. Signals
+carry only state changes. Controls travel through a shared :class:`Controls` object the loop reads at
+iteration boundaries. Engine modules (torch, transformers) are imported here lazily, on the worker thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from specscope.core.controls import Controls
+from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+
+Event = IterationRecord | BaselineRecord
+ProgressFn = Callable[[str, float], None]
+PairFactory = Callable[[ProgressFn], Any]  # returns a specscope.core.pair.ModelPair
+
+
+class RecordBuffer:
+    """Lock-protected hand-over from the worker thread to the GUI thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Event] = []
+
+    def push(self, item: Event) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def drain(self) -> list[Event]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
+@dataclass
+class RunRequest:
+    prompt: str
+    max_new_tokens: int = 256
+    seed: int | None = None
+    plain: bool = False
+    memory_period_s: float = 0.25
+    extra: dict[str, Any] = field(default_factory=dict)  # further SessionOptions fields
+
+
+class LoadCancelled(Exception):
+    """Raised from the progress callback when the window closes mid-load."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user; out-of-memory gets a hint because it is the common case."""
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, ValueError) or "LoadError" in name or name == "IncompatibleTokenizers":
+        return text or name  # the engine's own one-sentence messages
+    if "out of memory" in text.lower() or name in ("OutOfMemoryError", "MemoryError"):
+        return f"Out of memory: {text or name}. Try a smaller model, a lower dtype, or a smaller k."
+    return f"{name}: {text}" if text else name
+
+
+def _session_stream(pair: Any, controls: Controls, request: RunRequest, prompt_ids: list[int]):
+    """The full session (measurement, memory, paging) when present; otherwise the bare decoder."""
+    try:
+        from specscope.core import session
+    except ImportError:  # the measurement layer is missing: records without α / speed-up still flow
+        session = None  # type: ignore[assignment]
+    if session is not None:
+        opts = session.SessionOptions(max_new_tokens=request.max_new_tokens, seed=request.seed,
+                                      plain=request.plain, memory_period_s=request.memory_period_s,
+                                      **request.extra)
+        return session.Session(pair, controls, opts).stream(prompt_ids)
+    from specscope.core.speculative import DecodeOptions, Decoder
+
+    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, token_text=pair.token_text)
+    dopts = DecodeOptions(max_new_tokens=request.max_new_tokens, seed=request.seed,
+                          eos_token_ids=pair.eos_token_ids, baseline_every=16)
+    return decoder.stream(prompt_ids, controls, dopts, plain=request.plain)
+
+
+class Worker(QObject):
+    """Lives on its own QThread; slots run there."""
+
+    progress = Signal(str, float)  # message, fraction 0..1 (or -1 when unknown)
+    loaded = Signal(str)  # pair description
+    load_failed = Signal(str)
+    run_started = Signal()
+    finished = Signal(str)  # finish reason
+    error = Signal(str)  # a run failed mid-way; records so far are in the buffer
+
+    def __init__(self, buffer: RecordBuffer) -> None:
+        super().__init__()
+        self.buffer = buffer
+        self.pair: Any = None
+        self.cancel_load = threading.Event()
+
+    def _progress(self, message: str, fraction: float = -1.0) -> None:
+        if self.cancel_load.is_set():
+            raise LoadCancelled("loading cancelled")
+        self.progress.emit(str(message), float(fraction))
+
+    @Slot(object)
+    def load(self, what: Any) -> None:
+        """``what`` is a PairChoice, a PairSpec, or a factory ``f(progress) -> ModelPair`` (tests)."""
+        if self.pair is not None:
+            self.pair.release()
+            self.pair = None
+        try:
+            if callable(what):
+                pair = what(self._progress)
+            else:
+                from specscope.core.models import load_pair
+
+                spec = what.to_spec() if hasattr(what, "to_spec") else what
+                pair = load_pair(spec, progress=self._progress)
+        except LoadCancelled:
+            return
+        except Exception as exc:  # a load failure is reported, never fatal
+            traceback.print_exc()
+            self.load_failed.emit(describe_error(exc))
+            return
+        self.pair = pair
+        self.loaded.emit(str(getattr(pair, "description", "") or "pair loaded"))
+
+    @Slot(object, object)
+    def run(self, request: RunRequest, controls: Controls) -> None:
+        if self.pair is None:
+            self.error.emit("No model is loaded yet.")
+            return
+        self.run_started.emit()
+        reason = "max_new_tokens"
+        try:
+            prompt_ids = self.pair.encode_prompt(request.prompt)
+            for event in _session_stream(self.pair, controls, request, prompt_ids):
+                self.buffer.push(event)
+                if isinstance(event, IterationRecord) and event.finished:
+                    reason = event.finish_reason or reason
+            if controls.stop_requested:
+                reason = "stop"
+        except Exception as exc:  # OOM, a model raising mid-run: report it, keep the records so far
+            traceback.print_exc()
+            self.error.emit(describe_error(exc))
+            return
+        self.finished.emit(reason)
+
+
+class WorkerHost(QObject):
+    """GUI-side owner of the worker thread: starts jobs, holds the current run's Controls, shuts down."""
+
+    _load_requested = Signal(object)
+    _run_requested = Signal(object, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.buffer = RecordBuffer()
+        self.worker_thread = QThread()
+        self.worker_thread.setObjectName("specscope-worker")
+        self.worker = Worker(self.buffer)
+        self.worker.moveToThread(self.worker_thread)
+        self._load_requested.connect(self.worker.load)
+        self._run_requested.connect(self.worker.run)
+        self.worker.run_started.connect(self._on_started)
+        self.worker.finished.connect(self._on_stopped)
+        self.worker.error.connect(self._on_stopped)
+        self.worker.loaded.connect(self._on_loaded)
+        self.worker.load_failed.connect(self._on_load_failed)
+        self.controls = Controls()
+        self.running = False
+        self.loading = False
+        self.has_pair = False
+        self.worker_thread.start()
+
+    def _on_started(self) -> None:
+        self.running = True
+
+    def _on_stopped(self, _msg: str = "") -> None:
+        self.running = False
+
+    def _on_loaded(self, _desc: str) -> None:
+        self.loading = False
+        self.has_pair = True
+
+    def _on_load_failed(self, _msg: str) -> None:
+        self.loading = False
+        self.has_pair = False
+
+    @property
+    def busy(self) -> bool:
+        return self.running or self.loading
+
+    def load(self, what: Any) -> None:
+        """Load a PairSpec or a pair factory on the worker (queued behind any run in progress)."""
+        self.loading = True
+        self.has_pair = False
+        self.worker.cancel_load.clear()
+        self._load_requested.emit(what)
+
+    def start(self, request: RunRequest, values: ControlValues) -> Controls:
+        """Start a run with fresh controls (a stopped Controls stays stopped); returns them."""
+        self.controls = Controls(values)
+        self.running = True
+        self._run_requested.emit(request, self.controls)
+        return self.controls
+
+    def stop(self) -> None:
+        self.controls.stop()
+
+    def shutdown(self, timeout_ms: int = 10_000) -> bool:
+        """Stop any run, cancel a load at its next progress report, end the thread. True if it ended."""
+        self.controls.stop()
+        self.worker.cancel_load.set()
+        self.worker_thread.quit()
+        ended = self.worker_thread.wait(timeout_ms)
+        if ended and self.worker.pair is not None:
+            self.worker.pair.release()
+            self.worker.pair = None
+        return bool(ended)

@@ -1,0 +1,224 @@
+"""Adaptive k: policies that choose the number of proposals for the next iteration.
+
+``CostModelKPolicy`` maximises the cost model's predicted speed-up with the live window's measured costs
+and position-by-position acceptance. ``HeuristicKPolicy`` is transformers' schedule, for comparison.
+Both implement ``speculative.KPolicy``.
+"""
+
+from __future__ import annotations
+
+from . import costmodel
+from .live import LiveMeasurement
+from .records import BaselineRecord, IterationRecord
+
+
+def monotone_verify_costs(verify_ms_by_len: dict[int, float]) -> dict[int, float]:
+    """The verify curve made non-decreasing in pass length (pool-adjacent-violators, equal weights).
+
+    A longer pass never costs less; noisy timings that say otherwise would make the policy flap between
+    lengths, so violating neighbours are replaced by their mean.
+    """
+    blocks: list[list[float]] = []  # [sum, count]
+    lengths = sorted(verify_ms_by_len)
+    for n in lengths:
+        blocks.append([verify_ms_by_len[n], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    values = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+    return dict(zip(lengths, values, strict=True))
+
+
+class PositionCounts:
+    """Per-position acceptance counts, exponentially forgotten: position i was *reached* when proposals
+    0..i-1 were accepted and i was drafted (so it was judged), and *accepted* when i was accepted too.
+
+    Counting only iterations that reached a position keeps the estimate free of the bias of the k each
+    iteration used (proposals after a rejection are never judged). ``decay`` < 1 forgets old iterations
+    (memory of about 1/(1-decay) iterations), so the estimate follows the text as it changes.
+    """
+
+    def __init__(self, decay: float = 1.0):
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        self.decay = decay
+        self.reached: list[float] = []
+        self.accepted: list[float] = []
+
+    def add(self, record: IterationRecord) -> None:
+        if record.mode != "speculative":
+            return
+        if self.decay < 1.0:
+            self.reached = [x * self.decay for x in self.reached]
+            self.accepted = [x * self.decay for x in self.accepted]
+        judged = min(record.n_drafted, record.n_accepted + 1)
+        while len(self.reached) < judged:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(judged):
+            self.reached[i] += 1.0
+            if i < record.n_accepted:
+                self.accepted[i] += 1.0
+
+    @property
+    def pooled(self) -> float | None:
+        """Accepted over judged, all positions together (the iid alpha)."""
+        judged = sum(self.reached)
+        return sum(self.accepted) / judged if judged > 0 else None
+
+    def depth(self, min_trials: float) -> int:
+        """How many leading positions were reached at least ``min_trials`` times."""
+        d = 0
+        while d < len(self.reached) and self.reached[d] >= min_trials:
+            d += 1
+        return d
+
+    def conditional(self, depth: int, prior: float, prior_weight: float) -> list[float]:
+        """P(accept i | 0..i-1 accepted) for i < depth, each shrunk toward the position before it.
+
+        Position 0 shrinks toward ``prior``; a position never reached takes the value of the one before
+        (the iid model beyond the data).
+        """
+        out: list[float] = []
+        previous = prior
+        for i in range(depth):
+            reached = self.reached[i] if i < len(self.reached) else 0.0
+            accepted = self.accepted[i] if i < len(self.accepted) else 0.0
+            c = (accepted + prior_weight * previous) / (reached + prior_weight)
+            out.append(c)
+            previous = c
+        return out
+
+
+def position_counts(records: list[IterationRecord]) -> PositionCounts:
+    counts = PositionCounts()
+    for r in records:
+        counts.add(r)
+    return counts
+
+
+class CostModelKPolicy:
+    """Chooses k to maximise predicted speed-up = plain * E(k) / (k*draft + verify(k+1) + fixed).
+
+    - E(k) uses per-position conditional acceptance (acceptance comes in runs, so the iid alpha
+      under-predicts what the positions after an accepted one are worth), counted by the policy itself with
+      exponential forgetting (``decay``), a longer memory than the live window: deep positions are judged
+      rarely. Costs (draft step, verify by pass length, fixed per-iteration) come from the live window.
+    - Every ``explore_every`` choices it tries one more proposal than its choice, so the acceptance at the
+      next position and the verify cost at the next length keep being measured.
+    - It never goes more than ``reach`` positions past the positions it has measured (judged at least
+      ``min_trials`` times), so a run of full acceptances at k=4 is not extrapolated to k=16 in one jump;
+      while everything is accepted it climbs by ``reach`` per iteration, as fast as the heuristic.
+    - It changes k only when the gain over the current k exceeds ``hysteresis`` (relative), so noise in the
+      timings does not make it flap.
+    Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``.
+    """
+
+    def __init__(
+        self,
+        live: LiveMeasurement,
+        k_min: int = 1,
+        k_max: int = 16,
+        initial_k: int = 4,
+        min_iterations: int = 2,
+        explore_every: int = 8,
+        hysteresis: float = 0.03,
+        prior_weight: float = 2.0,
+        min_trials: float = 1.0,
+        decay: float = 0.98,
+        reach: int = 2,
+    ):
+        if not 1 <= k_min <= k_max:
+            raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
+        if hysteresis < 0 or prior_weight < 0 or explore_every < 0 or reach < 1:
+            raise ValueError("hysteresis, prior_weight and explore_every must be >= 0, reach >= 1")
+        self.live = live
+        self.k_min, self.k_max = k_min, k_max
+        self.initial_k = min(max(initial_k, k_min), k_max)
+        self.min_iterations = min_iterations
+        self.explore_every = explore_every
+        self.hysteresis = hysteresis
+        self.prior_weight = prior_weight
+        self.min_trials = min_trials
+        self.reach = reach
+        self.counts = PositionCounts(decay)
+        self.k = self.initial_k
+        self.scores: dict[int, float] = {}  # last predicted (relative) speed-up per k, for display
+        self._choices = 0
+
+    def reset(self) -> None:
+        self.k = self.initial_k
+        self.scores = {}
+        self._choices = 0
+        self.counts = PositionCounts(self.counts.decay)
+
+    def observe(self, record: IterationRecord) -> None:
+        self.live.observe(record)
+        self.counts.add(record)
+
+    def observe_baseline(self, baseline: BaselineRecord) -> None:
+        self.live.observe_baseline(baseline)
+
+    def predicted_scores(self, hi: int) -> dict[int, float] | None:
+        """Predicted speed-up for k in k_min..hi (relative to 1 plain step if none is measured yet)."""
+        records = self.live.window_records()
+        alpha = self.counts.pooled
+        verify_by_len = self.live.verify_ms_by_len
+        if len(records) < self.min_iterations or alpha is None or not verify_by_len:
+            return None
+        draft = self.live.draft_step_ms or 0.0
+        fixed = self.live.fixed_ms or 0.0
+        plain = self.live.plain_step_ms or 1.0
+        verify = costmodel.verify_cost_function(monotone_verify_costs(verify_by_len))
+        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach))
+        cond = self.counts.conditional(hi, alpha, self.prior_weight)
+        scores: dict[int, float] = {}
+        for k in range(self.k_min, hi + 1):
+            cost = k * draft + verify(k + 1) + fixed
+            if cost > 0:
+                scores[k] = plain * costmodel.expected_tokens_from_positions(cond, k) / cost
+        return scores or None
+
+    def choose_k(self, k_max: int) -> int:
+        hi = max(self.k_min, min(self.k_max, k_max))
+        self.k = min(max(self.k, self.k_min), hi)
+        self._choices += 1
+        scores = self.predicted_scores(hi)
+        if scores is None:
+            return self.k
+        self.scores = scores
+        best = max(scores, key=lambda k: (scores[k], -k))
+        if scores.get(self.k, 0.0) < scores[best] * (1.0 - self.hysteresis):
+            self.k = best
+        if self.explore_every and self._choices % self.explore_every == 0 and self.k < hi:
+            return self.k + 1
+        return self.k
+
+
+class HeuristicKPolicy:
+    """transformers' "heuristic" schedule: +2 after an iteration that accepted everything, else -1 (min 1)."""
+
+    def __init__(self, initial_k: int = 5, k_min: int = 1, k_max: int = 16):
+        if not 1 <= k_min <= k_max:
+            raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
+        self.k_min, self.k_max = k_min, k_max
+        self.initial_k = min(max(initial_k, k_min), k_max)
+        self.k = self.initial_k
+
+    def reset(self) -> None:
+        self.k = self.initial_k
+
+    def choose_k(self, k_max: int) -> int:
+        return max(self.k_min, min(self.k, self.k_max, k_max))
+
+    def observe(self, record: IterationRecord) -> None:
+        if record.mode != "speculative":
+            return
+        if record.n_accepted == record.n_drafted:
+            self.k = min(self.k + 2, self.k_max)
+        else:
+            self.k = max(self.k_min, self.k - 1)
+
+    def observe_baseline(self, baseline: BaselineRecord) -> None:
+        pass

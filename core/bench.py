@@ -1,0 +1,508 @@
+"""``specscope bench``: one pair, one prompt set, every method in interleaved rounds, one report.
+
+Methods: plain decoding, specscope at fixed k, adaptive k (cost model) and transformers' heuristic
+schedule, transformers' assisted generation (assistant configured through its ``generation_config``) and
+transformers' prompt lookup. Each round runs every prompt through every method back to back, in an order
+that rotates from round to round, and each run's speed is compared with the plain run of the same prompt in
+the same round: the machine drifts, so only adjacent runs are compared.
+
+Speeds include the prefill (transformers' ``generate`` is timed as a whole, so specscope is timed the same
+way: prefill plus the loop's iterations; baseline measurements between iterations are not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import costmodel
+from .adaptive import CostModelKPolicy, HeuristicKPolicy
+from .controls import K_MAX, Controls
+from .live import LiveMeasurement
+from .metrics import acceptance_rate, alpha_estimate
+from .pair import ModelPair
+from .records import ControlValues, IterationRecord
+from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
+
+SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
+HF_KINDS = ("hf-assisted", "hf-lookup")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    kind: str  # one of SPECSCOPE_KINDS + HF_KINDS
+    k: int = 0  # fixed k, assistant tokens, or prompt-lookup tokens
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    kind: str
+    ids: list[int]
+
+
+@dataclass
+class RunRow:
+    """One method on one prompt in one round."""
+
+    round: int
+    method: str
+    prompt_id: str
+    prompt_kind: str
+    tokens: int
+    seconds: float  # prefill + decode
+    token_ids: list[int] = field(repr=False, default_factory=list)
+    target_passes: int | None = None  # target forward passes after the prefill (iterations)
+    alpha: float | None = None  # accepted / judged proposals (the cost model's alpha)
+    acceptance_rate: float | None = None  # accepted / drafted
+    mean_k: float | None = None
+    decode_ms: float | None = None  # the loop's own time, without prefill (specscope runs)
+    expected_tokens: float | None = None  # sum over iterations of E(alpha, k_i) (specscope runs)
+    ratio_to_plain: float | None = None  # tokens/s over the adjacent plain run's
+    predicted_speedup: float | None = None  # cost model, decode only, against the adjacent plain run
+    measured_decode_speedup: float | None = None  # the same quantity measured
+    matches_plain: bool | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        return self.tokens / self.target_passes if self.target_passes else None
+
+
+@dataclass
+class Mismatch:
+    method: str
+    prompt_id: str
+    round: int
+    position: int  # first differing index in the generated tokens
+    detail: str = ""
+
+
+def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, heuristic: bool = True,
+                    transformers: bool = True, lookup_tokens: int = 10) -> list[Method]:
+    """Plain, each fixed k, adaptive, heuristic, and transformers' methods the pair supports."""
+    methods = [Method("plain", "plain")]
+    methods += [Method(f"k={k}", "fixed", k) for k in ks]
+    if adaptive:
+        methods.append(Method("adaptive", "adaptive"))
+    if heuristic:
+        methods.append(Method("heuristic", "heuristic"))
+    if transformers:
+        if pair.draft is not None:
+            methods += [Method(f"hf-assisted k={k}", "hf-assisted", k) for k in ks]
+        methods.append(Method(f"hf-lookup n={lookup_tokens}", "hf-lookup", lookup_tokens))
+    return methods
+
+
+# ---- running one method ---------------------------------------------------------------------------
+def _policy(method: Method) -> KPolicy | None:
+    if method.kind == "adaptive":
+        return CostModelKPolicy(LiveMeasurement(window=32))
+    if method.kind == "heuristic":
+        return HeuristicKPolicy()
+    return None
+
+
+def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
+    """A specscope run (plain or speculative) timed as prefill + the loop's iterations."""
+    policy = _policy(method)
+    plain = method.kind == "plain"
+    # plain decoding gets no drafter: its prefill must not pay for the draft's
+    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else pair.drafter,
+                      token_text=pair.token_text, k_policy=policy)
+    adaptive = policy is not None
+    controls = Controls(ControlValues(k=method.k if method.kind == "fixed" else 4, adaptive_k=adaptive))
+    opts = DecodeOptions(
+        max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
+        # the cost-model policy wants the verify cost by pass length; baselines are not timed
+        baseline_every=16 if method.kind == "adaptive" else 0, verify_sweep=method.kind == "adaptive",
+        sweep_k_max=min(8, K_MAX),
+    )
+    result = decoder.run(prompt.ids, controls, opts, plain=plain)
+    records = result.iterations
+    decode_ms = sum(r.iteration_ms for r in records)
+    row = RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
+                 tokens=len(result.token_ids), seconds=(decoder.prefill_ms + decode_ms) / 1000.0,
+                 token_ids=list(result.token_ids), target_passes=len(records), decode_ms=decode_ms)
+    if not plain:
+        _fill_acceptance(row, records)
+    return row
+
+
+def _fill_acceptance(row: RunRow, records: list[IterationRecord]) -> None:
+    row.alpha = alpha_estimate(records)
+    row.acceptance_rate = acceptance_rate(records)
+    row.mean_k = statistics.fmean(r.n_drafted for r in records) if records else None
+    if row.alpha is not None:
+        row.expected_tokens = sum(costmodel.expected_tokens_per_iteration(row.alpha, r.n_drafted)
+                                  for r in records)
+
+
+class _PassCounter:
+    """Counts a module's forward calls (transformers' iterations = target passes after the first)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls = 0
+        self._handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, *_: object) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def run_transformers(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
+    """transformers' assisted generation or prompt lookup, greedy, timed around ``generate``."""
+    model = pair.target.model
+    device = pair.target.device
+    inputs = torch.tensor([prompt.ids], dtype=torch.long, device=device)
+    eos = sorted(pair.eos_token_ids)
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens, "do_sample": False, "temperature": None, "top_p": None,
+        "top_k": None, "eos_token_id": eos or None, "pad_token_id": eos[0] if eos else 0,
+        "attention_mask": torch.ones_like(inputs),
+    }
+    saved: dict[str, Any] = {}
+    assistant_config: Any = None
+    if method.kind == "hf-assisted":
+        if pair.draft is None:
+            raise ValueError("transformers' assisted generation needs a draft model")
+        # generate() ignores these as arguments; they are read from the assistant's generation_config.
+        assistant_config = pair.draft.model.generation_config
+        wanted = {"num_assistant_tokens": method.k, "num_assistant_tokens_schedule": "constant",
+                  "assistant_confidence_threshold": 0.0}
+        saved = {a: getattr(assistant_config, a, None) for a in wanted}
+        for a, v in wanted.items():
+            setattr(assistant_config, a, v)
+        kwargs["assistant_model"] = pair.draft.model
+    elif method.kind == "hf-lookup":
+        kwargs["prompt_lookup_num_tokens"] = method.k
+    else:
+        raise ValueError(f"not a transformers method: {method.kind}")
+    counter = _PassCounter(model)
+    try:
+        with torch.inference_mode():
+            synchronize(device)
+            t0 = time.perf_counter()
+            out = model.generate(inputs, **kwargs)
+            synchronize(device)
+            seconds = time.perf_counter() - t0
+    finally:
+        counter.close()
+        for a, v in saved.items():
+            setattr(assistant_config, a, v)
+    new = [int(t) for t in out[0, len(prompt.ids):].tolist()]
+    return RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
+                  tokens=len(new), seconds=seconds, token_ids=new, target_passes=max(1, counter.calls))
+
+
+def run_method(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
+    if method.kind in HF_KINDS:
+        return run_transformers(pair, prompt, method, max_new_tokens)
+    if method.kind in SPECSCOPE_KINDS:
+        return run_specscope(pair, prompt, method, max_new_tokens)
+    raise ValueError(f"unknown method kind {method.kind!r}")
+
+
+# ---- the bench ------------------------------------------------------------------------------------
+def run_bench(pair: ModelPair, prompts: Sequence[BenchPrompt], methods: Sequence[Method], rounds: int,
+              max_new_tokens: int, warmup: bool = True,
+              progress: Callable[[str], None] | None = None) -> list[RunRow]:
+    """Every method on every prompt, ``rounds`` times, the method order rotating each round."""
+    if rounds < 1 or not prompts or not methods:
+        raise ValueError("the bench needs at least one round, one prompt and one method")
+    if warmup:  # first calls allocate and pick kernels: keep that out of the timings
+        for m in methods:
+            run_method(pair, prompts[0], m, min(8, max_new_tokens))
+    rows: list[RunRow] = []
+    for rnd in range(rounds):
+        for prompt in prompts:
+            shift = rnd % len(methods)
+            for m in list(methods[shift:]) + list(methods[:shift]):
+                row = run_method(pair, prompt, m, max_new_tokens)
+                row.round = rnd
+                rows.append(row)
+                if progress is not None:
+                    progress(f"round {rnd + 1}/{rounds} {prompt.id} {m.name}: {row.tokens_per_s:.1f} tok/s")
+    compare_with_plain(rows)
+    return rows
+
+
+def compare_with_plain(rows: list[RunRow]) -> None:
+    """Ratio to the plain run of the same prompt and round; predicted vs measured decode speed-up."""
+    plain = {(r.round, r.prompt_id): r for r in rows if r.method == "plain"}
+    for r in rows:
+        p = plain.get((r.round, r.prompt_id))
+        if p is None or p.tokens_per_s <= 0:
+            continue
+        r.ratio_to_plain = r.tokens_per_s / p.tokens_per_s
+        r.matches_plain = r.token_ids == p.token_ids
+        if r.method == "plain" or not r.decode_ms or not p.decode_ms or not p.tokens:
+            continue
+        plain_ms_per_token = p.decode_ms / p.tokens
+        r.measured_decode_speedup = r.tokens * plain_ms_per_token / r.decode_ms
+        if r.expected_tokens is not None:
+            # the cost model with this run's alpha and its measured phase costs (their sum is decode_ms)
+            r.predicted_speedup = r.expected_tokens * plain_ms_per_token / r.decode_ms
+
+
+def find_mismatches(rows: Sequence[RunRow], pair: ModelPair | None = None,
+                    prompts: Sequence[BenchPrompt] = ()) -> list[Mismatch]:
+    """Every run whose greedy output differs from plain decoding's, with the first differing position."""
+    plain = {(r.round, r.prompt_id): r for r in rows if r.method == "plain"}
+    by_id = {p.id: p for p in prompts}
+    out: list[Mismatch] = []
+    for r in rows:
+        p = plain.get((r.round, r.prompt_id))
+        if p is None or r.method == "plain" or r.token_ids == p.token_ids:
+            continue
+        a, b = p.token_ids, r.token_ids
+        pos = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        detail = _near_tie(pair, by_id.get(r.prompt_id), a, b)
+        out.append(Mismatch(r.method, r.prompt_id, r.round, pos, detail))
+    return out
+
+
+def _near_tie(pair: ModelPair | None, prompt: BenchPrompt | None, a: list[int], b: list[int]) -> str:
+    if pair is None or prompt is None:
+        return ""
+    try:
+        from .neartie import near_tie_report  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return ""
+    try:
+        return str(near_tie_report(pair.target.model, prompt.ids, a, b))
+    except Exception as e:  # a diagnostic must not sink the report
+        return f"(near-tie check failed: {e})"
+
+
+# ---- summaries and reports ------------------------------------------------------------------------
+@dataclass
+class MethodSummary:
+    method: str
+    runs: int
+    tps_median: float
+    tps_min: float
+    tps_max: float
+    ratio_median: float | None
+    ratio_min: float | None
+    ratio_max: float | None
+    alpha: float | None
+    tokens_per_pass: float | None
+    mean_k: float | None
+    predicted_median: float | None
+    measured_decode_median: float | None
+    identical: str  # "yes", "no (n of m)" or "—"
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return float(statistics.median(vs)) if vs else None
+
+
+def summarize_methods(rows: Sequence[RunRow], kind: str | None = None) -> list[MethodSummary]:
+    """One line per method (in first-seen order), optionally only over one prompt kind."""
+    selected = [r for r in rows if kind is None or r.prompt_kind == kind]
+    order = list(dict.fromkeys(r.method for r in selected))
+    out = []
+    for name in order:
+        rs = [r for r in selected if r.method == name]
+        tps = [r.tokens_per_s for r in rs]
+        ratios = [r.ratio_to_plain for r in rs if r.ratio_to_plain is not None]
+        checked = [r.matches_plain for r in rs if r.matches_plain is not None]
+        differ = sum(1 for c in checked if not c)
+        identical = "—" if name == "plain" or not checked else ("yes" if not differ else
+                                                                 f"no ({differ} of {len(checked)})")
+        passes = sum(r.target_passes or 0 for r in rs)
+        out.append(MethodSummary(
+            method=name, runs=len(rs), tps_median=float(statistics.median(tps)), tps_min=min(tps),
+            tps_max=max(tps), ratio_median=_median(ratios), ratio_min=min(ratios) if ratios else None,
+            ratio_max=max(ratios) if ratios else None, alpha=_median([r.alpha for r in rs]),
+            tokens_per_pass=sum(r.tokens for r in rs) / passes if passes else None,
+            mean_k=_median([r.mean_k for r in rs]),
+            predicted_median=_median([r.predicted_speedup for r in rs]),
+            measured_decode_median=_median([r.measured_decode_speedup for r in rs]), identical=identical,
+        ))
+    return out
+
+
+CSV_FIELDS = ("round", "prompt_id", "prompt_kind", "method", "tokens", "seconds", "tokens_per_s",
+              "ratio_to_plain", "target_passes", "tokens_per_pass", "alpha", "acceptance_rate", "mean_k",
+              "predicted_speedup", "measured_decode_speedup", "matches_plain")
+
+
+def write_csv(rows: Sequence[RunRow], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in rows:
+            w.writerow([_cell(getattr(r, name)) for name in CSV_FIELDS])
+
+
+def _cell(v: object) -> object:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return "" if v is None else v
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
+                    command: str, rounds: int, max_new_tokens: int) -> str:
+    kinds = list(dict.fromkeys(r.prompt_kind for r in rows))
+    n_prompts = len({r.prompt_id for r in rows})
+    lines = [
+        "# specscope bench",
+        "",
+        f"- Command: `{command}`",
+        f"- Pair: {pair_description}",
+        f"- Machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+        f"- {n_prompts} prompts ({', '.join(kinds)}), {rounds} rounds, up to {max_new_tokens} new tokens, "
+        "greedy",
+        "- Methods run back to back per prompt, order rotating per round; ratios are to the plain run of the "
+        "same prompt in the same round. Speeds include the prefill.",
+        "- α = accepted / judged proposals (the cost model's α); predicted = cost model with the run's α and "
+        "measured costs vs the adjacent plain run, decode only; measured = the same ratio measured.",
+        "",
+        "| method | tok/s median (min–max) | × plain median (min–max) | α | tokens/pass | mean k "
+        "| predicted | measured | identical to plain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summarize_methods(rows):
+        ratio = "—" if s.ratio_median is None else \
+            f"{s.ratio_median:.2f} ({_f(s.ratio_min)}–{_f(s.ratio_max)})"
+        lines.append(
+            f"| {s.method} | {s.tps_median:.1f} ({s.tps_min:.1f}–{s.tps_max:.1f}) | {ratio} | {_f(s.alpha)} "
+            f"| {_f(s.tokens_per_pass)} | {_f(s.mean_k, 1)} | {_f(s.predicted_median)} "
+            f"| {_f(s.measured_decode_median)} | {s.identical} |"
+        )
+    if len(kinds) > 1:
+        lines += ["", "## × plain (median) by prompt kind", "",
+                  "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        per_kind = {k: {s.method: s for s in summarize_methods(rows, k)} for k in kinds}
+        for name in dict.fromkeys(r.method for r in rows):
+            cells = [_f(per_kind[k][name].ratio_median) if name in per_kind[k] else "—" for k in kinds]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Greedy outputs", ""]
+    if not mismatches:
+        lines.append("Every run's output is identical to plain decoding's.")
+    for m in mismatches:
+        detail = f": {m.detail}" if m.detail else ""
+        lines.append(f"- {m.method}, {m.prompt_id}, round {m.round + 1}: first difference at token "
+                     f"{m.position}{detail}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(not 1 <= v <= K_MAX for v in values):
+        raise argparse.ArgumentTypeError(f"each k must be between 1 and {K_MAX}, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="demo", help="target model directory or hub id, or 'demo'")
+    parser.add_argument("--draft", default=None, help="draft model directory or hub id (drafter 'model')")
+    parser.add_argument("--drafter", default="model", choices=("model", "lookup", "early-exit"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--prompts", default="all",
+                        help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
+    parser.add_argument("--limit", type=int, default=0, help="at most this many prompts per kind (0 = all)")
+    parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6], help="fixed k values, e.g. 1,2,4,6")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--no-adaptive", action="store_true", help="skip adaptive k and the heuristic")
+    parser.add_argument("--no-transformers", action="store_true", help="skip transformers' own methods")
+    parser.add_argument("--lookup-tokens", type=int, default=10,
+                        help="transformers' prompt_lookup_num_tokens")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
+
+
+def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[BenchPrompt]:
+    from .prompts import load_prompt_file, load_prompt_sets
+
+    if spec.endswith(".json") or Path(spec).is_file():
+        chosen = load_prompt_file(spec)
+    else:
+        sets = load_prompt_sets()
+        kinds = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in sets]
+        if unknown:
+            raise ValueError(f"unknown prompt kind(s) {', '.join(unknown)}: choose from {', '.join(sets)}")
+        chosen = [p for k in kinds for p in (sets[k][:limit] if limit else sets[k])]
+    return [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The full command that reproduces this bench (every option spelled out, defaults included)."""
+    parts = ["specscope", "bench", "--target", args.target]
+    if args.draft:
+        parts += ["--draft", args.draft]
+    parts += ["--drafter", args.drafter, "--device", args.device, "--prompts", args.prompts]
+    if args.limit:
+        parts += ["--limit", str(args.limit)]
+    parts += ["--k", ",".join(str(k) for k in args.k), "--rounds", str(args.rounds),
+              "--max-new-tokens", str(args.max_new_tokens)]
+    parts += ["--no-adaptive"] if args.no_adaptive else []
+    parts += ["--no-transformers"] if args.no_transformers else []
+    parts += ["--lookup-tokens", str(args.lookup_tokens)]
+    parts += ["--threads", str(args.threads)] if args.threads else []
+    parts += ["--out", args.out]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or args.max_new_tokens < 1 or args.threads < 0:
+        print("error: --rounds and --max-new-tokens must be at least 1, --threads at least 0", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from .models import ModelLoadError, PairSpec, load_pair
+
+    try:
+        pair = load_pair(PairSpec(target=args.target, draft=args.draft, drafter=args.drafter,
+                                  target_device=args.device))
+        prompts = load_bench_prompts(pair, args.prompts, args.limit)
+    except (ModelLoadError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    methods = default_methods(args.k, pair, adaptive=not args.no_adaptive, heuristic=not args.no_adaptive,
+                              transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens)
+    rows = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens,
+                     progress=lambda s: print(s, file=sys.stderr, flush=True))
+    mismatches = find_mismatches(rows, pair, prompts)
+    command = command_line(args)
+    report = markdown_report(rows, mismatches, pair.description or pair.target.name, command, args.rounds,
+                             args.max_new_tokens)
+    stem = Path(args.out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    md.write_text(report, encoding="utf-8")
+    write_csv(rows, csv_path)
+    print(report)
+    print(f"wrote {md} and {csv_path}", file=sys.stderr)
+    return 0

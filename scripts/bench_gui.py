@@ -1,0 +1,164 @@
+"""GUI speed benchmark: time to window visible, event-loop latency while decoding, redraw rate with 20,000
+iterations loaded, and memory growth over a long session. Prints one line per number (no pass/fail).
+
+    .venv/bin/python scripts/bench_gui.py [--decode-seconds 10] [--iterations 20000]
+
+Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set); decoding uses a tiny random pair, so
+the loop runs at full speed and the GUI gets the most records per second it will ever see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def time_to_visible(runs: int = 3) -> list[float]:
+    """Wall time from spawning ``specscope`` to its window being shown (no model load)."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "SPECSCOPE_SETTINGS_FILE": f"{tmp}/s.ini", "SPECSCOPE_DATA_DIR": tmp}
+        for _ in range(runs):
+            t0 = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "specscope.app.main", "--no-load",
+                                     "--print-visible-time"], stdout=subprocess.PIPE, text=True, env=env)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            elapsed = time.monotonic() - t0
+            proc.kill()
+            proc.wait()
+            if "window visible" not in line:
+                raise RuntimeError(f"the app did not report a visible window: {line!r}")
+            out.append(elapsed)
+    return out
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--decode-seconds", type=float, default=10.0)
+    p.add_argument("--iterations", type=int, default=20_000)
+    p.add_argument("--session-iterations", type=int, default=54_000, help="30 min at 30 iterations/s")
+    args = p.parse_args()
+
+    from specscope.app.qt_check import binding_problem
+
+    visible = time_to_visible()
+    print(f"time to window visible: median {statistics.median(visible):.2f} s (runs: "
+          + ", ".join(f"{v:.2f}" for v in visible) + ")")
+
+    from PySide6.QtCore import QElapsedTimer, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication(sys.argv[:1])
+    problem = binding_problem()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    from specscope.app.settings import AppSettings, make_qsettings
+    from specscope.app.window import MainWindow
+    from tests.test_app_support import pair_factory, synthetic_records
+
+    tmp = Path(tempfile.mkdtemp(prefix="specscope-bench-"))
+    window = MainWindow(settings=AppSettings(make_qsettings(str(tmp / "s.ini"))), data_dir=tmp,
+                        check_interrupted=False)
+    window.resize(1600, 1000)
+    window.show()
+
+    # 1. Event-loop latency while decoding at full speed (tiny pair: hundreds of iterations per second).
+    loaded = []
+    window.pair_ready.connect(lambda: loaded.append(True))
+    window.load_pair(pair_factory("partial"))
+    while not loaded:
+        app.processEvents()
+    window.panel.max_new.setValue(1_000_000)
+    window.start_run()
+    lateness: list[float] = []
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.nsecsElapsed()]
+    period_ms = 10
+
+    def probe() -> None:
+        now = clock.nsecsElapsed()
+        lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(period_ms)
+    timer.timeout.connect(probe)
+    timer.start()
+    QTimer.singleShot(int(args.decode_seconds * 1000), app.quit)
+    app.exec()
+    timer.stop()
+    n_live = len(window.data.records)
+    window.stop_run()
+    ended = []
+    window.run_ended.connect(ended.append)
+    while not ended:
+        app.processEvents()
+    print(f"event-loop latency while decoding ({n_live / args.decode_seconds:.0f} iterations/s, "
+          f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
+          f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms")
+
+    # 2. Redraw rate with many iterations loaded: one new record per frame, then a synchronous repaint.
+    window._reset_view()
+    events = synthetic_records(args.iterations + 200, k=4, flag_every=500)
+    rss0 = rss_mib()
+    t0 = time.perf_counter()
+    window.ingest(events[: args.iterations + 1])
+    t_ingest = time.perf_counter() - t0
+    app.processEvents()
+    frames = 40
+    t0 = time.perf_counter()
+    for i in range(frames):
+        window.ingest([events[args.iterations + 1 + i]])
+        window.plots.refresh(window.data, window.advice)  # every plot, not one per tick
+        window.plots.grab()  # forces a full, synchronous paint of all six plots
+    fps = frames / (time.perf_counter() - t0)
+    print(f"redraw with {args.iterations} iterations loaded: {fps:.1f} frames/s (all six plots, one new "
+          f"iteration per frame); loading them took {t_ingest:.2f} s")
+    per_it = (rss_mib() - rss0) * 2**20 / args.iterations
+    print(f"memory: {rss_mib() - rss0:.0f} MiB for {args.iterations} iterations ({per_it / 1024:.1f} KiB per "
+          "iteration: records, tokens, plot columns)")
+
+    # 3. A long session fed like a live run (10 iterations per tick); RSS sampled along the way.
+    window._reset_view()
+    app.processEvents()
+    base = rss_mib()
+    samples = []
+    batch = 10
+    template = synthetic_records(batch, k=4)[1:]
+    for i in range(0, args.session_iterations, batch):
+        window.ingest(template)
+        if i % (args.session_iterations // 6) < batch:
+            samples.append((i, rss_mib() - base))
+    samples.append((args.session_iterations, rss_mib() - base))
+    print("session growth (iterations: MiB above start): "
+          + ", ".join(f"{i}: {m:.0f}" for i, m in samples))
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

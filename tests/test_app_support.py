@@ -1,0 +1,140 @@
+"""Helpers for the app tests (no tests here): tiny pairs built directly, a fake tokenizer, a window fixture.
+
+Pairs are built with ``core.pair.ModelPair`` around tiny random models, so the tests skip model loading and
+know the outcome: a draft that *is* the target is always accepted under greedy decoding; a draft whose LM
+head is the target's negated head always proposes the target's least likely token, so it is always
+rejected.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specscope.core.drafters.model import ModelDrafter
+from specscope.core.pair import LoadedModel, ModelPair
+
+from .models import tiny_model
+
+VOCAB = 64
+
+
+class FakeTokenizer:
+    """Enough of a tokenizer for the loop and the GUI: ids <-> short readable pieces."""
+
+    chat_template = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(f" t{i}" for i in ids)
+
+    def __call__(self, text: str) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) % VOCAB for c in text[:32]] or [1]}
+
+
+def _loaded(model: Any, name: str) -> LoadedModel:
+    return LoadedModel(model=model, name=name, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def make_pair(kind: str = "perfect", seed: int = 0, fail_after: int | None = None) -> ModelPair:
+    """'perfect' (draft = target), 'useless' (target with a negated LM head), 'partial' (another model)."""
+    target = tiny_model(seed, vocab_size=VOCAB, logit_scale=4.0)
+    if kind == "perfect":
+        draft = target
+    elif kind == "useless":
+        draft = copy.deepcopy(target)
+        with torch.no_grad():
+            draft.lm_head.weight.neg_()
+    else:
+        draft = tiny_model(seed + 1, vocab_size=VOCAB, logit_scale=4.0)
+    if fail_after is not None:
+        _fail_after(target, fail_after)
+    return ModelPair(target=_loaded(target, f"tiny-{seed}"), tokenizer=FakeTokenizer(),
+                     drafter=ModelDrafter(draft, VOCAB), drafter_kind="model", draft=_loaded(draft, kind),
+                     vocab_size=VOCAB, eos_token_ids=frozenset(), use_chat_template=False,
+                     description=f"tiny {kind} pair")
+
+
+def _fail_after(model: Any, n_calls: int) -> None:
+    """Make the model raise on its (n_calls+1)-th forward: a model failing mid-run."""
+    original = model.forward
+    calls = {"n": 0}
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] > n_calls:
+            raise RuntimeError("simulated device failure in forward")
+        return original(*args, **kwargs)
+
+    model.forward = forward
+
+
+def pair_factory(kind: str = "perfect", **kw: Any) -> Callable[[Any], ModelPair]:
+    def build(progress: Any) -> ModelPair:
+        progress("building a tiny pair", 0.5)
+        return make_pair(kind, **kw)
+
+    return build
+
+
+def qt_binding_broken() -> str | None:
+    """The reason the installed Qt binding cannot run the GUI tests (they would abort the process)."""
+    from specscope.app.qt_check import binding_problem
+
+    return binding_problem()
+
+
+def make_window(qtbot: Any, tmp_path: Any, check_interrupted: bool = False) -> Any:
+    """A main window with settings and autosave under tmp_path, registered with qtbot."""
+    from specscope.app.settings import AppSettings, make_qsettings
+    from specscope.app.window import MainWindow
+
+    settings = AppSettings(make_qsettings(str(tmp_path / "settings.ini")))
+    window = MainWindow(settings=settings, data_dir=tmp_path / "data", check_interrupted=check_interrupted)
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def load_tiny(qtbot: Any, window: Any, kind: str = "perfect", **kw: Any) -> None:
+    with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+        window.load_pair(pair_factory(kind, **kw))
+
+
+def synthetic_records(n: int, k: int = 4, accept: Callable[[int], int] | None = None, draft_ms: float = 1.0,
+                      verify_ms: float = 10.0, memory: bool = True, flag_every: int = 0) -> list[Any]:
+    """Iteration records (plus a baseline first) without a model: for view tests and the GUI benchmark."""
+    from specscope.core.records import (
+        BaselineRecord,
+        ControlValues,
+        IterationRecord,
+        TokenRecord,
+        TokenStatus,
+    )
+
+    accept = accept or (lambda i: i % (k + 1))
+    out: list[Any] = [BaselineRecord(after_iteration=0, context_len=8, step_ms=[9.0, 9.5, 10.0],
+                                     verify_ms_by_len={n_: 9.0 + 0.5 * n_ for n_ in range(1, 10)})]
+    generated = 0
+    for i in range(n):
+        n_acc = min(k, accept(i))
+        tokens = [TokenRecord(10 + j, f" w{j}", TokenStatus.ACCEPTED, generated + j, p=0.9, q=0.8,
+                              top5=[(10 + j, 0.9), (3, 0.05)]) for j in range(n_acc)]
+        if n_acc < k:
+            tokens.append(TokenRecord(40, " x", TokenStatus.REJECTED, generated + n_acc, p=0.1, q=0.7))
+        tokens.append(TokenRecord(50, " y", TokenStatus.CORRECTION if n_acc < k else TokenStatus.BONUS,
+                                  generated + n_acc, p=0.6, top5=[(50, 0.6)]))
+        generated += n_acc + 1
+        t0 = float(i)
+        out.append(IterationRecord(
+            iteration=i, mode="speculative", drafter="model", controls=ControlValues(k=k), tokens=tokens,
+            n_drafted=k, n_accepted=n_acc, n_emitted=n_acc + 1, draft_ms=draft_ms * k, verify_ms=verify_ms,
+            rollback_ms=0.2, iteration_ms=draft_ms * k + verify_ms + 0.3, context_len=8 + generated,
+            generated_len=generated, t_start_s=t0, t_end_s=t0 + 0.01,
+            memory={"host_rss_bytes": 5e8 + i, "gpu0_used_bytes": 2e9} if memory else {},
+            flags=(["target verify 5x its recent median: paging?"]
+                   if flag_every and i % flag_every == 0 else []),
+        ))
+    return out

@@ -1,0 +1,201 @@
+"""App pieces that need no running model: start-up imports, settings, run data, views, advice, replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from specscope.app.estimates import advise
+from specscope.app.pair_choice import PairChoice
+from specscope.app.run_data import RunData, describe_change
+from specscope.core.records import ControlValues, IterationRecord
+
+from .test_app_support import make_window, qt_binding_broken, synthetic_records
+
+needs_qt = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
+
+
+def test_app_modules_do_not_import_torch_at_module_level():
+    code = (
+        "import sys\n"
+        "import specscope.app.main, specscope.app.window, specscope.app.worker, specscope.app.settings\n"
+        "import specscope.app.widgets.plots_panel, specscope.app.widgets.model_picker\n"
+        "bad = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_bad_command_line_values_get_a_message(capsys):
+    from specscope.app.main import main
+
+    assert main(["--max-new-tokens", "0"]) == 2
+    assert main(["--open-trace", "/nonexistent/trace.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "at least 1" in err and "no such trace" in err
+
+
+def test_pair_choice_validation_and_round_trip():
+    assert PairChoice().problem() is None  # the demo
+    assert "draft" in (PairChoice(target="/m", drafter="model").problem() or "")
+    assert PairChoice(target="/m", drafter="lookup").problem() is None
+    assert "target" in (PairChoice(target=" ").problem() or "")
+    c = PairChoice(target="org/x", draft="org/y", target_device="cuda:0", draft_dtype="bfloat16")
+    assert PairChoice.from_dict(c.to_dict()) == c
+
+
+def test_run_data_columns_changes_bands_and_positions():
+    events = synthetic_records(6, k=4, accept=lambda i: [4, 0, 2, 4, 1, 3][i], flag_every=0)
+    recs: list[IterationRecord] = [e for e in events if isinstance(e, IterationRecord)]
+    recs[3] = replace(recs[3], controls=ControlValues(k=6), flags=["slow"])
+    recs[4] = replace(recs[4], controls=ControlValues(k=6, temperature=0.7), flags=["slow"])
+    recs[5] = replace(recs[5], memory={**recs[5].memory, "pcie0_rx_bytes_per_s": 1e6})
+    data = RunData()
+    data.extend([events[0], *recs[:2]])
+    data.extend(recs[2:])
+    assert len(data) == 6 and data.version == 2
+    assert [(c.iteration, c.label) for c in data.control_changes] == [
+        (3, "k 4→6"), (4, "T 0→0.7"), (5, "k 6→4, T 0.7→0")]
+    assert [(b.start, b.end, b.sentence) for b in data.flag_bands] == [(3, 4, "slow")]
+    # A memory key first seen at iteration 5 is NaN before it.
+    rx = data.memory["pcie0_rx_bytes_per_s"].view()
+    assert len(rx) == 6 and all(x != x for x in rx[:5]) and rx[5] == 1e6
+    # Position 1 reached 6 times, accepted 5 (all but iteration 1); position 2 reached 5, accepted 4...
+    rates = data.per_position_acceptance()
+    assert rates[0] == pytest.approx(5 / 6) and rates[1] == pytest.approx(4 / 5)
+    assert data.alpha == pytest.approx(14 / (14 + 4))  # accepted / checked (4 iterations rejected one)
+    assert data.col("plain_step_ms")[0] == pytest.approx(9.5)  # from the baseline when records lack it
+
+
+def test_describe_change_labels():
+    a = ControlValues(k=4)
+    assert describe_change(a, replace(a, k=8, temperature=0.5)) == "k 4→8, T 0→0.5"
+    assert describe_change(a, replace(a, adaptive_k=True)) == "adaptive k on"
+
+
+def test_advice_says_plainly_when_speculation_loses():
+    # Drafting 8 ms per token against a 9.5 ms plain step, nothing accepted: speculation must lose.
+    data = RunData()
+    data.extend(synthetic_records(64, k=4, accept=lambda i: 0, draft_ms=8.0))
+    advice = advise(data)
+    assert advice is not None and advice.measured_speedup is not None and advice.measured_speedup < 1
+    assert advice.verdict is not None
+    assert "slower than plain decoding" in advice.verdict
+    assert "drafting costs 84% of a target step" in advice.verdict
+    # A cheap draft that is always accepted wins: no verdict, best k above 1.
+    good = RunData()
+    good.extend(synthetic_records(64, k=4, accept=lambda i: 4, draft_ms=0.5))
+    a2 = advise(good)
+    assert a2 is not None and a2.verdict is None and a2.best_k > 1
+
+
+@needs_qt
+def test_controls_are_coalesced(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    emitted: list[ControlValues] = []
+    w.panel.controls_changed.connect(emitted.append)
+    with qtbot.waitSignal(w.panel.controls_changed, timeout=2000):
+        for k in (5, 6, 7):
+            w.panel.k_spin.setValue(k)
+        w.panel.temp_slider.setValue(70)
+    assert len(emitted) == 1 and emitted[0].k == 7 and emitted[0].temperature == pytest.approx(0.7)
+
+
+@needs_qt
+def test_token_view_styles_hover_and_hide(qtbot, tmp_path):
+    from specscope.app.theme import STATUS_STYLES
+    from specscope.app.widgets.legend import legend_html
+
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(3, k=4, accept=lambda i: [4, 1, 0][i]))
+    shown = w.token_view.shown_tokens()
+    assert [t.status.value for _, t in shown] == ["accepted"] * 4 + ["bonus", "accepted", "rejected",
+                                                                     "correction", "rejected", "correction"]
+    tip = w.token_view.tooltip_for_offset(0) or ""
+    assert "iteration 0" in tip and "accepted" in tip and "p(x) = 0.9000" in tip and "q(x) = 0.8000" in tip
+    assert "min(1, p/q) = 1.0000" in tip and "id 10" in tip  # no tokenizer: top-5 shown as ids
+    rejected_offset = w.token_view._starts[6]
+    assert "min(1, p/q) = 0.1429" in (w.token_view.tooltip_for_offset(rejected_offset) or "")
+    fmt = w.token_view._formats["rejected"]
+    assert fmt.fontStrikeOut() and fmt.foreground().color().name().upper() == STATUS_STYLES["rejected"].colour
+    for status in ("accepted", "rejected", "correction", "bonus"):
+        assert STATUS_STYLES[status].colour in legend_html()
+    w.legend.show_rejected.setChecked(False)
+    assert "rejected" not in {t.status.value for _, t in w.token_view.shown_tokens()}
+
+
+@needs_qt
+def test_plots_show_memory_flags_and_advice(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(80, k=4, flag_every=20))
+    assert set(w.plots.memory.series) == {"host_rss_bytes", "gpu0_used_bytes"}
+    assert len(w.plots.memory.bands) == 4
+    assert "paging" in w.plots.memory.bands[0].toolTip()
+    assert w.plots.k_advisor.advice is not None
+    assert "tok/s" in w.status.metrics.text() and w.status.memory.text() == "gpu0 used 1.86 GiB"
+    assert "paging" in w.status.warning.toolTip()
+
+
+@needs_qt
+def test_settings_persist_between_launches(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.panel.k_spin.setValue(9)
+    w.panel.temp_spin.setValue(0.8)
+    w.panel.set_prompt_text("remember me")
+    w.panel.max_new.setValue(77)
+    w.pair_choice = PairChoice(target="demo", drafter="lookup")
+    w.close()
+    w2 = make_window(qtbot, tmp_path)
+    assert w2.panel.values().k == 9 and w2.panel.values().temperature == pytest.approx(0.8)
+    assert w2.panel.prompt_text() == "remember me" and w2.panel.max_new.value() == 77
+    assert w2.pair_choice.drafter == "lookup"
+
+
+@needs_qt
+def test_interrupted_session_is_offered_and_opens(qtbot, tmp_path):
+    from specscope.core.autosave import SessionRecorder
+
+    rec = SessionRecorder(tmp_path / "data" / "sessions", {"prompt": "crashed"}, background_flush=False)
+    for e in synthetic_records(10):
+        rec.append(e)
+    rec.flush()
+    marker = rec.folder / "RUNNING"
+    info = json.loads(marker.read_text())
+    info.update(pid=2**22 + 12345, process_created=None)  # a process that is not running
+    marker.write_text(json.dumps(info))
+    w = make_window(qtbot, tmp_path, check_interrupted=True)
+    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=5000)
+    assert rec.folder.name in w.banner.label.text()
+    with qtbot.waitSignal(w.trace_opened, timeout=5000):
+        w.banner.action.click()
+    assert w.state == "replay" and len(w.data.records) == 10
+    assert not marker.exists()  # not offered again
+
+
+@needs_qt
+def test_model_picker_round_trips_a_choice(qtbot):
+    from specscope.app.widgets.model_picker import ModelPicker
+
+    for choice in (PairChoice(),
+                   PairChoice(target="/models/big", draft="org/small", drafter="model", target_device="cuda:0",
+                              draft_device="cuda:1", target_dtype="bfloat16", draft_dtype="float16"),
+                   PairChoice(target="org/big", drafter="lookup", target_device="cpu")):
+        picker = ModelPicker(choice)
+        qtbot.addWidget(picker)
+        assert picker.choice() == choice
+    picker = ModelPicker(PairChoice(target="/models/big", drafter="model"))
+    qtbot.addWidget(picker)
+    picker._accept()
+    assert "draft model" in picker.problem.text() and not picker.result()

@@ -1,0 +1,122 @@
+"""The bench's machinery on tiny random models (2 rounds, a few tokens): runs, ratios, checks, reports."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+
+import pytest
+import torch
+
+from specscope.core import bench
+from specscope.core.drafters.model import ModelDrafter
+from specscope.core.pair import LoadedModel, ModelPair
+from tests.models import perturbed, tiny_model
+
+VOCAB = 64
+
+
+class DigitTokenizer:
+    """Just enough tokenizer for the loop's token texts."""
+
+    chat_template = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return " ".join(str(i) for i in ids)
+
+    def __call__(self, text: str) -> dict[str, list[int]]:
+        return {"input_ids": [int(t) % VOCAB for t in text.split()]}
+
+
+@pytest.fixture(scope="module")
+def pair() -> ModelPair:
+    target = tiny_model(3, vocab_size=VOCAB, logit_scale=4.0)
+    draft = perturbed(target, 0.05)
+    cpu = torch.device("cpu")
+    return ModelPair(
+        target=LoadedModel(target, "tiny-target", cpu, torch.float32),
+        tokenizer=DigitTokenizer(),
+        drafter=ModelDrafter(draft, VOCAB, cpu),
+        drafter_kind="model",
+        draft=LoadedModel(draft, "tiny-draft", cpu, torch.float32),
+        vocab_size=VOCAB,
+        description="tiny random pair",
+    )
+
+
+PROMPTS = [bench.BenchPrompt("p1", "prose", [1, 2, 3, 4, 5]), bench.BenchPrompt("c1", "code", [9, 8, 7, 9, 8, 7])]
+
+
+@pytest.fixture(scope="module")
+def rows(pair: ModelPair) -> list[bench.RunRow]:
+    methods = bench.default_methods([3], pair, lookup_tokens=3)
+    return bench.run_bench(pair, PROMPTS, methods, rounds=2, max_new_tokens=12, warmup=False)
+
+
+def test_every_method_runs_on_every_prompt_every_round(rows: list[bench.RunRow]):
+    names = ["plain", "k=3", "adaptive", "heuristic", "hf-assisted k=3", "hf-lookup n=3"]
+    assert {r.method for r in rows} == set(names)
+    assert len(rows) == len(names) * len(PROMPTS) * 2
+    assert all(r.tokens == 12 for r in rows)
+    # the order rotates: round 2 does not start with the same method as round 1
+    firsts = [next(r.method for r in rows if r.round == rnd) for rnd in (0, 1)]
+    assert firsts[0] != firsts[1]
+
+
+def test_greedy_outputs_all_identical_to_plain(rows: list[bench.RunRow], pair: ModelPair):
+    assert bench.find_mismatches(rows, pair, PROMPTS) == []
+    assert all(r.matches_plain for r in rows if r.method != "plain")
+
+
+def test_ratios_and_acceptance_are_filled(rows: list[bench.RunRow]):
+    for r in rows:
+        assert r.ratio_to_plain is not None and r.ratio_to_plain > 0
+        if r.method in ("k=3", "adaptive", "heuristic"):
+            assert r.alpha is not None and 0.0 <= r.alpha <= 1.0
+            assert r.predicted_speedup is not None and r.measured_decode_speedup is not None
+            assert r.tokens_per_pass is not None and 1.0 <= r.tokens_per_pass <= 4.0
+    plain = [r for r in rows if r.method == "plain"]
+    assert all(r.ratio_to_plain == 1.0 and r.tokens_per_pass == 1.0 for r in plain)
+    k3 = [r for r in rows if r.method == "k=3"]
+    assert all(r.mean_k is not None and r.mean_k <= 3.0 for r in k3)
+
+
+def test_assistant_generation_config_is_restored(rows: list[bench.RunRow], pair: ModelPair):
+    assert pair.draft is not None
+    gc = pair.draft.model.generation_config
+    assert gc.num_assistant_tokens != 3 and gc.assistant_confidence_threshold != 0.0
+
+
+def test_a_different_output_is_reported_with_its_first_position(rows: list[bench.RunRow]):
+    changed = [bench.RunRow(**{**r.__dict__}) for r in rows if r.round == 0 and r.prompt_id == "p1"]
+    victim = next(r for r in changed if r.method == "k=3")
+    victim.token_ids = [*victim.token_ids[:5], (victim.token_ids[5] + 1) % VOCAB, *victim.token_ids[6:]]
+    (m,) = bench.find_mismatches(changed)
+    assert (m.method, m.prompt_id, m.position) == ("k=3", "p1", 5)
+
+
+def test_reports(rows: list[bench.RunRow], tmp_path):
+    summary = bench.summarize_methods(rows)
+    assert [s.method for s in summary] == list(dict.fromkeys(r.method for r in rows))
+    plain = next(s for s in summary if s.method == "plain")
+    assert plain.ratio_median == 1.0 and plain.runs == 4
+    assert plain.tps_min <= plain.tps_median <= plain.tps_max
+    text = bench.markdown_report(rows, [], "tiny random pair", "specscope bench --rounds 2", 2, 12)
+    assert "| adaptive |" in text and "prose | code" in text and "identical to plain decoding" in text
+    path = tmp_path / "r.csv"
+    bench.write_csv(rows, path)
+    with path.open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows) and set(bench.CSV_FIELDS) == set(table[0])
+
+
+def test_command_line_rejects_bad_values():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--k", "0,2"])
+    args = parser.parse_args(["--k", "1,2", "--rounds", "0"])
+    assert args.k == [1, 2]
+    assert bench.main(args) == 2
+    assert bench.command_line(args).startswith("specscope bench --target demo --drafter model")
+    assert "--k 1,2 --rounds 0" in bench.command_line(args)

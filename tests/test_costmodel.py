@@ -1,0 +1,91 @@
+"""The cost model against hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specscope.core import costmodel as cm
+
+
+def test_expected_tokens_limits_and_a_middle_case():
+    assert cm.expected_tokens_per_iteration(0.0, 4) == 1.0  # only the target's own token
+    assert cm.expected_tokens_per_iteration(1.0, 4) == 5.0  # every proposal plus the bonus
+    assert cm.expected_tokens_per_iteration(0.5, 2) == pytest.approx(1.75)
+    assert cm.expected_tokens_per_iteration(0.3, 0) == 1.0
+
+
+def test_expected_tokens_from_positions():
+    iid = cm.expected_tokens_per_iteration(0.5, 3)
+    assert cm.expected_tokens_from_positions([0.5], 3) == pytest.approx(iid)
+    assert cm.expected_tokens_from_positions([1.0, 0.5, 0.0], 3) == pytest.approx(2.5)
+    assert cm.expected_tokens_from_positions([], 0) == 1.0
+
+
+def test_predicted_speedup_hand_computed():
+    # E(0.5, 2) = 1.75; iteration = 2*2 + 12 = 16 ms; plain 10 ms/token -> 17.5 / 16
+    assert cm.predicted_speedup(0.5, 2, 10.0, 2.0, 12.0) == pytest.approx(1.09375)
+    # alpha = 0: one token for the whole iteration's cost
+    assert cm.predicted_speedup(0.0, 3, 10.0, 2.0, 11.0, rollback_ms=1.0) == pytest.approx(10.0 / 18.0)
+    # alpha = 1: k+1 tokens
+    assert cm.predicted_speedup(1.0, 3, 10.0, 2.0, 11.0, rollback_ms=1.0) == pytest.approx(40.0 / 18.0)
+
+
+def test_cheap_draft_with_lower_alpha_beats_dear_draft_with_higher_alpha():
+    cheap = cm.predicted_speedup(0.7, 4, 10.0, 1.0, 11.0)  # E = 2.7731, cost 15 ms -> 1.849
+    dear = cm.predicted_speedup(0.9, 4, 10.0, 6.0, 11.0)  # E = 4.0951, cost 35 ms -> 1.170
+    assert cheap == pytest.approx(1.8487, abs=1e-3)
+    assert dear == pytest.approx(1.1700, abs=1e-3)
+    assert cheap > dear
+
+
+def test_break_even_alpha():
+    # k=1: need 1 + a = (5 + 10) / 10 -> a = 0.5
+    assert cm.break_even_alpha(1, 10.0, 5.0, 10.0) == pytest.approx(0.5, abs=1e-9)
+    # k=2: 1 + a + a^2 = 1.6 -> a = (-1 + sqrt(3.4)) / 2
+    assert cm.break_even_alpha(2, 10.0, 2.0, 12.0) == pytest.approx((-1 + math.sqrt(3.4)) / 2, abs=1e-9)
+    # speed-up at the break-even alpha is 1
+    a = cm.break_even_alpha(4, 10.0, 2.5, 12.0, rollback_ms=0.5)
+    assert a is not None
+    assert cm.predicted_speedup(a, 4, 10.0, 2.5, 12.0, 0.5) == pytest.approx(1.0, abs=1e-9)
+    # verification cheaper than a plain step: pays at any alpha
+    assert cm.break_even_alpha(1, 10.0, 0.0, 9.0) == 0.0
+    # a draft dearer than the target cannot pay even at alpha = 1
+    assert cm.break_even_alpha(2, 10.0, 11.0, 10.0) is None
+
+
+def test_verify_cost_interpolates_and_extrapolates_linearly():
+    v = cm.verify_cost_function({1: 10.0, 9: 18.0})
+    assert v(5) == pytest.approx(14.0)
+    assert v(12) == pytest.approx(21.0)
+    assert cm.verify_cost_function({3: 7.0})(10) == 7.0
+    assert cm.verify_cost_function(lambda n: 2.0 * n)(4) == 8.0
+
+
+def test_best_k_hand_computed():
+    # alpha 0.8, plain 10 ms, draft 2 ms, verify 10 + 0.5 (n - 1):
+    # k=2: 2.44/15 * 10 = 1.627, k=3: 2.952/17.5 * 10 = 1.687, k=4: 3.3616/20 * 10 = 1.681
+    k, s = cm.best_k(0.8, 10.0, 2.0, {1: 10.0, 2: 10.5})
+    assert (k, s) == (3, pytest.approx(1.6869, abs=1e-3))
+    assert cm.best_k(0.0, 10.0, 2.0, {1: 10.0})[0] == 1  # nothing accepted: the fewest guesses
+    assert cm.best_k(1.0, 10.0, 0.0, {1: 10.0}, k_range=range(1, 9))[0] == 8  # free, perfect: the most
+    curve = cm.speedup_curve(0.8, 10.0, 2.0, {1: 10.0, 2: 10.5}, k_range=range(1, 6))
+    assert [k for k, _ in curve] == [1, 2, 3, 4, 5]
+    assert max(curve, key=lambda kv: kv[1])[0] == 3
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: cm.expected_tokens_per_iteration(1.5, 2),
+        lambda: cm.expected_tokens_per_iteration(0.5, -1),
+        lambda: cm.predicted_speedup(0.5, 2, 10.0, -1.0, 12.0),
+        lambda: cm.break_even_alpha(2, 0.0, 1.0, 1.0),
+        lambda: cm.verify_cost_function({}),
+        lambda: cm.best_k(0.5, 10.0, 1.0, {1: 10.0}, k_range=[]),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(call):
+    with pytest.raises(ValueError):
+        call()
