@@ -66,6 +66,18 @@ def describe_error(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+def _leave_a_core_for_the_gui(pair: Any) -> None:
+    """On CPU, torch would take every core and starve the event loop (p99 latency x5 here): keep one free."""
+    device = getattr(getattr(pair, "target", None), "device", None)
+    if getattr(device, "type", "cpu") != "cpu":
+        return
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+
+
 def _session_stream(pair: Any, controls: Controls, request: RunRequest, prompt_ids: list[int]):
     """The full session (measurement, memory, paging) when present; otherwise the bare decoder."""
     try:
@@ -127,6 +139,7 @@ class Worker(QObject):
             self.load_failed.emit(describe_error(exc))
             return
         self.pair = pair
+        _leave_a_core_for_the_gui(pair)
         self.loaded.emit(str(getattr(pair, "description", "") or "pair loaded"))
 
     @Slot(object, object)
