@@ -66,7 +66,9 @@ case "$cmd" in
     test)
         ensure_venv
         lint
-        QT_QPA_PLATFORM=offscreen "$VENV/bin/python" -m pytest "$@"
+        # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
+        QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
+            "$VENV/bin/python" -m pytest "$@"
         ;;
     app) ensure_venv; exec "$VENV/bin/specscope" "$@" ;;
     *) echo "usage: $0 app|test|setup|lint" >&2; exit 2 ;;

@@ -62,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("specscope")
     app.setOrganizationName("specscope")
+    app.setDesktopFileName("io.github.specscope.Specscope")  # Wayland app_id = packaging/*.desktop
+    app.setWindowIcon(_app_icon())
     window = MainWindow(check_interrupted=not args.open_trace and not args.screenshot)
     if args.prompt:
         window.panel.set_prompt_text(args.prompt)
@@ -87,6 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.screenshot:
         _arm_screenshot(window, args.screenshot, args.screenshot_after)
     return int(app.exec())
+
+
+def _app_icon():
+    from importlib.resources import files
+
+    from PySide6.QtGui import QIcon
+
+    icons = files("specscope.resources") / "icons"
+    icon = QIcon()
+    for size in (16, 32, 48, 64, 128, 256):
+        icon.addFile(str(icons / f"specscope-{size}.png"))
+    return icon
 
 
 def _arm_screenshot(window, path: str, after: int) -> None:
