@@ -209,8 +209,9 @@ class Decoder:
                 if values is None:
                     finish = "stop"
                     break
+                # A first baseline before iteration 0, so a speed-up is known from the start.
                 if controls.take_baseline_request() or (
-                    opts.baseline_every and iteration and iteration % opts.baseline_every == 0
+                    opts.baseline_every and iteration % opts.baseline_every == 0
                 ):
                     b = self.measure_baseline(ids, iteration, opts)
                     baselines.append(b)
@@ -304,7 +305,7 @@ class Decoder:
     ) -> IterationRecord:
         assert self.drafter is not None
         if values.adaptive_k and self.k_policy is not None:
-            values = replace(values, k=max(1, min(K_MAX, self.k_policy.choose_k(K_MAX))))
+            values = replace(values, k=max(0, min(K_MAX, self.k_policy.choose_k(K_MAX))))
         remaining = opts.max_new_tokens - (len(ids) - n_prompt)
         k = max(0, min(values.k, remaining - 1))  # never draft past max_new_tokens
         t_start = time.monotonic()

@@ -27,7 +27,7 @@ mkdir -p docs
 OUT=docs/screenshot.png
 rm -f "$OUT" "$OUT.done"
 unset QT_QPA_PLATFORM
-"$PY" scripts/screenshot_app.py "$OUT" --iterations "$ITERATIONS" &
+"$PY" scripts/screenshot_app.py "$OUT" --iterations "$ITERATIONS" "${@:2}" &
 APP_PID=$!
 # Wait for the app to save its grab, then capture the whole X screen while it lingers.
 while kill -0 "$APP_PID" 2>/dev/null && [ ! -f "$OUT.done" ]; do sleep 0.5; done

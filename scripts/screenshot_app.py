@@ -20,8 +20,10 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
     p.add_argument("--iterations", type=int, default=70)
-    p.add_argument("--change-k-at", type=int, default=30)
+    p.add_argument("--change-k-at", type=int, default=20)
     p.add_argument("--linger-ms", type=int, default=4000)
+    p.add_argument("--drafter", default="lookup", choices=["model", "lookup", "early-exit"],
+                   help="the demo's drafter (lookup: the one that wins on this CPU for structured text)")
     p.add_argument("--timeout-s", type=int, default=240)
     args = p.parse_args()
 
@@ -45,9 +47,11 @@ def main() -> int:
     window.resize(1600, 1000)
     window.panel.max_new.setValue(400)
     window.panel.set_prompt_text(
-        "Rewrite this list in the same format, sorted by name:\n"
+        "Repeat this list exactly, adding a field 'status': 'active' to every entry:\n"
         "- name: Alice, role: engineer, team: compilers\n- name: Carol, role: manager, team: runtime\n"
-        "- name: Bob, role: engineer, team: runtime\n- name: Dave, role: intern, team: compilers")
+        "- name: Bob, role: engineer, team: runtime\n- name: Dave, role: intern, team: compilers\n"
+        "- name: Erin, role: engineer, team: kernels\n- name: Frank, role: manager, team: kernels\n"
+        "- name: Grace, role: researcher, team: runtime\n- name: Heidi, role: engineer, team: compilers")
     window.show()
     state: dict[str, bool] = {"k_changed": False, "done": False}
 
@@ -89,7 +93,7 @@ def main() -> int:
 
     window.pair_failed.connect(fallback)  # a window signal: handled on the GUI thread
     window.pair_ready.connect(window.start_run)
-    QTimer.singleShot(0, lambda: window.load_pair(PairChoice()))
+    QTimer.singleShot(0, lambda: window.load_pair(PairChoice(drafter=args.drafter)))
     poll = QTimer(window)
     poll.timeout.connect(check)
     poll.start(250)
