@@ -7,6 +7,8 @@ Both implement ``speculative.KPolicy``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import costmodel
 from .live import LiveMeasurement
 from .records import BaselineRecord, IterationRecord
@@ -99,52 +101,65 @@ def position_counts(records: list[IterationRecord]) -> PositionCounts:
 
 
 class CostModelKPolicy:
-    """Chooses k to maximise predicted speed-up = plain * E(k) / (k*draft + verify(k+1) + fixed).
+    """Chooses k to maximise predicted speed-up = E(k) / (k*draft + verify(k+1) + fixed), k = 0 included.
 
+    - k = 0 (no draft this iteration: a plain target step through the loop) is a candidate: when no k >= 1
+      is predicted to beat it (the draft costs more than its acceptance earns), the policy stops drafting,
+      and every ``probe_every`` choices it drafts one proposal to re-measure acceptance (and the draft
+      step), so it comes back when acceptance rises. A probe costs little: k = 1 is near break-even then.
     - E(k) uses per-position conditional acceptance (acceptance comes in runs, so the iid alpha
       under-predicts what the positions after an accepted one are worth), counted by the policy itself with
       exponential forgetting (``decay``), a longer memory than the live window: deep positions are judged
       rarely. Costs (draft step, verify by pass length, fixed per-iteration) come from the live window.
     - Every ``explore_every`` choices it tries one more proposal than its choice, so the acceptance at the
-      next position and the verify cost at the next length keep being measured.
+      next position and the verify cost at the next length keep being measured; but only when that k is
+      predicted to lose at most ``explore_margin`` (relative): where drafting is dear, a deeper probe
+      costs much more than what it could reveal.
     - It never goes more than ``reach`` positions past the positions it has measured (judged at least
       ``min_trials`` times), so a run of full acceptances at k=4 is not extrapolated to k=16 in one jump;
       while everything is accepted it climbs by ``reach`` per iteration, as fast as the heuristic.
     - It changes k only when the gain over the current k exceeds ``hysteresis`` (relative), so noise in the
       timings does not make it flap.
-    Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``.
+    Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``; it starts
+    small because a too-large k costs far more on a machine where drafting is dear than a too-small one
+    loses where it is cheap (it climbs by ``reach`` per iteration).
     """
 
     def __init__(
         self,
         live: LiveMeasurement,
-        k_min: int = 1,
+        k_min: int = 0,
         k_max: int = 16,
-        initial_k: int = 4,
+        initial_k: int = 1,
         min_iterations: int = 2,
         explore_every: int = 8,
+        probe_every: int = 8,
+        explore_margin: float = 0.1,
         hysteresis: float = 0.03,
         prior_weight: float = 2.0,
         min_trials: float = 1.0,
         decay: float = 0.98,
         reach: int = 2,
     ):
-        if not 1 <= k_min <= k_max:
-            raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
-        if hysteresis < 0 or prior_weight < 0 or explore_every < 0 or reach < 1:
-            raise ValueError("hysteresis, prior_weight and explore_every must be >= 0, reach >= 1")
+        if not 0 <= k_min <= k_max or k_max < 1:
+            raise ValueError(f"need 0 <= k_min <= k_max and k_max >= 1, got k_min={k_min}, k_max={k_max}")
+        if min(hysteresis, prior_weight, explore_every, probe_every, explore_margin) < 0 or reach < 1:
+            raise ValueError("hysteresis, prior_weight, explore_every, probe_every and explore_margin must be "
+                             ">= 0, reach >= 1")
         self.live = live
         self.k_min, self.k_max = k_min, k_max
-        self.initial_k = min(max(initial_k, k_min), k_max)
+        self.initial_k = min(max(initial_k, k_min, 1), k_max)  # it cannot measure anything without drafting
         self.min_iterations = min_iterations
         self.explore_every = explore_every
+        self.probe_every = probe_every
+        self.explore_margin = explore_margin
         self.hysteresis = hysteresis
         self.prior_weight = prior_weight
         self.min_trials = min_trials
         self.reach = reach
         self.counts = PositionCounts(decay)
         self.k = self.initial_k
-        self.scores: dict[int, float] = {}  # last predicted (relative) speed-up per k, for display
+        self.scores: dict[int, float] = {}  # last predicted speed-up over plain per k, for display
         self._choices = 0
 
     def reset(self) -> None:
@@ -160,19 +175,41 @@ class CostModelKPolicy:
     def observe_baseline(self, baseline: BaselineRecord) -> None:
         self.live.observe_baseline(baseline)
 
+    def _costs(self) -> tuple[Callable[[int], float], float, float, float, int] | None:
+        """(verify by pass length, draft step, fixed, plain step) in ms and the longest measured pass;
+        None before any verify timing.
+
+        A k = 0 iteration is a pass of length 1; its cost is the curve's (the sweep's) where measured, else
+        the baseline's plain step, else the shortest measured pass's: never extrapolated below it, so an
+        early, noisy slope cannot make not drafting look cheap. The plain step (the unit of the scores)
+        is the baseline's, else the cost of a pass of length 1.
+        """
+        by_len = self.live.verify_ms_by_len
+        if not by_len:
+            return None
+        longest = max(by_len)
+        plain_step = self.live.plain_step_ms
+        if 1 not in by_len:
+            by_len = {**by_len, 1: plain_step if plain_step is not None else by_len[min(by_len)]}
+        verify = costmodel.verify_cost_function(monotone_verify_costs(by_len))
+        draft, fixed = self.live.draft_step_ms or 0.0, self.live.fixed_ms or 0.0
+        return verify, draft, fixed, plain_step or verify(1), longest
+
     def predicted_scores(self, hi: int) -> dict[int, float] | None:
-        """Predicted speed-up for k in k_min..hi (relative to 1 plain step if none is measured yet)."""
+        """Predicted speed-up over plain decoding for k in k_min..hi.
+
+        Candidates stop ``reach`` positions past the measured acceptance, and one proposal past the
+        longest pass whose verify cost is measured (the sweep measures up to its own length; before it,
+        a longer pass's cost is a guess, and on a machine where verification is dear a wrong one costs).
+        """
         records = self.live.window_records()
         alpha = self.counts.pooled
-        verify_by_len = self.live.verify_ms_by_len
-        if len(records) < self.min_iterations or alpha is None or not verify_by_len:
+        costs = self._costs()
+        if len(records) < self.min_iterations or alpha is None or costs is None:
             return None
-        draft = self.live.draft_step_ms or 0.0
-        fixed = self.live.fixed_ms or 0.0
-        plain = self.live.plain_step_ms or 1.0
-        verify = costmodel.verify_cost_function(monotone_verify_costs(verify_by_len))
-        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach))
-        cond = self.counts.conditional(hi, alpha, self.prior_weight)
+        verify, draft, fixed, plain, longest = costs
+        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach, longest))
+        cond = self.counts.conditional(max(hi, 1), alpha, self.prior_weight)
         scores: dict[int, float] = {}
         for k in range(self.k_min, hi + 1):
             cost = k * draft + verify(k + 1) + fixed
@@ -191,7 +228,11 @@ class CostModelKPolicy:
         best = max(scores, key=lambda k: (scores[k], -k))
         if scores.get(self.k, 0.0) < scores[best] * (1.0 - self.hysteresis):
             self.k = best
-        if self.explore_every and self._choices % self.explore_every == 0 and self.k < hi:
+        if self.k == 0:
+            probe = self.probe_every and self._choices % self.probe_every == 0 and hi >= 1
+            return 1 if probe else 0
+        explore = self.explore_every and self._choices % self.explore_every == 0 and self.k < hi
+        if explore and scores.get(self.k + 1, 0.0) >= scores[self.k] * (1.0 - self.explore_margin):
             return self.k + 1
         return self.k
 

@@ -13,8 +13,12 @@ from specscope.core.adaptive import (
     monotone_verify_costs,
     position_counts,
 )
+from specscope.core.controls import Controls
+from specscope.core.drafters.model import ModelDrafter
 from specscope.core.live import LiveMeasurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import perturbed, tiny_model
 
 SWEEP = {n: 10.0 + 0.5 * (n - 1) for n in range(1, 18)}  # verify cost by pass length
 
@@ -55,8 +59,48 @@ def test_everything_accepted_with_a_cheap_draft_climbs_two_positions_past_the_me
     assert policy_fed([rec(4, 4, draft_step_ms=0.1) for _ in range(8)], reach=1).choose_k(16) == 5
 
 
-def test_nothing_accepted_goes_to_k_min():
-    assert policy_fed([rec(4, 0) for _ in range(8)]).choose_k(16) == 1
+def test_nothing_accepted_stops_drafting_and_probes_with_one_proposal():
+    policy = policy_fed([rec(4, 0) for _ in range(8)], probe_every=4)
+    assert [policy.choose_k(16) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]
+    assert policy.scores[0] > policy.scores[1]
+    assert policy_fed([rec(4, 0) for _ in range(8)], k_min=1).choose_k(16) == 1
+    assert policy_fed([rec(4, 0) for _ in range(8)], probe_every=0).choose_k(16) == 0  # probes off
+
+
+def test_a_dear_draft_makes_every_k_lose_and_rising_acceptance_brings_drafting_back():
+    # alpha about 0.4 with a draft step at 0.6 of a plain step: no k pays (k=1: 1.4 / 16.7 < 1 / 10.2)
+    records = [rec(1, 1, draft_step_ms=6.0), rec(1, 0, draft_step_ms=6.0), rec(1, 0, draft_step_ms=6.0)] * 3
+    policy = policy_fed([*records, rec(1, 1, draft_step_ms=6.0)], probe_every=2)
+    assert policy.choose_k(16) == 0
+    assert policy.scores[0] == max(policy.scores.values())
+    chosen = []
+    for _ in range(30):  # the probes now accept everything: acceptance climbs until drafting pays again
+        k = policy.choose_k(16)
+        chosen.append(k)
+        if k:
+            policy.observe(rec(k, k, draft_step_ms=6.0))
+        else:
+            policy.observe(rec(0, 0))
+    assert chosen[:2] == [1, 0]  # a probe every other choice while not drafting
+    assert chosen[-5:] == [chosen[-1]] * 5 and chosen[-1] >= 1  # drafting again, every iteration
+
+
+def test_k_zero_costs_a_plain_step_when_the_sweep_has_no_length_one():
+    # a baseline without a sweep: the cost of not drafting is its plain step (12 ms, dear) ...
+    records = [rec(1, 1, draft_step_ms=4.0), rec(1, 0, draft_step_ms=4.0)] * 4
+    live = LiveMeasurement(window=64)
+    live.observe_baseline(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
+    policy = CostModelKPolicy(live, explore_every=0)
+    for r in records:
+        policy.observe(replace(r))
+    assert policy.choose_k(16) >= 1
+    # ... and with a cheap plain step (6 ms) drafting does not pay at the same acceptance
+    live = LiveMeasurement(window=64)
+    live.observe_baseline(BaselineRecord(0, 10, [6.0, 6.0, 6.0]))
+    policy = CostModelKPolicy(live, explore_every=0)
+    for r in records:
+        policy.observe(replace(r))
+    assert policy.choose_k(16) == 0
 
 
 def test_dear_draft_at_middling_alpha_prefers_small_k():
@@ -98,18 +142,59 @@ def test_hysteresis_keeps_k_when_the_gain_is_small():
     assert policy_fed(records, initial_k=3, hysteresis=0.0).choose_k(16) == best
 
 
-def test_explores_one_deeper_every_n_choices():
+def unswept_policy(records: list[IterationRecord]) -> CostModelKPolicy:
+    """A policy that has seen these records and no baseline: verify costs only from the window."""
+    policy = CostModelKPolicy(LiveMeasurement(window=64), explore_every=0, hysteresis=0.0)
+    for r in records:
+        policy.observe(replace(r))
+    return policy
+
+
+def test_before_a_sweep_it_drafts_at_most_one_past_the_longest_measured_pass():
+    policy = unswept_policy([rec(1, 1, draft_step_ms=0.1) for _ in range(8)])
+    assert policy.choose_k(16) == 2  # positions allow 3, but a pass of 4 has never been timed
+    assert max(policy.scores) == 2
+    policy.observe(rec(2, 2, draft_step_ms=0.1))
+    assert policy.choose_k(16) == 3
+
+
+def test_before_a_sweep_not_drafting_costs_at_least_the_shortest_measured_pass():
+    # passes of 2 and 4 timed (10.5, 11.5 ms): the line through them would put a pass of 1 at 10 ms
+    policy = unswept_policy([rec(1, 0), rec(3, 0)] * 4)
+    policy.choose_k(16)
+    assert policy.scores[0] == pytest.approx(10.5 / (10.5 + 0.2))  # plain unit = a pass of 1 = 10.5 ms
+
+
+def explorer(draft_step_ms: float) -> CostModelKPolicy:
+    """A policy at k=1 with acceptance 0.5 at position 0 and position 1 never judged."""
     live = LiveMeasurement(window=64)
     live.observe_baseline(BaselineRecord(0, 10, [10.0], verify_ms_by_len=dict(SWEEP)))
-    policy = CostModelKPolicy(live, explore_every=3, initial_k=2)
-    for r in [rec(2, 0) for _ in range(8)]:
+    policy = CostModelKPolicy(live, explore_every=3, initial_k=1, reach=1)
+    for r in [rec(1, 1, draft_step_ms), rec(1, 0, draft_step_ms)] * 4:
         policy.observe(r)
+    return policy
+
+
+def test_explores_one_deeper_every_n_choices_when_it_could_pay():
+    # draft 3 ms: k=1 is the best guess (1.5 / 13.7), k=2 would win if position 1 were always accepted
+    policy = explorer(3.0)
     assert [policy.choose_k(16) for _ in range(6)] == [1, 1, 2, 1, 1, 2]
+
+
+def test_does_not_explore_deeper_when_predicted_to_lose_more_than_the_margin():
+    # draft 4.5 ms: k=2 predicted 1.75 / 20.2 against k=1's 1.5 / 15.2, 12% worse
+    policy = explorer(4.5)
+    assert [policy.choose_k(16) for _ in range(6)] == [1] * 6
+    assert policy.scores[2] < 0.9 * policy.scores[1]
 
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         CostModelKPolicy(LiveMeasurement(), k_min=5, k_max=2)
+    with pytest.raises(ValueError):
+        CostModelKPolicy(LiveMeasurement(), k_min=0, k_max=0)
+    with pytest.raises(ValueError):
+        CostModelKPolicy(LiveMeasurement(), probe_every=-1)
     with pytest.raises(ValueError):
         HeuristicKPolicy(k_min=0)
 
@@ -132,3 +217,55 @@ def test_heuristic_is_transformers_schedule():
 def test_verify_curve_is_made_monotone():
     assert monotone_verify_costs({1: 10.0, 2: 14.0, 3: 12.0, 4: 15.0}) == {1: 10.0, 2: 13.0, 3: 13.0, 4: 15.0}
     assert monotone_verify_costs({1: 5.0, 3: 7.0}) == {1: 5.0, 3: 7.0}
+
+
+class ScriptedPolicy:
+    """Chooses k from a fixed cycle (0 = do not draft), feeding the live measurement like the real one."""
+
+    def __init__(self, cycle: list[int]):
+        self.cycle, self.i, self.live = cycle, 0, LiveMeasurement(window=64)
+
+    def choose_k(self, k_max: int) -> int:
+        self.i += 1
+        return self.cycle[(self.i - 1) % len(self.cycle)]
+
+    def observe(self, record: IterationRecord) -> None:
+        self.live.observe(record)
+
+    def observe_baseline(self, baseline: BaselineRecord) -> None:
+        self.live.observe_baseline(baseline)
+
+
+def test_iterations_without_a_draft_keep_the_output_and_the_measurements_right():
+    target = tiny_model(0, vocab_size=64, logit_scale=3.0)
+    draft = perturbed(target, 0.03)
+    prompt = [7, 8, 9, 10]
+    plain = Decoder(target, 64).run(prompt, options=DecodeOptions(max_new_tokens=40), plain=True).token_ids
+    # runs of k=0 make the draft catch up on several committed tokens at its next proposal
+    policy = ScriptedPolicy([0, 0, 0, 2, 0, 1, 3, 0, 0])
+    decoder = Decoder(target, 64, drafter=ModelDrafter(draft, 64), k_policy=policy)
+    result = decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=True)),
+                         DecodeOptions(max_new_tokens=40, baseline_every=8, verify_sweep=True, sweep_k_max=3))
+    assert result.token_ids == plain
+    skipped = [r for r in result.iterations if r.controls.k == 0]
+    assert skipped and all(r.n_drafted == 0 and r.n_accepted == 0 and r.n_emitted == 1 for r in skipped)
+    assert sum(r.n_accepted for r in result.iterations) > 0
+    live = policy.live
+    assert live.alpha is not None and 0.0 < live.alpha <= 1.0
+    assert live.draft_step_ms is not None and live.draft_step_ms > 0.0  # from the iterations that drafted
+    assert 1 in live.verify_ms_by_len and live.measured_speedup is not None
+
+
+def test_the_cost_model_policy_drives_the_loop_with_k_zero_allowed():
+    target = tiny_model(0, vocab_size=64, logit_scale=3.0)
+    useless = tiny_model(1, vocab_size=64, logit_scale=3.0)  # nearly never agrees: drafting cannot pay
+    prompt = [1, 2, 3]
+    plain = Decoder(target, 64).run(prompt, options=DecodeOptions(max_new_tokens=48), plain=True).token_ids
+    policy = CostModelKPolicy(LiveMeasurement(window=32))
+    decoder = Decoder(target, 64, drafter=ModelDrafter(useless, 64), k_policy=policy)
+    result = decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=True)),
+                         DecodeOptions(max_new_tokens=48, baseline_every=16, verify_sweep=True, sweep_k_max=4))
+    assert result.token_ids == plain
+    ks = [r.controls.k for r in result.iterations]
+    assert ks[0] == 1 and max(ks) <= 2
+    assert ks.count(0) > len(ks) // 2  # mostly not drafting, with a probe now and then
