@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("specscope")
     app.setOrganizationName("specscope")
-    app.setDesktopFileName("io.github.specscope.Specscope")  # Wayland app_id = packaging/*.desktop
-    app.setWindowIcon(_app_icon())
+    QApplication.setDesktopFileName("io.github.specscope.Specscope")  # Wayland app_id = packaging/*.desktop
+    QApplication.setWindowIcon(_app_icon())
     window = MainWindow(check_interrupted=not args.open_trace and not args.screenshot)
     if args.prompt:
         window.panel.set_prompt_text(args.prompt)

@@ -120,9 +120,10 @@ class CostModelKPolicy:
       while everything is accepted it climbs by ``reach`` per iteration, as fast as the heuristic.
     - It changes k only when the gain over the current k exceeds ``hysteresis`` (relative), so noise in the
       timings does not make it flap.
-    Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``; it starts
-    small because a too-large k costs far more on a machine where drafting is dear than a too-small one
-    loses where it is cheap (it climbs by ``reach`` per iteration).
+    Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``: one
+    iteration, because the first already measures the draft step, and where drafting is dear a too-large
+    k costs much per iteration; while on short, repetitive outputs (prompt lookup on structured text)
+    starting deep is most of the gain.
     """
 
     def __init__(
@@ -130,8 +131,8 @@ class CostModelKPolicy:
         live: LiveMeasurement,
         k_min: int = 0,
         k_max: int = 16,
-        initial_k: int = 1,
-        min_iterations: int = 2,
+        initial_k: int = 4,
+        min_iterations: int = 1,
         explore_every: int = 8,
         probe_every: int = 8,
         explore_margin: float = 0.1,
@@ -175,9 +176,8 @@ class CostModelKPolicy:
     def observe_baseline(self, baseline: BaselineRecord) -> None:
         self.live.observe_baseline(baseline)
 
-    def _costs(self) -> tuple[Callable[[int], float], float, float, float, int] | None:
-        """(verify by pass length, draft step, fixed, plain step) in ms and the longest measured pass;
-        None before any verify timing.
+    def _costs(self) -> tuple[Callable[[int], float], float, float, float] | None:
+        """(verify by pass length, draft step, fixed, plain step) in ms; None before any verify timing.
 
         A k = 0 iteration is a pass of length 1; its cost is the curve's (the sweep's) where measured, else
         the baseline's plain step, else the shortest measured pass's: never extrapolated below it, so an
@@ -187,28 +187,22 @@ class CostModelKPolicy:
         by_len = self.live.verify_ms_by_len
         if not by_len:
             return None
-        longest = max(by_len)
         plain_step = self.live.plain_step_ms
         if 1 not in by_len:
             by_len = {**by_len, 1: plain_step if plain_step is not None else by_len[min(by_len)]}
         verify = costmodel.verify_cost_function(monotone_verify_costs(by_len))
         draft, fixed = self.live.draft_step_ms or 0.0, self.live.fixed_ms or 0.0
-        return verify, draft, fixed, plain_step or verify(1), longest
+        return verify, draft, fixed, plain_step or verify(1)
 
     def predicted_scores(self, hi: int) -> dict[int, float] | None:
-        """Predicted speed-up over plain decoding for k in k_min..hi.
-
-        Candidates stop ``reach`` positions past the measured acceptance, and one proposal past the
-        longest pass whose verify cost is measured (the sweep measures up to its own length; before it,
-        a longer pass's cost is a guess, and on a machine where verification is dear a wrong one costs).
-        """
+        """Predicted speed-up over plain decoding for k in k_min..hi (and ``reach`` past measured positions)."""
         records = self.live.window_records()
         alpha = self.counts.pooled
         costs = self._costs()
         if len(records) < self.min_iterations or alpha is None or costs is None:
             return None
-        verify, draft, fixed, plain, longest = costs
-        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach, longest))
+        verify, draft, fixed, plain = costs
+        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach))
         cond = self.counts.conditional(max(hi, 1), alpha, self.prior_weight)
         scores: dict[int, float] = {}
         for k in range(self.k_min, hi + 1):
