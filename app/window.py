@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,10 @@ ADVICE_EVERY_S = 0.5  # the cost-model curve changes slowly; recompute it twice 
 # Painting the plots is the GUI's biggest cost (software rendering, and every paint callback needs the GIL
 # the decoding thread is using). During a run each tick redraws one plot in turn, so no event-loop turn
 # paints all six: each plot updates at 30/6 = 5 Hz, tokens and the status bar at 30 Hz.
+# A tick also caps its own work: it ingests records in chunks until a time budget is spent (the rest wait in
+# a queue for the next tick, none is dropped), and skips the plot redraw when ingesting already used it.
+INGEST_CHUNK = 32  # records per RunData.extend call
+TICK_BUDGET_S = 0.012  # ingest time after which this tick takes no more records and redraws no plot
 
 
 def merge_events(records: list[IterationRecord], baselines: list[BaselineRecord]) -> list[Any]:
@@ -125,6 +130,7 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
         self._advice_at = 0.0
+        self._pending: deque[Any] = deque()  # drained from the worker, not yet ingested
         self._run_started_at: float | None = None
         self.host = WorkerHost(self)
 
@@ -376,7 +382,7 @@ class MainWindow(QMainWindow):
 
     def _catch_up(self) -> None:
         """Drain what is left and redraw every plot (during a run they redraw one per tick)."""
-        self.tick()
+        self.drain_all()
         self.advice = advise(self.data)
         self.plots.refresh(self.data, self.advice)
         self.status.update(self.data, self.advice)
@@ -400,14 +406,29 @@ class MainWindow(QMainWindow):
 
     # ---- the 30 Hz tick --------------------------------------------------------------------------------
     def tick(self) -> None:
-        events = self.host.buffer.drain()
+        self._pending.extend(self.host.buffer.drain())
+        started = time.monotonic()
+        n_records = 0
+        while self._pending:  # at least one chunk per tick, so a backlog always shrinks
+            chunk = [self._pending.popleft() for _ in range(min(INGEST_CHUNK, len(self._pending)))]
+            self.ingest(chunk, record=True, redraw=False)
+            n_records += sum(1 for e in chunk if isinstance(e, IterationRecord))
+            if time.monotonic() - started >= TICK_BUDGET_S:
+                break
+        if time.monotonic() - started < TICK_BUDGET_S and self.plots.stale(self.data):
+            self.plots.refresh_one(self.data, self.advice)  # else deferred: the next tick redraws
+        self.drained.emit(n_records)
+
+    def drain_all(self) -> None:
+        """Ingest everything the worker handed over, however long it takes (end of run, closing)."""
+        self._pending.extend(self.host.buffer.drain())
+        events = list(self._pending)
+        self._pending.clear()
         if events:
-            self.ingest(events, record=True)
-        elif self.plots.stale(self.data):
-            self.plots.refresh_one(self.data, self.advice)
+            self.ingest(events, record=True, redraw=False)
         self.drained.emit(sum(1 for e in events if isinstance(e, IterationRecord)))
 
-    def ingest(self, events: list[Any], record: bool = False) -> None:
+    def ingest(self, events: list[Any], record: bool = False, redraw: bool = True) -> None:
         n_before = len(self.data.records)
         self.data.extend(events)
         new_records = self.data.records[n_before:]
@@ -421,13 +442,14 @@ class MainWindow(QMainWindow):
         if now - self._advice_at >= ADVICE_EVERY_S or not live:
             self._advice_at = now
             self.advice = advise(self.data)
-        if live:
+        if redraw and live:
             self.plots.refresh_one(self.data, self.advice)
-        else:
+        elif redraw:
             self.plots.refresh(self.data, self.advice)
         self.status.update(self.data, self.advice)
 
     def _reset_view(self) -> None:
+        self._pending.clear()
         self.data = RunData()
         self.advice = None
         self.token_view.clear_tokens()
@@ -583,7 +605,7 @@ class MainWindow(QMainWindow):
         was_running = self.host.running
         ended = self.host.shutdown()
         if ended:
-            self.tick()
+            self.drain_all()
         self._close_recorder(ok=True)
         if not ended:
             log.warning("the worker did not stop in time (still inside a model call)")

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..run_data import RunData
 from ..theme import PLOT_COLOURS
+from .plot_base import cache_axes
 
 
 class AcceptanceBars(pg.PlotWidget):
@@ -21,10 +22,12 @@ class AcceptanceBars(pg.PlotWidget):
         pi.setYRange(0, 1.05)
         pi.enableAutoRange(axis="y", enable=False)
         pi.showGrid(y=True, alpha=0.2)
+        cache_axes(pi)
         self.setMinimumHeight(150)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=PLOT_COLOURS["bars"], pen=None)
         pi.addItem(self.bars)
         self._version = -1
+        self._positions = 0
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:
@@ -34,9 +37,11 @@ class AcceptanceBars(pg.PlotWidget):
         x = np.arange(1, len(rates) + 1)
         ok = ~np.isnan(rates)
         self.bars.setOpts(x=x[ok], height=rates[ok], width=0.7)
-        if len(x):
+        if len(x) and len(x) != self._positions:  # a new range re-renders the axis: only when k grew
+            self._positions = len(x)
             self.getPlotItem().setXRange(0.4, len(x) + 0.6, padding=0)
 
     def reset(self) -> None:
         self._version = -1
+        self._positions = 0
         self.bars.setOpts(x=[], height=[])

@@ -6,7 +6,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from ..run_data import RunData
 from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot, pen
+from .plot_base import LivePlot, RangeFollower, pen
 
 
 class AlphaPlot(LivePlot):
@@ -17,8 +17,9 @@ class AlphaPlot(LivePlot):
         pi = self.plot_item
         pi.setLabel("left", "α")
         pi.setYRange(0, 1.05)
-        pi.enableAutoRange(axis="y", enable=False)
-        self.tokens = pg.PlotDataItem([], [], pen=pen(PLOT_COLOURS["tokens_per_iteration"], 1, "dot"))
+        self.follower.follow_y = False  # α is always 0..1
+        # Solid, not dotted: a dashed pen along a zig-zag of thousands of points is the costliest paint here.
+        self.tokens = pg.PlotDataItem([], [], pen=pen(PLOT_COLOURS["tokens_per_iteration"], 1))
         self.tokens.setDownsampling(auto=True, method="mean")
         self.tokens.setClipToView(True)
         # Tokens per iteration lives on a second view box bound to the right axis.
@@ -29,6 +30,7 @@ class AlphaPlot(LivePlot):
         pi.getAxis("right").setLabel("tokens / iteration")
         self.right.setXLink(pi)
         self.right.addItem(self.tokens)
+        self.right_follower = RangeFollower(self.right, x=False)
         pi.vb.sigResized.connect(self._sync_views)
         pi.legend.addItem(self.tokens, "tokens/iter (right)")
         self.window = self.curve("α window", PLOT_COLOURS["alpha_window"], width=2)
@@ -42,6 +44,11 @@ class AlphaPlot(LivePlot):
         x = data.col("iteration")
         self.window.setData(x, data.col("alpha_window"), connect="finite")
         self.cumulative.setData(x, data.col("alpha_cumulative"), connect="finite")
-        self.tokens.setData(x, data.col("tokens_per_iteration"))
-        if len(x):
-            self.right.setYRange(0, max(2.0, float(data.col("tokens_per_iteration").max()) + 0.5))
+        tokens = data.col("tokens_per_iteration")
+        self.tokens.setData(x, tokens)
+        self.right_follower.observe(tokens)
+        self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
+
+    def reset(self) -> None:
+        super().reset()
+        self.right_follower.reset()

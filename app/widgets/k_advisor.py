@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..estimates import Advice
 from ..theme import PLOT_COLOURS
-from .plot_base import pen
+from .plot_base import cache_axes, pen
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -20,6 +20,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.setLabel("bottom", "k")
         pi.setLabel("left", "×")
         pi.showGrid(x=True, y=True, alpha=0.2)
+        cache_axes(pi)
         self.setMinimumHeight(150)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
                              symbolBrush=PLOT_COLOURS["predicted_speedup"])
@@ -38,6 +39,8 @@ class KAdvisorPlot(pg.PlotWidget):
         self.advice: Advice | None = None
 
     def show_advice(self, advice: Advice | None) -> None:
+        if advice == self.advice:
+            return  # unchanged (advice is recomputed twice a second; redrawing it costs a full repaint)
         self.advice = advice
         self.note.setVisible(advice is None)
         if advice is None:

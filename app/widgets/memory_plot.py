@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtWidgets import QWidget
 
 from ..run_data import FlagBand, RunData
 from ..theme import MEMORY_CYCLE, PAGING_BAND_RGBA
-from .plot_base import LivePlot, pen
+from .flag_bands import FlagBandsItem, ShadedBand
+from .plot_base import LivePlot, RangeFollower, pen
 
 GIB = float(1 << 30)
 
@@ -45,9 +47,11 @@ class MemoryPlot(LivePlot):
         pi.getAxis("right").setLabel("MB/s")
         self.right.setXLink(pi)
         pi.vb.sigResized.connect(self._sync_views)
+        self.right_follower = RangeFollower(self.right, x=False)
         self.series: dict[str, pg.PlotDataItem] = {}
-        self.bands: list[pg.LinearRegionItem] = []
-        self._band_sentences: list[str] = []
+        self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
+        self.band_item.setZValue(-10)
+        pi.addItem(self.band_item, ignoreBounds=True)
         pi.legend.setColumnCount(3)  # many series: keep the legend short
         self.empty_note = pg.TextItem("no memory samples in these records", color="#777", anchor=(0.5, 0.5))
         pi.addItem(self.empty_note, ignoreBounds=True)
@@ -76,35 +80,34 @@ class MemoryPlot(LivePlot):
         x = data.col("iteration")
         keys = [k for k in data.memory if "bytes" in k]
         self.empty_note.setVisible(not keys)
+        left: list[np.ndarray] = []
+        right: list[np.ndarray] = []
         for key in keys:
             y = data.memory[key].view()
-            scale = 1e-6 if is_rate(key) else 1.0 / GIB
-            self._series(key).setData(x, y * scale, connect="finite")
-        if any(is_rate(k) for k in keys):
-            self.right.enableAutoRange(axis="y")
+            scaled = y * (1e-6 if is_rate(key) else 1.0 / GIB)
+            self._series(key).setData(x, scaled, connect="finite")
+            (right if is_rate(key) else left).append(scaled)
+        self.follower.observe(*left)
+        self.right_follower.observe(*right)
+        self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
         self._sync_bands(data.flag_bands)
+
+    @property
+    def bands(self) -> list[ShadedBand]:
+        return self.band_item.bands
 
     def _sync_bands(self, bands: list[FlagBand]) -> None:
         # The last band may still be growing: update it in place, then add new ones.
-        for i, band in enumerate(bands):
-            if i < len(self.bands):
-                if i >= len(self.bands) - 1:
-                    self.bands[i].setRegion((band.start - 0.5, band.end + 0.5))
-                    self.bands[i].setToolTip(band_tooltip(band))
-                continue
-            region = pg.LinearRegionItem((band.start - 0.5, band.end + 0.5), movable=False,
-                                         brush=pg.mkBrush(*PAGING_BAND_RGBA), pen=pg.mkPen(None))
-            region.setToolTip(band_tooltip(band))
-            region.setZValue(-10)
-            self.plot_item.addItem(region, ignoreBounds=True)
-            self.bands.append(region)
-            self._band_sentences.append(band.sentence)
+        shown = self.band_item.bands
+        fresh = [ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))
+                 for b in bands[max(0, len(shown) - 1):]]
+        if fresh and fresh != shown[-1:]:
+            shown[max(0, len(shown) - 1):] = fresh
+            self.band_item.changed()
 
     def reset(self) -> None:
         super().reset()
-        for region in self.bands:
-            self.plot_item.removeItem(region)
-        self.bands.clear()
-        self._band_sentences.clear()
+        self.right_follower.reset()
+        self.band_item.clear()
         for item in self.series.values():
             item.setData([], [])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from ..run_data import ControlChange, RunData
 from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
@@ -20,6 +23,90 @@ def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
 
 
+def cache_axes(plot_item: pg.PlotItem) -> None:
+    """Paint each axis (tick text and grid) from a pixmap cache: replaying the axis picture, text included,
+    costs more than the curves, and an axis only changes when its range does."""
+    for axis in plot_item.axes.values():
+        axis["item"].setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+
+
+ROUND_MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def step_up(value: float) -> float:
+    """A round bound at least 5% above ``value`` (so a growing series crosses it only now and then)."""
+    if not value > 0:
+        return 1.0
+    target = value * 1.05
+    base = 10.0 ** math.floor(math.log10(target))
+    return next(m * base for m in ROUND_MANTISSAS if m * base >= target)
+
+
+class RangeFollower:
+    """Keeps a view box showing all the data without pyqtgraph's per-frame auto-range, which rescans every
+    curve and moves the range on each new point, so the axes (their tick text is the costliest part of a
+    repaint) re-render every frame. Here ranges grow in round steps and axes re-render only when a step is
+    crossed. Extremes are tracked incrementally: only samples not seen before are scanned.
+
+    Following stops when the user zooms or pans, and resumes when they press the view's auto-range button."""
+
+    def __init__(self, vb: pg.ViewBox, x: bool = True, y: bool = True) -> None:
+        self.vb = vb
+        self.follow_x = x  # False for a view whose x is linked to another's
+        self.follow_y = y
+        vb.sigRangeChangedManually.connect(self.stop)
+        self.reset()
+
+    def stop(self, *_: object) -> None:
+        self.following = False
+
+    def reset(self) -> None:
+        self.seen = 0
+        self.lo = math.inf
+        self.hi = -math.inf
+        self.shown: tuple[float, float, float, float] | None = None
+        self.following = True
+        self.vb.enableAutoRange(x=False, y=False)
+
+    def observe(self, *columns: np.ndarray) -> None:
+        """Fold the unseen tail of each y column (all the same length) into the running extremes."""
+        n = min((len(c) for c in columns), default=0)
+        if n < self.seen:
+            self.reset()
+        for c in columns:
+            tail = c[self.seen:n]
+            if len(tail):
+                finite = tail[np.isfinite(tail)]
+                if len(finite):
+                    self.lo = min(self.lo, float(finite.min()))
+                    self.hi = max(self.hi, float(finite.max()))
+        self.seen = n
+
+    def apply(self, x_max: float) -> None:
+        """Set the range if the data outgrew it (or the user asked for auto-range again)."""
+        auto = self.vb.autoRangeEnabled()
+        if auto[0] or auto[1]:
+            self.following = True  # the 'A' button: take over from pyqtgraph again
+            self.vb.enableAutoRange(x=False, y=False)
+            self.shown = None
+        if not self.following:
+            return
+        old = self.shown
+        x_hi = step_up(x_max)
+        y_lo, y_hi = 0.0, 1.0
+        if math.isfinite(self.lo):
+            y_lo = 0.0 if self.lo >= 0 else -step_up(-self.lo)
+            y_hi = step_up(self.hi)
+        new = (0.0, x_hi, y_lo, y_hi)
+        if new == old:
+            return
+        self.shown = new
+        if self.follow_x:
+            self.vb.setXRange(0.0, x_hi, padding=0.02)
+        if self.follow_y:
+            self.vb.setYRange(y_lo, y_hi, padding=0)
+
+
 class LivePlot(pg.PlotWidget):
     """A PlotWidget whose curves redraw from RunData columns; subclasses implement ``update_from``."""
 
@@ -33,11 +120,13 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setLabel("bottom", x_label)
         self.plot_item.setDownsampling(auto=True, mode="peak")
         self.plot_item.setClipToView(True)
+        cache_axes(self.plot_item)
         self.plot_item.addLegend(offset=(5, 5), labelTextSize="8pt", verSpacing=-6,
                                  brush=(255, 255, 255, 190))
         self.setMinimumHeight(150)
         self.markers: list[pg.InfiniteLine] = []
         self._version = -1
+        self.follower = RangeFollower(self.plot_item.vb)
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         item = self.plot_item.plot([], [], name=name, pen=pen(colour, width, style), **kw)
@@ -64,6 +153,7 @@ class LivePlot(pg.PlotWidget):
             self.plot_item.removeItem(m)
         self.markers.clear()
         self._version = -1
+        self.follower.reset()
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:
@@ -71,6 +161,8 @@ class LivePlot(pg.PlotWidget):
         self._version = data.version
         self.update_from(data)
         self.sync_markers(data.control_changes)
+        x = data.col("iteration")
+        self.follower.apply(float(x[-1]) if len(x) else 0.0)
 
     def update_from(self, data: RunData) -> None:
         raise NotImplementedError

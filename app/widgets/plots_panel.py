@@ -27,6 +27,9 @@ class PlotsPanel(QWidget):
         self.k_advisor = KAdvisorPlot()
         for plot in (self.alpha, self.memory, self.speedup):
             plot.setXLink(self.timing)  # zoom one iteration range, see it everywhere
+            plot.follower.follow_x = False  # the timing plot sets the shared x range
+            # A zoom in any linked plot moves the shared x range: stop the timing plot from resetting it.
+            plot.plot_item.vb.sigRangeChangedManually.connect(self.timing.follower.stop)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(4)

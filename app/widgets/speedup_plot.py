@@ -28,3 +28,4 @@ class SpeedupPlot(LivePlot):
         x = data.col("iteration")
         self.measured.setData(x, data.col("measured_speedup"), connect="finite")
         self.predicted.setData(x, data.col("predicted_speedup"), connect="finite")
+        self.follower.observe(data.col("measured_speedup"), data.col("predicted_speedup"))

@@ -36,8 +36,10 @@ class TimingPlot(LivePlot):
         dv = d + data.col("verify_ms")
         self.draft.setData(x, d)
         self.draft_verify.setData(x, dv)
-        self.total.setData(x, dv + data.col("rollback_ms"))
+        total = dv + data.col("rollback_ms")
+        self.total.setData(x, total)
         plain = data.col("plain_step_ms")
+        self.follower.observe(total, plain)
         ok = ~np.isnan(plain)
         if ok.any():
             self.plain.setData(x[ok], plain[ok])

@@ -1,0 +1,70 @@
+"""Paging-detector flags as shaded vertical bands, all drawn by one graphics item.
+
+One ``LinearRegionItem`` per band cost a Python paint call, a bounds query and a scene insertion each; a
+noisy machine flags hundreds of times a run, and those calls dominated live repaints. Here one item paints
+every band as a plain rectangle, and the tooltip follows the band under the mouse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyqtgraph as pg  # type: ignore[import-untyped]
+from PySide6.QtCore import QRectF, Qt
+
+
+@dataclass
+class ShadedBand:
+    start: float  # x of the left edge
+    end: float  # x of the right edge
+    tip: str
+
+    def toolTip(self) -> str:  # the accessor a graphics item has
+        return self.tip
+
+
+class FlagBandsItem(pg.GraphicsObject):
+    """Draws ``bands`` across the full height of its view; call ``changed()`` after editing the list."""
+
+    def __init__(self, brush: object) -> None:
+        super().__init__()
+        self.bands: list[ShadedBand] = []
+        self.brush = pg.mkBrush(brush)
+        self.setAcceptHoverEvents(True)
+
+    def changed(self) -> None:
+        self.prepareGeometryChange()
+        self.update()
+
+    def clear(self) -> None:
+        self.bands.clear()
+        self.changed()
+
+    def boundingRect(self) -> QRectF:
+        if not self.bands:
+            return QRectF()
+        view = self.viewRect()
+        if view is None:
+            return QRectF()
+        return QRectF(self.bands[0].start, view.top(), self.bands[-1].end - self.bands[0].start, view.height())
+
+    def viewTransformChanged(self) -> None:
+        self.prepareGeometryChange()  # the height follows the view
+        super().viewTransformChanged()
+
+    def paint(self, p: object, *args: object) -> None:
+        view = self.viewRect()
+        if view is None:
+            return
+        p.setPen(Qt.PenStyle.NoPen)  # type: ignore[attr-defined]
+        p.setBrush(self.brush)  # type: ignore[attr-defined]
+        left, right = view.left(), view.right()
+        for band in self.bands:
+            if band.end >= left and band.start <= right:
+                p.drawRect(QRectF(band.start, view.top(), band.end - band.start, view.height()))  # type: ignore[attr-defined]
+
+    def band_at(self, x: float) -> ShadedBand | None:
+        return next((b for b in self.bands if b.start <= x <= b.end), None)
+
+    def hoverEvent(self, ev: object) -> None:
+        band = None if ev.isExit() else self.band_at(ev.pos().x())  # type: ignore[attr-defined]
+        self.setToolTip(band.tip if band else "")

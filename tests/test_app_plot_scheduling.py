@@ -1,0 +1,71 @@
+"""Plot range following, flag bands and the capped tick: the pieces that keep redraws cheap."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from specscope.app.widgets.plot_base import step_up
+
+from .test_app_support import make_window, qt_binding_broken, synthetic_records
+
+needs_qt = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
+
+
+def test_step_up_gives_a_round_bound_with_headroom():
+    assert step_up(0) == 1.0
+    assert step_up(95) == 100.0
+    assert step_up(96) == 120.0
+    assert step_up(0.031) == 0.04
+    # Growing one by one crosses a bound only now and then.
+    bounds = {step_up(n) for n in range(1, 20_001)}
+    assert len(bounds) < 50
+
+
+@needs_qt
+def test_ranges_follow_the_data_until_the_user_zooms(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    events = synthetic_records(400, k=4)
+    w.ingest(events[:200])
+    timing = w.plots.timing
+    (_, x1), (y0, y1) = timing.plot_item.vb.viewRange()
+    total = timing.total.getData()[1]
+    assert x1 >= 199 and y0 <= 0 and y1 >= total.max()
+    timing.plot_item.vb.sigRangeChangedManually.emit([True, True])  # what a mouse zoom emits
+    w.plots.timing.plot_item.vb.setXRange(10, 20, padding=0)
+    w.ingest(events[200:])
+    assert timing.plot_item.vb.viewRange()[0] == pytest.approx([10, 20])
+    timing.plot_item.enableAutoRange()  # the 'A' button
+    w.ingest(synthetic_records(402, k=4)[401:])  # iteration 400
+    assert timing.plot_item.vb.viewRange()[0][1] >= 400
+
+
+@needs_qt
+def test_flag_bands_share_one_item_and_name_the_band_under_the_mouse(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(100, k=4, flag_every=20))
+    memory = w.plots.memory
+    assert len(memory.bands) == len(w.data.flag_bands) > 1
+    first = w.data.flag_bands[0]
+    assert memory.band_item.band_at(first.start) is memory.bands[0]
+    assert memory.band_item.band_at(first.end + 5) is None
+    memory.reset()
+    assert memory.bands == []
+
+
+@needs_qt
+def test_tick_ingests_a_backlog_over_several_ticks_without_dropping(qtbot, tmp_path, monkeypatch):
+    import specscope.app.window as window_module
+
+    w = make_window(qtbot, tmp_path)
+    w.timer.stop()
+    monkeypatch.setattr(window_module, "TICK_BUDGET_S", 0.0)  # one chunk per tick
+    events = synthetic_records(100, k=4)
+    for e in events:
+        w.host.buffer.push(e)
+    w.tick()
+    assert 0 < len(w.data.records) < 99
+    while w._pending:
+        w.tick()
+    assert [r.iteration for r in w.data.records] == [e.iteration for e in events[1:]]
