@@ -64,6 +64,11 @@ class PositionCounts:
                 self.accepted[i] += 1.0
 
     @property
+    def judged(self) -> float:
+        """Proposals judged, all positions together (forgotten ones weigh less)."""
+        return sum(self.reached)
+
+    @property
     def pooled(self) -> float | None:
         """Accepted over judged, all positions together (the iid alpha)."""
         judged = sum(self.reached)
@@ -107,6 +112,8 @@ class CostModelKPolicy:
       is predicted to beat it (the draft costs more than its acceptance earns), the policy stops drafting,
       and every ``probe_every`` choices it drafts one proposal to re-measure acceptance (and the draft
       step), so it comes back when acceptance rises. A probe costs little: k = 1 is near break-even then.
+      It stops drafting only once ``skip_after`` proposals were judged: one unlucky first iteration must
+      not stop the measuring.
     - E(k) uses per-position conditional acceptance (acceptance comes in runs, so the iid alpha
       under-predicts what the positions after an accepted one are worth), counted by the policy itself with
       exponential forgetting (``decay``), a longer memory than the live window: deep positions are judged
@@ -122,8 +129,7 @@ class CostModelKPolicy:
       timings does not make it flap.
     Until ``min_iterations`` speculative iterations are in the window it keeps ``initial_k``: one
     iteration, because the first already measures the draft step, and where drafting is dear a too-large
-    k costs much per iteration; while on short, repetitive outputs (prompt lookup on structured text)
-    starting deep is most of the gain.
+    k costs much per iteration (k = 2 risks little either way; it climbs by ``reach`` from there).
     """
 
     def __init__(
@@ -131,11 +137,12 @@ class CostModelKPolicy:
         live: LiveMeasurement,
         k_min: int = 0,
         k_max: int = 16,
-        initial_k: int = 4,
+        initial_k: int = 2,
         min_iterations: int = 1,
         explore_every: int = 8,
         probe_every: int = 8,
         explore_margin: float = 0.1,
+        skip_after: float = 8.0,
         hysteresis: float = 0.03,
         prior_weight: float = 2.0,
         min_trials: float = 1.0,
@@ -144,9 +151,9 @@ class CostModelKPolicy:
     ):
         if not 0 <= k_min <= k_max or k_max < 1:
             raise ValueError(f"need 0 <= k_min <= k_max and k_max >= 1, got k_min={k_min}, k_max={k_max}")
-        if min(hysteresis, prior_weight, explore_every, probe_every, explore_margin) < 0 or reach < 1:
-            raise ValueError("hysteresis, prior_weight, explore_every, probe_every and explore_margin must be "
-                             ">= 0, reach >= 1")
+        if min(hysteresis, prior_weight, explore_every, probe_every, explore_margin, skip_after) < 0 or reach < 1:
+            raise ValueError("hysteresis, prior_weight, explore_every, probe_every, explore_margin and "
+                             "skip_after must be >= 0, reach >= 1")
         self.live = live
         self.k_min, self.k_max = k_min, k_max
         self.initial_k = min(max(initial_k, k_min, 1), k_max)  # it cannot measure anything without drafting
@@ -154,6 +161,7 @@ class CostModelKPolicy:
         self.explore_every = explore_every
         self.probe_every = probe_every
         self.explore_margin = explore_margin
+        self.skip_after = skip_after
         self.hysteresis = hysteresis
         self.prior_weight = prior_weight
         self.min_trials = min_trials
@@ -205,7 +213,9 @@ class CostModelKPolicy:
         hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach))
         cond = self.counts.conditional(max(hi, 1), alpha, self.prior_weight)
         scores: dict[int, float] = {}
-        for k in range(self.k_min, hi + 1):
+        # not drafting stops the measuring: only on the evidence of enough judged proposals
+        lo = self.k_min if self.counts.judged >= self.skip_after else max(self.k_min, 1)
+        for k in range(lo, hi + 1):
             cost = k * draft + verify(k + 1) + fixed
             if cost > 0:
                 scores[k] = plain * costmodel.expected_tokens_from_positions(cond, k) / cost
@@ -219,7 +229,9 @@ class CostModelKPolicy:
         if scores is None:
             return self.k
         self.scores = scores
-        best = max(scores, key=lambda k: (scores[k], -k))
+        # on a tie the smaller k (cheaper to be wrong), but drafting over not drafting: it keeps measuring
+        # acceptance (a free draft that nothing accepted ties with not drafting)
+        best = max(scores, key=lambda k: (scores[k], k > 0, -k))
         if scores.get(self.k, 0.0) < scores[best] * (1.0 - self.hysteresis):
             self.k = best
         if self.k == 0:

@@ -60,11 +60,18 @@ def test_everything_accepted_with_a_cheap_draft_climbs_two_positions_past_the_me
 
 
 def test_nothing_accepted_stops_drafting_and_probes_with_one_proposal():
-    policy = policy_fed([rec(4, 0) for _ in range(8)], probe_every=4)
+    policy = policy_fed([rec(4, 0) for _ in range(12)], probe_every=4)
     assert [policy.choose_k(16) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]
     assert policy.scores[0] > policy.scores[1]
-    assert policy_fed([rec(4, 0) for _ in range(8)], k_min=1).choose_k(16) == 1
-    assert policy_fed([rec(4, 0) for _ in range(8)], probe_every=0).choose_k(16) == 0  # probes off
+    assert policy_fed([rec(4, 0) for _ in range(12)], k_min=1).choose_k(16) == 1
+    assert policy_fed([rec(4, 0) for _ in range(12)], probe_every=0).choose_k(16) == 0  # probes off
+
+
+def test_one_unlucky_iteration_does_not_stop_drafting():
+    # fewer than skip_after proposals judged: k = 0 is not a candidate yet, whatever they say
+    policy = policy_fed([rec(4, 0)])
+    assert policy.choose_k(16) == 1 and 0 not in policy.scores
+    assert policy_fed([rec(4, 0)], skip_after=1.0).choose_k(16) == 0
 
 
 def test_a_dear_draft_makes_every_k_lose_and_rising_acceptance_brings_drafting_back():
@@ -87,7 +94,7 @@ def test_a_dear_draft_makes_every_k_lose_and_rising_acceptance_brings_drafting_b
 
 def test_k_zero_costs_a_plain_step_when_the_sweep_has_no_length_one():
     # a baseline without a sweep: the cost of not drafting is its plain step (12 ms, dear) ...
-    records = [rec(1, 1, draft_step_ms=4.0), rec(1, 0, draft_step_ms=4.0)] * 4
+    records = [rec(1, 1, draft_step_ms=4.0), rec(1, 0, draft_step_ms=4.0)] * 6
     live = LiveMeasurement(window=64)
     live.observe_baseline(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
     policy = CostModelKPolicy(live, explore_every=0)
@@ -152,7 +159,7 @@ def unswept_policy(records: list[IterationRecord]) -> CostModelKPolicy:
 
 def test_before_a_sweep_not_drafting_costs_at_least_the_shortest_measured_pass():
     # passes of 2 and 4 timed (10.5, 11.5 ms): the line through them would put a pass of 1 at 10 ms
-    policy = unswept_policy([rec(1, 0), rec(3, 0)] * 4)
+    policy = unswept_policy([rec(1, 0), rec(3, 0)] * 6)
     policy.choose_k(16)
     assert policy.scores[0] == pytest.approx(10.5 / (10.5 + 0.2))  # plain unit = a pass of 1 = 10.5 ms
 
@@ -187,6 +194,8 @@ def test_bad_settings_are_refused():
         CostModelKPolicy(LiveMeasurement(), k_min=0, k_max=0)
     with pytest.raises(ValueError):
         CostModelKPolicy(LiveMeasurement(), probe_every=-1)
+    with pytest.raises(ValueError):
+        CostModelKPolicy(LiveMeasurement(), skip_after=-1.0)
     with pytest.raises(ValueError):
         HeuristicKPolicy(k_min=0)
 
@@ -259,5 +268,5 @@ def test_the_cost_model_policy_drives_the_loop_with_k_zero_allowed():
                          DecodeOptions(max_new_tokens=48, baseline_every=16, verify_sweep=True, sweep_k_max=4))
     assert result.token_ids == plain
     ks = [r.controls.k for r in result.iterations]
-    assert ks[0] == 4 and max(ks[1:]) <= 2  # initial_k, then at most a probe or an exploration
+    assert ks[0] == 2 and max(ks[1:]) <= 2  # initial_k, then at most a probe or an exploration
     assert ks.count(0) > len(ks) // 2  # mostly not drafting, with a probe now and then
