@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 
 def tiny_config(vocab_size: int = 64, layers: int = 2, hidden: int = 32) -> LlamaConfig:
@@ -44,3 +46,23 @@ def perturbed(model: LlamaForCausalLM, noise: float, seed: int = 123) -> LlamaFo
         for p in clone.parameters():
             p.add_(torch.randn(p.shape, generator=g) * noise)
     return clone
+
+
+def word_tokenizer(size: int = 64, swap: tuple[int, int] | None = None) -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer built offline: <unk>, <s>, </s>, then w3 .. w{size-1}."""
+    names = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(3, size)]
+    if swap is not None:
+        a, b = swap
+        names[a], names[b] = names[b], names[a]
+    tok = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def save_model_dir(path: Path, model: LlamaForCausalLM | None = None, tokenizer=None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    if model is not None:
+        model.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path

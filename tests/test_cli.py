@@ -10,8 +10,7 @@ import pytest
 
 from specscope.core.cli import main
 from specscope.launcher import main as launcher_main
-from tests.models import perturbed, tiny_model
-from tests.test_models import save_model_dir, word_tokenizer
+from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 REQUIRED_TRACE_COLUMNS = ["iteration", "k", "temperature", "n_drafted", "n_accepted", "n_emitted",
                           "draft_ms", "verify_ms", "rollback_ms", "iteration_ms"]

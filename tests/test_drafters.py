@@ -19,15 +19,6 @@ from tests.models import tiny_model
 from tests.stats import chi_square_pvalue
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run several times faster on one thread when the CPU is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ---- prompt lookup ----------------------------------------------------------------------------------
 def naive_lookup(context: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     """Reference: scan backwards for the most recent earlier occurrence, longest n-gram first."""

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM
 
 from specscope.core import models as loading
 from specscope.core.drafters.early_exit import EarlyExitDrafter
@@ -28,42 +27,15 @@ from specscope.core.models import (
     spec_from_args,
 )
 from specscope.core.speculative import DecodeOptions, Decoder
-from tests.models import perturbed, tiny_model
+from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 V = 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run several times faster on one thread when the CPU is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def word_tokenizer(size: int = V, swap: tuple[int, int] | None = None) -> PreTrainedTokenizerFast:
-    """A whitespace word-level tokenizer built offline: <unk>, <s>, </s>, then w3 .. w{size-1}."""
-    names = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(3, size)]
-    if swap is not None:
-        a, b = swap
-        names[a], names[b] = names[b], names[a]
-    tok = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
 def text_of(ids: list[int]) -> str:
     return " ".join(f"w{i}" for i in ids)
-
-
-def save_model_dir(path: Path, model: LlamaForCausalLM | None = None, tokenizer=None) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    if model is not None:
-        model.save_pretrained(path)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")

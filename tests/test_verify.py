@@ -20,16 +20,7 @@ from specscope.core.verify import (
     total_variation,
     verify_pair,
 )
-from tests.models import perturbed, tiny_model
-from tests.test_models import save_model_dir, word_tokenizer
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 
 @pytest.mark.parametrize(("stat", "df"), [(0.3, 1), (4.0, 3), (59.0, 60), (95.0, 60), (400.0, 60), (12.0, 2)])
