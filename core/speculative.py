@@ -322,9 +322,9 @@ class Decoder:
         # 2. verify: the unseen committed token(s) plus all proposals in one pass -> k+1 rows
         unseen = ids[self.target.cache_len :]
         rows = self.target.forward([*unseen, *proposals], keep=k + 1)
+        p_rows: torch.Tensor | None = None
         if values.greedy:
             n_acc, next_token = accept_greedy(proposals, rows)
-            p_rows = processed_probs(rows, values) if opts.record_tokens else None
         else:
             p_rows = processed_probs(rows, values)
             q = proposal.q_probs[:k].to(p_rows.device) if proposal.q_probs is not None else None
@@ -342,6 +342,9 @@ class Decoder:
         t3 = time.perf_counter()
         # 4. record (counted in iteration_ms: it is part of what the loop costs)
         tokens: list[TokenRecord] = []
+        if opts.record_tokens and p_rows is None:
+            # Greedy needs only arg-maxes to decide; p(x) for the records is computed here, outside verify_ms.
+            p_rows = processed_probs(rows, values)
         if opts.record_tokens and p_rows is not None:
             for i, x in enumerate(proposals):
                 if i < n_acc and i >= len(new):
