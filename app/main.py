@@ -14,16 +14,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.kinds import DRAFTER_KINDS
+
 T0 = time.monotonic()
 
-DRAFTERS = ("model", "lookup", "early-exit")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specscope", description="Watch speculative decoding live.")
     p.add_argument("--target", help="target model: 'demo', a directory, or a hub id in the local cache")
     p.add_argument("--draft", help="draft model (for --drafter model)")
-    p.add_argument("--drafter", choices=DRAFTERS, help="how proposals are made (default: model)")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS, help="how proposals are made (default: model)")
     p.add_argument("--device", help="device for the models: cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", help="auto, float32, float16, bfloat16")
     p.add_argument("--prompt", help="prompt text to put in the editor")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-DRAFTER_KINDS = ("model", "lookup", "early-exit")
+from ..core.kinds import DRAFTER_KINDS
+
 DEVICES = ("cpu", "cuda", "cuda:0", "cuda:1", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 

@@ -29,6 +29,7 @@ import torch
 from . import costmodel
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .controls import K_MAX, Controls
+from .kinds import DRAFTER_KINDS
 from .live import LiveMeasurement
 from .metrics import acceptance_rate, alpha_estimate
 from .pair import ModelPair
@@ -426,7 +427,7 @@ def _int_list(text: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="demo", help="target model directory or hub id, or 'demo'")
     parser.add_argument("--draft", default=None, help="draft model directory or hub id (drafter 'model')")
-    parser.add_argument("--drafter", default="model", choices=("model", "lookup", "early-exit"))
+    parser.add_argument("--drafter", default="model", choices=DRAFTER_KINDS)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
                         help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")

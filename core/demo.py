@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .kinds import DRAFTER_KINDS
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
@@ -37,7 +38,6 @@ MARKER_VERSION = 1  # bump when the conversion changes, so old caches are rebuil
 WEIGHTS = "model.safetensors"
 DRAFT_WEIGHTS = "draft_layers.safetensors"
 DRAFT_CONFIG = "config.json"
-DRAFTER_KINDS = ("model", "lookup", "early-exit")
 
 # SmolLM2-Instruct's ChatML template, used only if a tokenizer arrives without one.
 SMOLLM2_CHAT_TEMPLATE = (

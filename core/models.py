@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from .drafters.base import Drafter
+from .kinds import DRAFTER_KINDS
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
-DRAFTER_KINDS = ("model", "lookup", "early-exit")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,

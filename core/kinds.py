@@ -1,0 +1,16 @@
+"""Names shared by the engine, the CLI and the app, declared once and free of torch (the GUI imports it at start).
+
+A drafter kind is added here and nowhere else; the CLI's choices, the app's lists and the loaders' checks
+read these tuples.
+"""
+
+from __future__ import annotations
+
+# How proposals are made: a small draft model, n-gram lookup in the context, the target's own early layers.
+DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit")
+DEFAULT_DRAFTER = "model"
+DRAFTER_HELP = {
+    "model": "a small draft model proposes tokens",
+    "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",
+    "early-exit": "the target's first layers and its head propose (self-speculation)",
+}
