@@ -72,7 +72,8 @@ def signed_rank_cdf(n: int) -> np.ndarray:
     return np.cumsum(counts) / counts.sum()
 
 
-def hodges_lehmann_interval(x: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+def hodges_lehmann_interval(x: Sequence[float] | np.ndarray,
+                            confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """(centre, lo, hi): the Hodges-Lehmann centre and its distribution-free interval.
 
     The interval runs between order statistics of the Walsh averages chosen from the exact signed-rank
