@@ -145,6 +145,7 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
+    from .busy import BUSY_PREFIX
     from .measurement import run_summary
     from .memory.residency import model_residency
     from .models import ModelLoadError, load_pair, spec_from_args
@@ -194,7 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "metrics": summary,
             "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
                           for name, r in residency.items()},
-            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags],
+            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
+            "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
             "error": error or trace_error,
         }
         print(json.dumps(out, indent=None, default=str))
