@@ -19,6 +19,7 @@ from specscope.core.controls import K_MAX
 from specscope.core.live import LiveMeasurement
 from specscope.core.metrics import checked_proposals
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.trace import ITERATION_SCHEMA
 
 FALLBACK_WINDOW = 32  # iterations, for windowed α / speed-up when the record carries none
 
@@ -54,10 +55,10 @@ class GrowingArray:
         return int(self._data.nbytes)
 
 
-COLUMNS = (
-    "iteration", "k", "draft_ms", "verify_ms", "rollback_ms", "iteration_ms", "plain_step_ms",
-    "alpha_window", "alpha_cumulative", "tokens_per_iteration", "measured_speedup", "predicted_speedup",
-)
+# The trace schema's plotted columns (read from each record through the schema's getter), plus what the
+# plots derive: a trace column added to the schema with plotted=True gets its array here by itself.
+_SCHEMA_COLUMNS = {c.name: c for c in ITERATION_SCHEMA if c.plotted}
+COLUMNS = (*_SCHEMA_COLUMNS, "tokens_per_iteration")
 
 
 @dataclass
@@ -165,19 +166,11 @@ class RunData:
         speedup = r.measured_speedup
         if speedup is None and plain_ms:
             speedup = self._window_speedup(plain_ms)
-        c = self.columns
-        c["iteration"].append(r.iteration)
-        c["k"].append(r.controls.k)
-        c["draft_ms"].append(r.draft_ms)
-        c["verify_ms"].append(r.verify_ms)
-        c["rollback_ms"].append(r.rollback_ms)
-        c["iteration_ms"].append(r.iteration_ms)
-        c["plain_step_ms"].append(_num(plain_ms))
-        c["alpha_window"].append(_num(alpha_w))
-        c["alpha_cumulative"].append(_num(alpha_c))
-        c["tokens_per_iteration"].append(r.n_emitted)
-        c["measured_speedup"].append(_num(speedup))
-        c["predicted_speedup"].append(_num(r.predicted_speedup))
+        # Values the record lacks (older traces) are filled in for these; the rest are as recorded.
+        filled = {"plain_step_ms": plain_ms, "alpha_window": alpha_w, "alpha_cumulative": alpha_c,
+                  "measured_speedup": speedup, "tokens_per_iteration": r.n_emitted}
+        for name, array in self.columns.items():
+            array.append(_num(filled[name] if name in filled else _SCHEMA_COLUMNS[name].get(r)))
         for key, value in r.memory.items():
             arr = self.memory.get(key)
             if arr is None:
