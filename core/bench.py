@@ -35,6 +35,7 @@ from .metrics import acceptance_rate, alpha_estimate
 from .pair import ModelPair
 from .records import ControlValues, IterationRecord
 from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
+from .trace import spreadsheet_safe
 
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
 HF_KINDS = ("hf-assisted", "hf-lookup")
@@ -359,6 +360,8 @@ def write_csv(rows: Sequence[RunRow], path: Path) -> None:
 def _cell(v: object) -> object:
     if isinstance(v, float):
         return f"{v:.4f}"
+    if isinstance(v, str):
+        return spreadsheet_safe(v)  # a prompt id or method name must not run as a spreadsheet formula
     return "" if v is None else v
 
 

@@ -938,7 +938,7 @@ def read_trace(path: Path) -> LoadedTrace:
     if paths.baselines.exists():
         header, rows = _read_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, warnings)
         verify_cols = {c: int(c[len(VERIFY_PREFIX):]) for c in header
-                       if c.startswith(VERIFY_PREFIX) and c[len(VERIFY_PREFIX):].isdigit()}
+                       if c.startswith(VERIFY_PREFIX) and re.fullmatch("[0-9]{1,4}", c[len(VERIFY_PREFIX):])}
         baselines = _parse_rows(
             paths.baselines, header, rows, lambda row: _parse_baseline(row, verify_cols), warnings
         )
