@@ -8,7 +8,7 @@ The CLI and the GUI worker both consume ``Session.stream``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 from .adaptive import CostModelKPolicy
@@ -92,9 +92,10 @@ class Session:
             baseline_steps=o.baseline_steps,
             verify_sweep=o.verify_sweep,
             sweep_k_max=o.sweep_k_max,
+            context_window=self.pair.context_window,
         )
 
-    def stream(self, prompt_ids: list[int]) -> Iterator[IterationRecord | BaselineRecord]:
+    def stream(self, prompt_ids: list[int]) -> Generator[IterationRecord | BaselineRecord, None, None]:
         if self.sampler is not None:
             self.sampler.start()
         try:
