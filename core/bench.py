@@ -28,7 +28,7 @@ import torch
 
 from . import costmodel
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
-from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, whole_number
+from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DRAFTER_KINDS
 from .live import LiveMeasurement
@@ -522,7 +522,7 @@ def main(args: argparse.Namespace) -> int:
     command = command_line(args)
     report = markdown_report(rows, mismatches, pair.description or pair.target.name, command, args.rounds,
                              args.max_new_tokens)
-    print(report, flush=True)  # first: whatever happens to the files, the results are on stdout
+    emit(report)  # first: whatever happens to the files, the results are on stdout
     try:
         write_report_files(report, rows, md, csv_path)
     except OSError as e:

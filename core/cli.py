@@ -26,11 +26,13 @@ from .cli_checks import (
     CliError,
     Interrupted,
     Parser,
+    SignalGuard,
+    StdoutError,
     check_writable,
     checked_prompt,
+    emit,
     print_error,
     read_text_file,
-    signals_interrupt,
     silence_stdout,
     stdout_failed,
     whole_number,
@@ -201,10 +203,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if quiet:
         _quiet_libraries()
 
-    import torch
-
-    from .memory.residency import model_residency
-    from .metrics import summarize
     from .models import ModelLoadError, load_pair, spec_from_args
     from .session import Session, SessionOptions
 
@@ -225,19 +223,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorder = _start_recorder(description, quiet)
     _Run.session_folder = recorder.folder if recorder is not None else None
 
+    with SignalGuard().installed() as guard:
+        return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
+
+
+def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt_ids: list[int],
+                       description: dict[str, Any], recorder: Any, guard: SignalGuard) -> int:
+    import torch
+
+    from .memory.residency import model_residency
+    from .metrics import summarize
+
     error: str | None = None
     stopped: Interrupted | None = None
     stream = session.stream(prompt_ids)
     try:
-        with signals_interrupt():
-            for event in stream:
-                if recorder is not None:
-                    recorder.append(event)
+        for event in stream:
+            if recorder is not None:
+                recorder.append(event)
     except Interrupted as exc:
         stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
         error = f"the model failed mid-run: {exc}"
     finally:
+        guard.raising = False  # from here a signal waits until the results are written
         stream.close()  # ends the loop (and the memory sampler) if the signal came between iterations
         if recorder is not None:
             recorder.close(ok=error is None and stopped is None,
@@ -284,11 +293,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "session_folder": str(recorder.folder) if recorder is not None else None,
             "error": error or trace_error or (stopped.reason if stopped is not None else None),
         }
-        print(json.dumps(out, indent=None, default=str))
+        emit(json.dumps(out, indent=None, default=str))
     else:
-        print(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True))
-        print()
-        print(_summary_text(args, pair, result, records, summary, residency, flags))
+        emit(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True) + "\n\n"
+             + _summary_text(args, pair, result, records, summary, residency, flags))
+    if stopped is None and guard.late is not None:
+        print_error(f"{guard.late.signal_name} received after the run ended; its results above are complete")
+        return guard.late.exit_code
     if stopped is not None:
         print_error(f"stopped by {stopped.signal_name} after {len(records)} iterations "
                     f"({len(result.token_ids)} tokens); what was decoded is kept"
@@ -381,21 +392,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _Run.session_folder = None
+    where = ""
     try:
         rc = _dispatch(args)
+        failed = stdout_failed()
+        if failed is not None:  # buffered output that could not be written at exit
+            raise StdoutError(failed)
     except CliError as exc:
-        print_error(str(exc))
+        if isinstance(exc, StdoutError):  # e.g. --json > /dev/full, or a closed pipe
+            silence_stdout()
+            if _Run.session_folder is not None:
+                where = f"; the run is saved in {_Run.session_folder}"
+        print_error(f"{exc}{where}")
         rc = exc.exit_code
-    except OSError:
-        if stdout_failed() is None:
-            raise
-        rc = EXIT_FAILURE  # reported below
-    failed = stdout_failed()
-    if failed is not None:  # e.g. --json > /dev/full, or a closed pipe
-        silence_stdout()
-        where = f"; the run is saved in {_Run.session_folder}" if _Run.session_folder is not None else ""
-        print_error(f"cannot write to standard output: {failed.strerror or failed}{where}")
-        return EXIT_FAILURE
     return rc
 
 

@@ -73,7 +73,10 @@ def finite_number(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[s
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         low_ok = value > lo if lo_open else value >= lo
         if not math.isfinite(value) or not low_ok or value > hi:
-            span = f"{'above' if lo_open else 'from'} {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
+            if math.isfinite(hi):
+                span = f"above {lo:g} and at most {hi:g}" if lo_open else f"from {lo:g} to {hi:g}"
+            else:
+                span = f"above {lo:g}" if lo_open else f"of {lo:g} or more"
             raise argparse.ArgumentTypeError(f"must be a finite number {span}, got {text!r}")
         return value
 
@@ -131,6 +134,21 @@ def check_writable(path: Path, flag: str) -> None:
 # --- standard output ------------------------------------------------------------------------------------
 
 
+class StdoutError(CliError):
+    """Standard output cannot be written (``> /dev/full``, a closed pipe): the results did not get out."""
+
+    def __init__(self, error: OSError):
+        super().__init__(f"cannot write to standard output: {error.strerror or error}", exit_code=EXIT_FAILURE)
+
+
+def emit(text: str) -> None:
+    """Print a result to stdout now (flushed, so a full disk or closed pipe surfaces here as StdoutError)."""
+    try:
+        print(text, flush=True)
+    except OSError as e:
+        raise StdoutError(e) from None
+
+
 def stdout_failed() -> OSError | None:
     """The error flushing stdout gives (a full disk behind ``> file``, a closed pipe), or None."""
     try:
@@ -168,23 +186,32 @@ class Interrupted(BaseException):
         return signal.Signals(self.signum).name
 
 
-@contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise ``Interrupted`` (the caller keeps what was decoded and
-    labels it); outside it they act as before. A second signal while handling the first is ignored."""
+class SignalGuard:
+    """SIGINT and SIGTERM while it is active. During decoding (``raising``) a signal raises ``Interrupted``,
+    so the caller keeps what was decoded and labels it; afterwards, while the results are written (a second
+    or two), a signal is only noted in ``late`` so that the writing finishes, and the caller exits with the
+    signal's code. Outside the ``with`` block signals act as before."""
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
+    def __init__(self) -> None:
+        self.raising = True
+        self.late: Interrupted | None = None
 
-    try:
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.raising:
+            self.raising = False  # a second signal while this one is handled must not cut the cleanup
+            raise Interrupted(signum)
+        if self.late is None:
+            self.late = Interrupted(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[SignalGuard]:
+        try:
+            previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave signals alone
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)

@@ -415,7 +415,7 @@ def _pickle_detail(exc: BaseException) -> str:
     """What the unpickler refused (e.g. ``Unsupported global: GLOBAL posix.system``), without PyTorch's
     advice on how to load the file unsafely."""
     for line in str(exc).splitlines():
-        if "Unsupported global" in line or "WeightsUnpickler error" in line:
+        if "unsupported global" in line.lower() or "WeightsUnpickler error" in line:
             return f"detail: {line.strip()}"
     return "detail: PyTorch's safe loader (weights_only) refused the file"
 

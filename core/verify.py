@@ -36,6 +36,7 @@ from .cli_checks import (
     TOP_P,
     CliError,
     check_writable,
+    emit,
     finite_number,
     whole_number,
 )
@@ -462,8 +463,8 @@ def main(args: argparse.Namespace) -> int:
     report = verify_pair(pair, prompts, k_values=k_values, max_new_tokens=args.max_new_tokens,
                          sampling=controls, context_offsets=offsets, draws=args.draws, top_n=args.top_n,
                          alpha=args.alpha, seed=args.seed, greedy=not args.no_greedy, progress=progress)
-    print("\n".join(report.lines()))
     pair.release()
+    emit("\n".join(report.lines()))
     if args.json_path:
         try:
             with atomic_text_files([Path(args.json_path)]) as (f,):
