@@ -203,6 +203,18 @@ def _parse_opt_float(cell: str) -> float | None:
     return None if cell == "" else _parse_float(cell)
 
 
+def _parse_opt_int(cell: str) -> int | None:
+    if cell == "":
+        return None
+    try:
+        return int(cell)
+    except ValueError:  # 0.1.0-era writers and spreadsheets may write a count as a float
+        value = _parse_float(cell)
+        if not value.is_integer():
+            raise _Unparsable("a whole number") from None
+        return int(value)
+
+
 def _parse_bool(cell: str) -> bool:
     v = cell.strip().lower()
     if v in ("true", "1", "yes"):
@@ -270,6 +282,7 @@ def _parse_status(cell: str) -> TokenStatus:
 INT = CellType("integer", str, _parse_int)
 FLOAT = CellType("number", fmt_num, _parse_float)
 OPT_FLOAT = CellType("number or empty", fmt_num, _parse_opt_float)
+OPT_INT = CellType("whole number or empty", fmt_num, _parse_opt_int)
 BOOL = CellType("true/false", fmt_bool, _parse_bool)
 TEXT = CellType("text", spreadsheet_safe, spreadsheet_restore)
 ESCAPED_TEXT = CellType("escaped text", lambda s: spreadsheet_safe(escape_text(s)), _parse_escaped)
@@ -346,13 +359,19 @@ ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("t_end_s", "s", FLOAT, "iteration end, `time.monotonic()` of the recording process", required=True),
     _col("plain_step_ms", "ms", OPT_FLOAT, "adjacent plain-decoding step of the target (empty until measured)",
          plotted=True),
-    _col("alpha_window", "", OPT_FLOAT, "acceptance rate over the recent window", plotted=True),
-    _col("alpha_cumulative", "", OPT_FLOAT, "acceptance rate since the start", plotted=True),
-    _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding", plotted=True),
-    _col("predicted_speedup", "x", OPT_FLOAT, "the cost model's speed-up at the current alpha and costs",
-         plotted=True),
-    _col("flags", "", FLAGS, "paging-detector sentences joined with ` | ` (`|` and `\\` inside one are "
-         "`\\`-escaped)"),
+    _col("alpha_window", "", OPT_FLOAT, "α = accepted / judged proposals over the recent window", plotted=True),
+    _col("alpha_cumulative", "", OPT_FLOAT, "α = accepted / judged proposals since the last change of sampling "
+         "controls", plotted=True),
+    _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding: paired "
+         "plain/speculative blocks, Hodges-Lehmann centre (empty until 5 blocks)", plotted=True),
+    _col("measured_speedup_lo", "x", OPT_FLOAT, "lower end of the measured speed-up's 95% interval", plotted=True),
+    _col("measured_speedup_hi", "x", OPT_FLOAT, "upper end of the measured speed-up's 95% interval", plotted=True),
+    _col("predicted_speedup", "x", OPT_FLOAT, "the cost model's speed-up at this k (acceptance by position, the "
+         "verify fit)", plotted=True),
+    _col("cpu_ms", "ms", OPT_FLOAT, "process CPU time during the iteration, all threads"),
+    _col("preempted", "count", OPT_INT, "involuntary context switches of the process during the iteration"),
+    _col("flags", "", FLAGS, "paging-detector and machine-busy sentences joined with ` | ` (`|` and `\\` inside "
+         "one are `\\`-escaped)"),
     _col("finished", "", BOOL, "`true` on the run's last iteration when it ended by itself"),
     _col("finish_reason", "", TEXT, "on the last iteration: `eos`, `max_new_tokens`, `context_window`, `stop`, "
          "`error`, `interrupted` (SIGINT) or `terminated` (SIGTERM)"),
