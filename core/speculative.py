@@ -264,11 +264,13 @@ class Decoder:
                     yield rec
                     break
                 yield rec
-            if opts.baseline_every and records and not plain:
+            if opts.baseline_every and records and not plain and self._baseline_fits(len(ids), opts):
                 # A closing baseline, so the last block of speculative iterations is bracketed by plain steps
                 # on both sides like every other (the measured speed-up is a paired ratio over blocks).
                 b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=False))
                 baselines.append(b)
+                if self.k_policy is not None:
+                    self.k_policy.observe_baseline(b)
                 yield b
         finally:
             gen_ids = ids[n_prompt:]
