@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
     g.add_argument("--baseline-every", type=int, default=16,
                    help="measure plain target steps on the live context every N iterations (0 = never)")
+    g.add_argument("--drill", default=None, metavar="START:END:MODEL[:LAYERS]",
+                   help="paging drill: move LAYERS (default all) decoder layers of the draft or target off "
+                        "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +113,20 @@ def _controls(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
+def _drill(args: argparse.Namespace) -> Any:
+    from .drill import DrillError, parse_drill
+
+    if getattr(args, "drill", None) is None:
+        return None
+    try:
+        spec = parse_drill(args.drill)
+    except DrillError as exc:
+        raise CliError(str(exc)) from None
+    if spec.model == "draft" and (args.plain or args.drafter != "model"):
+        raise CliError("a draft drill needs a draft model (--drafter model, not --plain): drill the target")
+    return spec
+
+
 def _progress(quiet: bool):
     def report(message: str, fraction: float) -> None:
         if not quiet:
@@ -151,6 +169,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import Session, SessionOptions
 
     controls = _controls(args)
+    drill = _drill(args)
     text = _prompt_text(args)
     if args.plain and not args.draft and args.drafter == "model":
         args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
@@ -162,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
     session = Session(pair, controls, SessionOptions(
         max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
-        baseline_every=max(0, args.baseline_every),
+        baseline_every=max(0, args.baseline_every), drill=drill,
     ))
     error: str | None = None
     try:
@@ -199,13 +218,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
                           for name, r in residency.items()},
             "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags],
+            "drill_events": [asdict(e) for e in session.drill_events],
             "error": error or trace_error,
         }
         print(json.dumps(out, indent=None, default=str))
     else:
         print(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True))
         print()
-        print(_summary_text(args, pair, result, records, summary, residency, flags))
+        print(_summary_text(args, pair, result, records, summary, residency, flags, session.drill_events))
     if error is not None:
         print(f"specscope: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
@@ -233,7 +253,7 @@ def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[
 
 
 def _summary_text(args: argparse.Namespace, pair: Any, result: Any, records: list[Any], summary: dict[str, Any],
-                  residency: dict[str, Any], flags: list[tuple[int, str]]) -> str:
+                  residency: dict[str, Any], flags: list[tuple[int, str]], drills: Sequence[Any] = ()) -> str:
     from .memory.residency import format_residency
 
     lines = ["── specscope run " + "─" * 50]
@@ -262,6 +282,8 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, records: lis
         lines.append(f"residency     {format_residency(name, r)}")
         for w in r.warnings:
             lines.append(f"  warning     {w}")
+    for event in drills:
+        lines.append(f"drill         before iteration {event.before_iteration}: {event.label}")
     if flags:
         lines.append(f"paging        {len(flags)} flagged iteration(s):")
         for it, sentence in flags[:8]:
