@@ -18,7 +18,7 @@ import numpy as np
 from specscope.core.controls import K_MAX
 from specscope.core.live import LiveMeasurement
 from specscope.core.metrics import checked_proposals
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
 FALLBACK_WINDOW = 32  # iterations, for windowed α / speed-up when the record carries none
 
@@ -124,12 +124,14 @@ class RunData:
         self.live = LiveMeasurement(window=FALLBACK_WINDOW)
 
     # ---- ingest ----------------------------------------------------------------------------------------
-    def extend(self, events: list[IterationRecord | BaselineRecord]) -> None:
+    def extend(self, events: list[IterationRecord | BaselineRecord | DrillEvent]) -> None:
         for e in events:
             if isinstance(e, BaselineRecord):
                 self.baselines.append(e)
                 self._last_plain_ms = e.median_step_ms
                 self.live.observe_baseline(e)
+            elif isinstance(e, DrillEvent):  # marked on every plot like a control change
+                self.control_changes.append(ControlChange(e.before_iteration, e.label))
             else:
                 self._add(e)
         if events:

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from .records import BaselineRecord, IterationRecord
+from .records import BaselineRecord, DrillEvent, IterationRecord
 from .trace import (
     SESSION_FOLDER_TRACE,
     TOKEN_COLUMNS,
@@ -158,7 +158,7 @@ class SessionRecorder:
 
     # -- recording ------------------------------------------------------------------------------------
 
-    def append(self, item: IterationRecord | BaselineRecord) -> None:
+    def append(self, item: IterationRecord | BaselineRecord | DrillEvent) -> None:
         """Buffer one record's rows; write the buffer when the last write is about a second old."""
         with self._lock:
             if self._closed or self.error is not None:
@@ -166,6 +166,8 @@ class SessionRecorder:
             if isinstance(item, BaselineRecord):
                 self._baseline_rows.append(baseline_row(item, None))
                 self.n_baselines += 1
+            elif not isinstance(item, IterationRecord):
+                return  # a drill event: its state is in every iteration's drill_*_layers_count column
             else:
                 self._iteration_rows.append(iteration_row(item, None))
                 self._token_rows.extend(token_rows(item))

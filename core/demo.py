@@ -290,8 +290,13 @@ def load_demo_pair(
     model.eval()
     tokenizer = load_demo_tokenizer(target_dir)
     vocab_size = len(tokenizer)
+    from .memory.residency import model_residency
+
     target = LoadedModel(model=model, name="demo", device=torch_device, dtype=torch_dtype,
-                         source=str(target_dir), n_params=sum(p.numel() for p in model.parameters()))
+                         source=str(target_dir), n_params=sum(p.numel() for p in model.parameters()),
+                         warnings=model_residency(model, torch_device, "target").warnings)
+    for warning in target.warnings:  # placed by device_map="auto" under a memory cap: not all on the device
+        _report(progress, f"Warning: {warning}", 0.6)
     draft: LoadedModel | None = None
     drafter_obj: Any
     description = "SmolLM2-135M-Instruct (embedded demo)"

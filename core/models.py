@@ -28,6 +28,7 @@ import torch
 
 from .drafters.base import Drafter
 from .kinds import DRAFTER_KINDS
+from .memory.residency import compute_device
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
@@ -413,20 +414,6 @@ def _check_placement(device_map: str | None, max_memory: dict[int | str, int] | 
             raise ModelLoadError(f"the {role}'s offload folder only applies with device map auto")
 
 
-def compute_device(model: Any, fallback: torch.device) -> torch.device:
-    """Where the model's forward runs: its input embedding's execution device (offload hooks) or weight device."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    hook = getattr(emb, "_hf_hook", None)
-    for h in getattr(hook, "hooks", (hook,)) if hook is not None else ():
-        device = getattr(h, "execution_device", None)
-        if device is not None:
-            return torch.device(device if not isinstance(device, int) else f"cuda:{device}")
-    weight = getattr(emb, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.device.type != "meta":
-        return weight.device
-    return fallback
-
-
 def placement_kwargs(device_map: str | None, max_memory: dict[int | str, int] | None,
                      offload_folder: str | None, device: torch.device) -> dict[str, Any]:
     """``from_pretrained`` placement arguments: the whole model on ``device`` unless the map is auto."""
@@ -569,19 +556,13 @@ def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
     dtype = resolve_dtype(spec.target_dtype, device)
     message = ""
     try:
-        pair = demo.load_demo_pair(drafter=spec.drafter, progress=progress, device=str(device),
+        return demo.load_demo_pair(drafter=spec.drafter, progress=progress, device=str(device),
                                    dtype=str(dtype).removeprefix("torch."),
                                    early_exit_layers=spec.early_exit_layers,
                                    lookup_max_ngram=spec.lookup_max_ngram,
                                    lookup_num_tokens=spec.lookup_num_tokens,
                                    placement=placement_kwargs(device_map, spec.target_max_memory,
                                                               spec.target_offload_folder, device))
-        for role, loaded in (("target", pair.target), ("draft", pair.draft)):
-            if loaded is not None:
-                loaded.warnings += residency_warnings(loaded.model, loaded.device, role)
-                for warning in loaded.warnings:
-                    _report(progress, f"Warning: {warning}", 1.0)
-        return pair
     except ModelLoadError:
         raise
     except Exception as exc:

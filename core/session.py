@@ -14,6 +14,7 @@ over the iteration (``/proc/self/io``, ``getrusage``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class Session:
         """Bytes one pass of each model reads and its compute device's bandwidth (measured once, cached)."""
         devices = self._expected_devices()
         for name, model in self._models_for_residency().items():
-            residency = model_residency(model, devices[name], name)
+            residency = model_residency(model, devices[name], name)  # type: ignore[arg-type]
             self._profile[f"{name}_step_read_bytes"] = float(residency.step_read_bytes)
             if self.options.measure_bandwidth:
                 self._profile[f"{name}_bandwidth_bytes_per_s"] = device_bandwidth(devices[name])
@@ -230,7 +231,8 @@ class Session:
                 self.records.append(event)
                 yield event
         finally:
-            events.close()
+            with contextlib.suppress(AttributeError):
+                events.close()  # type: ignore[attr-defined]  # a generator: its finally sets the result
             if self.drill is not None:  # a run that stops mid-drill gives the weights back
                 self.drill_events.append(self._end_drill(len(self.records)))
             self.meter.unwatch()

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import nn
 
 from .residency import _offload_hook
@@ -26,7 +27,7 @@ def offloaded_bytes_of(module: nn.Module) -> int:
     if hook is None:
         return 0
     total = 0
-    tensors = [*module.named_parameters(recurse=False)]
+    tensors: list[tuple[str, torch.Tensor]] = [*module.named_parameters(recurse=False)]
     if getattr(hook, "offload_buffers", False):
         tensors += [*module.named_buffers(recurse=False)]
     for _, t in tensors:

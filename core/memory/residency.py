@@ -120,6 +120,24 @@ def model_residency(model: nn.Module, expected_device: torch.device | str | None
     return r
 
 
+def compute_device(model: nn.Module, fallback: torch.device) -> torch.device:
+    """Where the model's forward runs: its input embedding's execution device (offload hooks) or weight device."""
+    get_input = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = get_input() if callable(get_input) else None
+    except (AttributeError, NotImplementedError):
+        emb = None
+    hook = getattr(emb, "_hf_hook", None)
+    for h in getattr(hook, "hooks", (hook,)) if hook is not None else ():
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device(device if not isinstance(device, int) else f"cuda:{device}")
+    weight = getattr(emb, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.device.type != "meta":
+        return weight.device
+    return fallback
+
+
 def decoder_layers(model: nn.Module) -> nn.ModuleList | None:
     """The model's list of decoder blocks (``model.layers``, GPT-2's ``transformer.h``...): the longest
     ModuleList in the model, or None."""
