@@ -213,3 +213,20 @@ def test_cli_placement_and_drill_errors_exit_2(args: list[str], words: str, caps
     code = cli_main(["run", "--demo", "--prompt", "hi", "--quiet", *args])
     err = capsys.readouterr().err
     assert code == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.demo
+def test_the_demo_under_a_250mb_cap_is_flagged_from_iteration_0(tmp_path) -> None:
+    """The issue's case: device_map="auto", max_memory cpu=250MB puts most of SmolLM2-135M on disk."""
+    spec = PairSpec(target="demo", drafter="lookup", target_device_map="auto",
+                    target_max_memory=parse_max_memory("cpu=250MB", "target"),
+                    target_offload_folder=str(tmp_path / "offload"))
+    pair = load_pair(spec)
+    assert any("on disk" in w for w in pair.target.warnings)
+    residency = model_residency(pair.target.model, CPU, "target")
+    assert residency.layers_by_place.get("disk", 0) >= 15
+    ids = pair.encode_prompt("Count from one to five.")
+    session = Session(pair, Controls(ControlValues(k=2)), SessionOptions(max_new_tokens=4, baseline_every=0))
+    session.run(ids)
+    assert any("streamed from disk" in f and "layers on disk" in f for f in session.records[0].flags), \
+        session.records[0].flags
