@@ -94,6 +94,21 @@ def describe_change(old: ControlValues, new: ControlValues) -> str:
     return ", ".join(parts)
 
 
+DRILL_MODELS = ("draft", "target")
+
+
+def describe_drill(before: dict[str, float], memory: dict[str, float]) -> str:
+    """A marker label when a paging drill started or ended at this record ('' otherwise)."""
+    parts: list[str] = []
+    for model in DRILL_MODELS:
+        old, new = before.get(model, 0.0), memory.get(f"drill_{model}_layers_count", 0.0)
+        if new and not old:
+            parts.append(f"drill: {model} {new:.0f} layers off its device")
+        elif old and not new:
+            parts.append(f"drill end: {model} layers back")
+    return ", ".join(parts)
+
+
 def _num(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
@@ -118,6 +133,7 @@ class RunData:
         self.decode_ms = 0.0
         self._window: deque[tuple[int, int, int, float]] = deque(maxlen=FALLBACK_WINDOW)
         self._last_controls: ControlValues | None = None
+        self._last_drill: dict[str, float] = {}
         self._last_plain_ms: float | None = None
         # The GUI's own window of estimates (costs, alpha) for the "which k" curve and the status verdict:
         # the same class the session uses, so live runs and replayed traces read alike.
@@ -130,8 +146,8 @@ class RunData:
                 self.baselines.append(e)
                 self._last_plain_ms = e.median_step_ms
                 self.live.observe_baseline(e)
-            elif isinstance(e, DrillEvent):  # marked on every plot like a control change
-                self.control_changes.append(ControlChange(e.before_iteration, e.label))
+            elif isinstance(e, DrillEvent):
+                continue  # marked from the records' drill columns below, so replayed traces show it too
             else:
                 self._add(e)
         if events:
@@ -145,6 +161,10 @@ class RunData:
             if label:
                 self.control_changes.append(ControlChange(r.iteration, label))
         self._last_controls = r.controls
+        drill = describe_drill(self._last_drill, r.memory)
+        if drill:
+            self.control_changes.append(ControlChange(r.iteration, drill))
+        self._last_drill = {m: r.memory.get(f"drill_{m}_layers_count", 0.0) for m in DRILL_MODELS}
         self.live.observe(r)
         self.n_drafted += r.n_drafted
         self.n_checked += checked_proposals(r)

@@ -19,13 +19,14 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from specscope.core.controls import Controls
 from specscope.core.drill import DrillSpec
+from specscope.core.memory.detector import PagingDetector
 from specscope.core.models import PairSpec, load_pair
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
@@ -40,6 +41,7 @@ class DrillResult:
     ratio: float
     detected: int
     judged: int
+    detected_time_only: int
     first_flag_s: float | None
     first_flag_iterations: int | None
     sentence: str = ""
@@ -93,6 +95,10 @@ def run_model(pair, model: str, drills: int, quiet: int, drill_len: int, k: int)
     ends = [e for e in events if e.kind == "end"]
     if starts:
         res.layers = f"{starts[0].layers} of {starts[0].total_layers} layers to {starts[0].place}"
+    # The same records through the detector without the offload-hook evidence: the time rule alone.
+    stripped = [replace(r, memory={k: v for k, v in r.memory.items() if not k.endswith("_offload_read_bytes")})
+                for r in records]
+    time_only = PagingDetector().flag_trace(stripped)
     in_drill: set[int] = set()
     for s, e in zip(starts, ends, strict=False):
         span = [r for r in records if s.before_iteration <= r.iteration < e.before_iteration]
@@ -106,8 +112,10 @@ def run_model(pair, model: str, drills: int, quiet: int, drill_len: int, k: int)
         after_first = during[1:]
         detected = sum(1 for r in after_first if any(f.startswith(f"{model}: ") for f in r.flags))
         first = flagged[0] if flagged else None
+        by_time = sum(1 for r in after_first if any(f.startswith(f"{model} ") for f in time_only.get(r.iteration, [])))
         res.drills.append(DrillResult(
             ratio=slow / base if base else float("nan"), detected=detected, judged=len(after_first),
+            detected_time_only=by_time,
             first_flag_s=(first.t_end_s - s.t_s) if first else None,
             first_flag_iterations=(first.iteration - s.before_iteration) if first else None,
             sentence=next((f for f in first.flags if f.startswith(model)), "") if first else ""))
@@ -132,9 +140,9 @@ def report(results: list[ModelResult], args: argparse.Namespace, load: str) -> s
         "interleaved in time (each drill against the quiet stretch just before it).",
         "",
         "| model | layers moved | drills | step-time ratio in the drill, median (min–max) | detection rate "
-        "(drill iterations after the first) | false flags / 1,000 quiet iterations (any; claiming paging) | "
-        "drill start → first flag, median (max) |",
-        "|---|---|---|---|---|---|---|",
+        "(drill iterations after the first) | time rule alone (no hook evidence) | false flags / 1,000 quiet "
+        "iterations (any; claiming paging) | drill start → first flag, median (max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratios = [d.ratio for d in r.drills]
@@ -146,6 +154,7 @@ def report(results: list[ModelResult], args: argparse.Namespace, load: str) -> s
         lines.append(
             f"| {r.model} | {r.layers} | {len(r.drills)} | {statistics.median(ratios):.2f} "
             f"({min(ratios):.2f}–{max(ratios):.2f}) | {det}/{n} = {det / max(1, n):.0%} | "
+            f"{sum(d.detected_time_only for d in r.drills) / max(1, n):.0%} | "
             f"{r.quiet_flags * per_k:.0f}; {r.quiet_paging_flags * per_k:.0f} (of {r.quiet_iterations}) | "
             + (f"{statistics.median(firsts) * 1000:.0f} ms ({max(firsts) * 1000:.0f} ms); "
                f"iteration +{max(first_its)} at most" if firsts else "never") + " |")
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     import os
 
-    load = "{:.1f}".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else "unknown"
+    load = f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "unknown"
     text = report(results, args, load)
     print(text)
     if args.report is not None:
