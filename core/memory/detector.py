@@ -186,6 +186,14 @@ def _place_phrase(model: str, memory: dict[str, float]) -> tuple[str, str]:
     return "weights behind offload hooks", where
 
 
+STREAMING_WORDS = "weights are being streamed"
+
+
+def is_streaming_flag(sentence: str) -> bool:
+    """True for a flag backed by measured offload-hook traffic (not inferred from step times)."""
+    return STREAMING_WORDS in sentence
+
+
 def streaming_sentence(model: str, ms: float, passes: int, expected_ms: float | None,
                        memory: dict[str, float]) -> str:
     """The flag for a step that streamed its weights through offload hooks, or "" when it did not (or did
