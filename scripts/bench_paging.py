@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from specscope.core.busy import BUSY_PREFIX
 from specscope.core.controls import Controls
 from specscope.core.drill import DrillSpec
 from specscope.core.memory.detector import PagingDetector
@@ -54,6 +55,7 @@ class ModelResult:
     quiet_iterations: int = 0
     quiet_flags: int = 0
     quiet_paging_flags: int = 0
+    quiet_busy_flags: int = 0
     quiet_flag_examples: list[str] = field(default_factory=list)
     seconds: float = 0.0
     layers: str = ""
@@ -122,6 +124,7 @@ def run_model(pair, model: str, drills: int, quiet: int, drill_len: int, k: int)
     quiet_records = [r for r in records if r.iteration not in in_drill]
     res.quiet_iterations = len(quiet_records)
     res.quiet_flags = sum(1 for r in quiet_records if r.flags)
+    res.quiet_busy_flags = sum(1 for r in quiet_records if any(f.startswith(BUSY_PREFIX) for f in r.flags))
     res.quiet_paging_flags = sum(1 for r in quiet_records if any(w in f for f in r.flags for w in PAGING_WORDS))
     res.quiet_flag_examples = [f for r in quiet_records for f in r.flags][:3]
     return res
@@ -140,8 +143,8 @@ def report(results: list[ModelResult], args: argparse.Namespace, load: str) -> s
         "interleaved in time (each drill against the quiet stretch just before it).",
         "",
         "| model | layers moved | drills | step-time ratio in the drill, median (min–max) | detection rate "
-        "(drill iterations after the first) | time rule alone (no hook evidence) | false flags / 1,000 quiet "
-        "iterations (any; claiming paging) | drill start → first flag, median (max) |",
+        "(drill iterations after the first) | time rule alone (no hook evidence) | flags / 1,000 quiet "
+        "iterations: any; machine busy; claiming paging | drill start → first flag, median (max) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -155,7 +158,8 @@ def report(results: list[ModelResult], args: argparse.Namespace, load: str) -> s
             f"| {r.model} | {r.layers} | {len(r.drills)} | {statistics.median(ratios):.2f} "
             f"({min(ratios):.2f}–{max(ratios):.2f}) | {det}/{n} = {det / max(1, n):.0%} | "
             f"{sum(d.detected_time_only for d in r.drills) / max(1, n):.0%} | "
-            f"{r.quiet_flags * per_k:.0f}; {r.quiet_paging_flags * per_k:.0f} (of {r.quiet_iterations}) | "
+            f"{r.quiet_flags * per_k:.0f}; {r.quiet_busy_flags * per_k:.0f}; {r.quiet_paging_flags * per_k:.0f} "
+            f"(of {r.quiet_iterations}) | "
             + (f"{statistics.median(firsts) * 1000:.0f} ms ({max(firsts) * 1000:.0f} ms); "
                f"iteration +{max(first_its)} at most" if firsts else "never") + " |")
     lines += ["", "Per drill (ratio, detected/judged, first flag):", ""]
@@ -195,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(res)
         print(f"{model}: {len(res.drills)} drills, ratios {[round(d.ratio, 2) for d in res.drills]}, "
               f"detected {sum(d.detected for d in res.drills)}/{sum(d.judged for d in res.drills)}, "
-              f"quiet flags {res.quiet_flags}/{res.quiet_iterations} ({res.quiet_paging_flags} paging)",
+              f"quiet flags {res.quiet_flags}/{res.quiet_iterations} ({res.quiet_busy_flags} busy, "
+              f"{res.quiet_paging_flags} paging)",
               flush=True)
     import os
 
