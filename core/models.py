@@ -615,6 +615,10 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
         del target, draft
         _free()
         raise ModelLoadError(message)
+    for loaded, src in ((target, tsrc), (draft, dsrc)):
+        if loaded is not None and src is not None:
+            for warning in loaded.warnings[len(src.warnings):]:  # placement: not wholly on its device
+                _report(progress, f"Warning: {warning}", 0.95)
     _report(progress, "Ready", 1.0)
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,

@@ -150,8 +150,10 @@ def test_a_model_loaded_under_a_memory_cap_is_flagged_from_iteration_0(tmp_path)
     spec = PairSpec(target=str(directory), drafter="lookup", target_device_map="auto",
                     target_max_memory=parse_max_memory("cpu=300kB", "target"),
                     target_offload_folder=str(tmp_path / "offload"))
-    pair = load_pair(spec)
+    messages: list[str] = []
+    pair = load_pair(spec, progress=lambda message, fraction: messages.append(message))
     assert any("on disk" in w for w in pair.target.warnings)
+    assert any(m.startswith("Warning: target:") and "on disk" in m for m in messages)  # said while loading
     residency = model_residency(pair.target.model, CPU, "target")
     assert residency.bytes_by_device.get("disk", 0) > 0.5 * residency.param_bytes
     ids = pair.encode_prompt("w5 w9 w14 w5 w9 w14 w5 w9", chat=False)
