@@ -129,6 +129,8 @@ class RunData:
         for e in events:
             if isinstance(e, BaselineRecord):
                 self.baselines.append(e)
+                if e.estimate is not None:  # a baseline closing a block updates the measured speed-up
+                    self.estimate = e.estimate
             elif isinstance(e, DrillEvent):
                 continue  # marked from the records' drill columns below, so replayed traces show it too
             else:
