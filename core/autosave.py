@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from .records import BaselineRecord, IterationRecord
+from .records import BaselineRecord, DrillEvent, IterationRecord
 from .trace import (
     SESSION_FOLDER_TRACE,
     TraceAppender,
@@ -171,11 +171,13 @@ class SessionRecorder:
 
     # -- recording ------------------------------------------------------------------------------------
 
-    def append(self, item: IterationRecord | BaselineRecord) -> None:
+    def append(self, item: IterationRecord | BaselineRecord | DrillEvent) -> None:
         """Buffer one record's rows; write the buffer when the last write is about a second old."""
         with self._lock:
             if self._closed or self.error is not None:
                 return
+            if not isinstance(item, (IterationRecord, BaselineRecord)):
+                return  # a drill event: its state is in every iteration's drill_*_layers_count column
             try:
                 self._appender.append(item)
             except ValueError as e:  # a record the format cannot hold: stop recording, never the run

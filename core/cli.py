@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline-every", type=whole_number(0), default=6,
                    help="time 3 plain target steps on the live context every N iterations: the blocks the measured "
                         "speed-up and its interval are paired over (0 = never: no measured speed-up)")
+    g.add_argument("--drill", default=None, metavar="START:END:MODEL[:LAYERS]",
+                   help="paging drill: move LAYERS (default all) decoder layers of the draft or target off "
+                        "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +117,20 @@ def _controls(args: argparse.Namespace) -> Any:
                                       top_p=args.top_p, adaptive_k=args.adaptive_k))
     except InvalidControl as exc:
         raise CliError(str(exc)) from None
+
+
+def _drill(args: argparse.Namespace) -> Any:
+    from .drill import DrillError, parse_drill
+
+    if getattr(args, "drill", None) is None:
+        return None
+    try:
+        spec = parse_drill(args.drill)
+    except DrillError as exc:
+        raise CliError(str(exc)) from None
+    if spec.model == "draft" and (args.plain or args.drafter != "model"):
+        raise CliError("a draft drill needs a draft model (--drafter model, not --plain): drill the target")
+    return spec
 
 
 def _progress(quiet: bool):
@@ -196,6 +214,7 @@ def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -
 
 def cmd_run(args: argparse.Namespace) -> int:
     controls = _controls(args)
+    drill = _drill(args)
     text = _prompt_text(args)
     for path, flag in ((args.trace, "--trace"), (args.chrome_trace, "--chrome-trace")):
         if path is not None:
@@ -218,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_context(pair, len(prompt_ids), args.max_new_tokens, quiet)
     session = Session(pair, controls, SessionOptions(
         max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
-        baseline_every=args.baseline_every,
+        baseline_every=args.baseline_every, drill=drill,
     ))
     description = session_description(args, pair)
     recorder = _start_recorder(description, quiet)
@@ -290,12 +309,13 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
             "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
             "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
             "session_folder": str(recorder.folder) if recorder is not None else None,
+            "drill_events": [asdict(e) for e in session.drill_events],
             "error": error or trace_error or (stopped.reason if stopped is not None else None),
         }
         emit(json.dumps(out, indent=None, default=str))
     else:
         emit(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True) + "\n\n"
-             + _summary_text(args, pair, result, summary, estimate, residency, flags))
+             + _summary_text(args, pair, result, summary, estimate, residency, flags, session.drill_events))
     if stopped is None and guard.late is not None:
         print_error(f"{guard.late.signal_name} received after the run ended; its results above are complete")
         return guard.late.exit_code
@@ -347,7 +367,7 @@ def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[
 
 
 def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
-                  residency: dict[str, Any], flags: list[tuple[int, str]]) -> str:
+                  residency: dict[str, Any], flags: list[tuple[int, str]], drills: Sequence[Any] = ()) -> str:
     """The run in words; every number is ``run_summary``'s or the measurement's estimate's."""
     from .busy import BUSY_PREFIX
     from .memory.residency import format_residency
@@ -384,6 +404,8 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dic
         lines.append(f"residency     {format_residency(name, r)}")
         for w in r.warnings:
             lines.append(f"  warning     {w}")
+    for event in drills:
+        lines.append(f"drill         before iteration {event.before_iteration}: {event.label}")
     busy = [(it, f) for it, f in flags if f.startswith(BUSY_PREFIX)]
     paging = [(it, f) for it, f in flags if not f.startswith(BUSY_PREFIX)]
     for label, flagged in (("machine busy", busy), ("paging", paging)):

@@ -19,6 +19,7 @@ from transformers import DynamicCache, PreTrainedModel
 from .acceptance import accept_greedy, accept_sample
 from .controls import K_MAX, Controls
 from .drafters.base import Drafter, Proposal
+from .memory.residency import compute_device
 from .records import BaselineRecord, ControlValues, IterationRecord, RunResult, TokenRecord, TokenStatus
 from .sampling import processed_probs, sample_from
 
@@ -81,7 +82,8 @@ class TargetRunner:
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
         self.vocab_size = vocab_size
-        self.device = next(model.parameters()).device
+        # where its forward runs: an offloaded model's first weights may sit on meta behind a hook
+        self.device = compute_device(model, next(model.parameters()).device)
         self.cache = DynamicCache(config=model.config)
 
     def reset(self) -> None:
