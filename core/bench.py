@@ -29,7 +29,7 @@ import torch
 from . import costmodel
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .controls import K_MAX, Controls
-from .kinds import DRAFTER_KINDS
+from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
 from .live import LiveMeasurement
 from .metrics import acceptance_rate, alpha_estimate
 from .pair import ModelPair
@@ -104,7 +104,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
     if heuristic:
         methods.append(Method("heuristic", "heuristic"))
     if transformers:
-        if pair.draft is not None:
+        if pair.draft is not None and pair.drafter_kind == "model":  # an EAGLE head is not an assistant LM
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", k) for k in ks]
         methods.append(Method(f"hf-lookup n={lookup_tokens}", "hf-lookup", lookup_tokens))
     return methods
@@ -426,8 +426,10 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="demo", help="target model directory or hub id, or 'demo'")
-    parser.add_argument("--draft", default=None, help="draft model directory or hub id (drafter 'model')")
-    parser.add_argument("--drafter", default="model", choices=DRAFTER_KINDS)
+    parser.add_argument("--draft", default=None,
+                        help="draft model directory or hub id (drafter 'model'), EAGLE-3 head directory ('eagle')")
+    parser.add_argument("--drafter", default=None, choices=DRAFTER_KINDS,
+                        help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, else model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
                         help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
@@ -477,6 +479,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.drafter is None:
+        args.drafter = DEMO_DRAFTER if args.target == "demo" else DEFAULT_DRAFTER
     if args.rounds < 1 or args.max_new_tokens < 1 or args.threads < 0:
         print("error: --rounds and --max-new-tokens must be at least 1, --threads at least 0", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     controls = _controls(args)
     text = _prompt_text(args)
-    if args.plain and not args.draft and args.drafter == "model":
+    if args.plain and not args.draft and args.drafter in (None, "model", "eagle"):
         args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
     try:
         spec = spec_from_args(args)
