@@ -465,7 +465,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["specscope", "bench", "--target", args.target]
     if args.draft:
         parts += ["--draft", args.draft]
-    parts += ["--drafter", args.drafter, "--device", args.device, "--prompts", args.prompts]
+    parts += ["--drafter", resolved_drafter(args), "--device", args.device, "--prompts", args.prompts]
     if args.limit:
         parts += ["--limit", str(args.limit)]
     parts += ["--k", ",".join(str(k) for k in args.k), "--rounds", str(args.rounds),
@@ -478,9 +478,15 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def resolved_drafter(args: argparse.Namespace) -> str:
+    """--drafter as given, else the demo's default for the demo and the draft model for anything else."""
+    if args.drafter:
+        return str(args.drafter)
+    return DEMO_DRAFTER if args.target == "demo" else DEFAULT_DRAFTER
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.drafter is None:
-        args.drafter = DEMO_DRAFTER if args.target == "demo" else DEFAULT_DRAFTER
+    args.drafter = resolved_drafter(args)
     if args.rounds < 1 or args.max_new_tokens < 1 or args.threads < 0:
         print("error: --rounds and --max-new-tokens must be at least 1, --threads at least 0", file=sys.stderr)
         return 2

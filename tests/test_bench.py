@@ -10,6 +10,7 @@ import torch
 
 from specscope.core import bench
 from specscope.core.drafters.model import ModelDrafter
+from specscope.core.kinds import DEMO_DRAFTER
 from specscope.core.pair import LoadedModel, ModelPair
 from tests.models import perturbed, tiny_model
 
@@ -118,5 +119,5 @@ def test_command_line_rejects_bad_values():
     args = parser.parse_args(["--k", "1,2", "--rounds", "0"])
     assert args.k == [1, 2]
     assert bench.main(args) == 2
-    assert bench.command_line(args).startswith("specscope bench --target demo --drafter model")
+    assert bench.command_line(args).startswith(f"specscope bench --target demo --drafter {DEMO_DRAFTER}")
     assert "--k 1,2 --rounds 0" in bench.command_line(args)

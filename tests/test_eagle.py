@@ -100,7 +100,7 @@ def reference_draft(w: dict[str, torch.Tensor], cfg: dict, embed: torch.Tensor, 
         out[:, head] = torch.softmax(scores, -1) @ v[:, kv]
     resid = out.reshape(t, nh * d) @ w["midlayer.self_attn.o_proj.weight"].T + hid
     m = _rms(resid, w["midlayer.post_attention_layernorm.weight"])
-    mlp = (torch.nn.functional.silu(m @ w["midlayer.mlp.gate_proj.weight"].T) * (m @ w["midlayer.mlp.up_proj.weight"].T))
+    mlp = torch.nn.functional.silu(m @ w["midlayer.mlp.gate_proj.weight"].T) * (m @ w["midlayer.mlp.up_proj.weight"].T)
     prenorm = mlp @ w["midlayer.mlp.down_proj.weight"].T + resid
     draft = _rms(prenorm, w["norm.weight"]) @ w["lm_head.weight"].T
     full = torch.full((t, cfg["vocab_size"]), float("-inf"))
@@ -343,7 +343,7 @@ def test_mismatch_names_everything_that_differs_in_one_sentence(target, tmp_path
 
 def test_head_without_weights_or_config_is_one_sentence(target, tmp_path) -> None:
     (tmp_path / "head").mkdir()
-    with pytest.raises(EagleLoadError, match="no config.json"):
+    with pytest.raises(EagleLoadError, match=r"no config\.json"):
         load_head(tmp_path / "head", target, V)
     (tmp_path / "head" / "config.json").write_text(json.dumps(head_config().to_dict()))
     with pytest.raises(EagleLoadError, match="no safetensors"):
@@ -361,3 +361,48 @@ def test_eagle_drafter_loads_through_load_pair_and_runs(target, tmp_path) -> Non
     assert res.token_ids == _plain(target, [1, 2, 3], 20)
     with pytest.raises(ModelLoadError, match="needs an EAGLE-3 head directory"):
         load_pair(PairSpec(target=str(_target_dir(tmp_path, target)), drafter="eagle"))
+
+
+# ---- training-time test in the training script matches drafting -------------------------------------------
+def _training_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "train_eagle_head.py"
+    spec = importlib.util.spec_from_file_location("train_eagle_head", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_unroll_equals_what_the_drafter_computes(target) -> None:
+    """Step j of the script's training-time test at base p gives the logits the drafter gives at its j-th
+    proposal, when the drafted tokens are the sequence's own (the only case a later step matters)."""
+    script = _training_script()
+    head = random_head(target, head_config(), 8)
+    drafter = EagleDrafter(head, target.config, V)
+    prompt = [3, 9, 14, 15, 22]
+    drafter.reset(prompt)
+    drafter.observe_target_features(0, target_features(target, prompt[:-1]))
+    steps = 3
+    with torch.no_grad():
+        # Let the drafter choose the continuation greedily, so its fed-back tokens are the sequence's own.
+        prop = drafter.propose(prompt, steps, ControlValues(k=steps), None)
+        drafter.reset(prompt)
+        drafter.observe_target_features(0, target_features(target, prompt[:-1]))
+        recorder = RecordingDrafter(head, target.config, V)
+        recorder.reset(prompt)
+        recorder.observe_target_features(0, target_features(target, prompt[:-1]))
+        recorder.propose(prompt, steps, ControlValues(k=steps), None)
+        seq = [*prompt, *prop.tokens]
+        example = {"ids": seq, "prompt_len": len(prompt), "features": target_features(target, seq[:-1]),
+                   "labels": torch.tensor(seq[len(prompt):])}
+        t2d_index = torch.full((V,), -1, dtype=torch.long)
+        t2d_index[head.target_ids()] = torch.arange(head.cfg.draft_vocab_size)
+        batch = script.make_batch([example], t2d_index, steps)
+        logits = script.unrolled_logits(head, batch, steps)
+    base = len(prompt) - 2  # the head position that reads the last prompt feature
+    for j in range(steps):
+        full = recorder._full_row(logits[j][0, base])
+        torch.testing.assert_close(full, recorder.calls[0][2][j], rtol=1e-4, atol=1e-4)

@@ -87,7 +87,7 @@ class Eagle3Config:
         if rope_type not in ("default", None):
             raise EagleLoadError(f"the EAGLE-3 head uses rope scaling {rope_type!r}, which specscope does not "
                                  "implement")
-        theta = d.get("rope_theta", rope.get("rope_theta", 10000.0) if isinstance(rope, dict) else 10000.0)
+        theta = d.get("rope_theta") or (rope.get("rope_theta") if isinstance(rope, dict) else None) or 10000.0
         eagle = d.get("eagle_config") or {}
         if eagle.get("use_aux_hidden_state", True) is False:
             raise EagleLoadError("the head does not use auxiliary hidden states (an EAGLE-1/2 head, not EAGLE-3)")
@@ -189,6 +189,10 @@ class Eagle3Head(nn.Module):
     training-time test, unrolled steps attending to earlier steps' keys) arrange keys differently.
     Tensors carry a leading batch dimension: (B, T, ...).
     """
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+    inv_freq: torch.Tensor
 
     def __init__(self, cfg: Eagle3Config):
         super().__init__()
