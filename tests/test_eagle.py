@@ -406,3 +406,14 @@ def test_training_unroll_equals_what_the_drafter_computes(target) -> None:
     for j in range(steps):
         full = recorder._full_row(logits[j][0, base])
         torch.testing.assert_close(full, recorder.calls[0][2][j], rtol=1e-4, atol=1e-4)
+
+
+def test_specscope_verify_probes_the_eagle_drafter(target, tmp_path) -> None:
+    """verify's first-token check sees the head's real q (it feeds the target's features first)."""
+    from specscope.core.verify import sampling_check
+
+    save_head(random_head(target, head_config(), 9), tmp_path / "head")
+    pair = load_pair(PairSpec(target=str(_target_dir(tmp_path, target)), draft=str(tmp_path / "head"),
+                              drafter="eagle", target_dtype="float32"))
+    check = sampling_check(pair, "p", [1, 2, 3, 4], ControlValues(temperature=0.8), 20_000, 20, 0)
+    assert check.draws == 20_000 and check.pvalues["correct"] > 1e-3
