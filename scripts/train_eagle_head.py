@@ -157,30 +157,70 @@ def aux_layer_ids(n_layers: int) -> list[int]:
     return [2, n_layers // 2, n_layers - 3]
 
 
+class _FeatureTap:
+    """Forward pre-hooks capturing the hidden input of a few decoder layers at every pass (cheaper than
+    ``output_hidden_states``, which keeps all layers for every generated step)."""
+
+    def __init__(self, model: Any, layers: list[int]):
+        self.rows: dict[int, list[torch.Tensor]] = {i: [] for i in layers}
+        self.handles = [model.model.layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
+                        for i in layers]
+
+    def _hook(self, i: int) -> Any:
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            h = args[0] if args else kwargs["hidden_states"]
+            self.rows[i].append(h.detach().to(torch.float16))
+        return hook
+
+    def fused(self) -> torch.Tensor:
+        """(B, positions, 3H): the layers' inputs side by side, all passes concatenated along positions."""
+        return torch.cat([torch.cat(self.rows[i], dim=1) for i in self.rows], dim=-1)
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+class _ArgmaxRecorder:
+    """A logits processor that records the arg-max of each step's scores and changes nothing (the arg-max
+    survives temperature and top-p, so it is the target's greedy token even when sampling)."""
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.steps.append(scores.argmax(-1))
+        return scores
+
+
 @torch.inference_mode()
 def generate_batch(model: Any, tokenizer: Any, prompts: list[str], sample: bool, max_new: int,
                    layers: list[int], eos: frozenset[int], tag: str) -> list[dict[str, Any]]:
     """The target's answers with its fused features (T-1, 3H) fp16 and its arg-max labels, no second pass.
 
-    ``features[p]`` is the target's hidden input to each of ``layers`` at position p (HF hidden_states[i]
-    = the input of layer i, what vLLM captures as an auxiliary hidden state); ``labels`` are the target's
+    ``features[p]`` is the target's hidden input to each of ``layers`` at position p (HF's
+    hidden_states[i], what vLLM captures as an EAGLE-3 auxiliary hidden state); ``labels`` are the target's
     arg-max after each position from the last prompt token on.
     """
+    from transformers import LogitsProcessorList
+
     pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 2)
     enc = [chat_ids(tokenizer, p) for p in prompts]
     width = max(len(e) for e in enc)
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
-    gen = model.generate(
-        input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=sample,
-        temperature=0.8 if sample else None, top_p=0.95 if sample else None, top_k=None,
-        output_logits=True, output_hidden_states=True, return_dict_in_generate=True,
-        pad_token_id=pad, eos_token_id=sorted(eos),
-    )
-    # hidden_states: one tuple per step, each (n_layers + 1) x (B, len, H); step 0 covers the prompt.
-    per_step = [torch.cat([step[i] for i in layers], dim=-1) for step in gen.hidden_states]
-    feats = torch.cat(per_step, dim=1)  # (B, width + steps - 1, 3H)
-    labels = torch.stack(gen.logits, dim=1).argmax(-1)  # (B, steps): after positions width-1 ...
+    tap, argmax = _FeatureTap(model, layers), _ArgmaxRecorder()
+    try:
+        gen = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=sample,
+            temperature=0.8 if sample else None, top_p=0.95 if sample else None, top_k=None,
+            logits_processor=LogitsProcessorList([argmax]), return_dict_in_generate=True,
+            pad_token_id=pad, eos_token_id=sorted(eos),
+        )
+        feats = tap.fused()  # (B, width + steps - 1, 3H)
+    finally:
+        tap.close()
+    labels = torch.stack(argmax.steps, dim=1)  # (B, steps): after positions width-1, width, ...
     new = gen.sequences[:, width:]
     out: list[dict[str, Any]] = []
     for i, prompt_ids in enumerate(enc):
@@ -188,7 +228,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[str], sample: bool,
         n = next((j + 1 for j, t in enumerate(toks) if t in eos), len(toks))
         pad_n = width - len(prompt_ids)
         seq = prompt_ids + toks[:n]
-        f = feats[i, pad_n : pad_n + len(seq) - 1].to(torch.float16).clone()
+        f = feats[i, pad_n : pad_n + len(seq) - 1].clone()
         lab = labels[i, :n].to(torch.int32).clone()  # for positions P-1 .. P+n-2
         out.append({"ids": seq, "prompt_len": len(prompt_ids), "features": f, "labels": lab, "source": tag})
     return out
@@ -216,6 +256,13 @@ def make_data(args: argparse.Namespace) -> None:
         plan.append((train_prompts[b : b + args.gen_batch], sample, "sampled" if sample else "greedy"))
     torch.manual_seed(args.seed)
     data: list[dict[str, Any]] = []
+    if args.resume and args.data.is_file():  # keep the answers already made; continue the plan after them
+        data = torch.load(args.data)["examples"]
+        done = len(data)
+        while plan and done >= len(plan[0][0]):
+            done -= len(plan[0][0])
+            plan.pop(0)
+        log(f"resuming after {len(data)} answers")
     for batch_prompts, sample, tag in plan:
         if tag != "heldout" and time.time() - t0 > args.gen_minutes * 60:
             log("generation budget reached")
@@ -476,7 +523,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: spinning threads lose on a shared CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new", type=int, default=144)
-    ap.add_argument("--gen-batch", type=int, default=32)
+    ap.add_argument("--gen-batch", type=int, default=64)
+    ap.add_argument("--resume", action="store_true", help="continue a stopped generation from --data")
     ap.add_argument("--heldout", type=int, default=24, help="prompts held out (answered first)")
     ap.add_argument("--gen-minutes", type=float, default=40.0, help="wall budget for generating training text")
     ap.add_argument("--gen-tokens", type=int, default=60000, help="stop generating after this many tokens")
