@@ -312,7 +312,7 @@ def build_head(target: Any, layers: list[int], draft_ids: torch.Tensor, intermed
         # Start from the target's own read-out: its final norm and (tied) head rows of the draft vocabulary.
         head.norm.weight.copy_(target.model.norm.weight)
         head.lm_head.weight.copy_(target.get_output_embeddings().weight[head.target_ids()])
-    head.embed_tokens = target.get_input_embeddings()
+    head.use_embeddings(target.get_input_embeddings())
     return head
 
 

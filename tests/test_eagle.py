@@ -49,7 +49,7 @@ def random_head(target, cfg: Eagle3Config, seed: int, scale: float = 0.4) -> Eag
                 p.normal_(0.0, scale)
         ids = torch.randperm(cfg.vocab_size)[: cfg.draft_vocab_size]
         head.set_draft_vocab(ids)
-    head.embed_tokens = target.get_input_embeddings()
+    head.use_embeddings(target.get_input_embeddings())
     return head.eval()
 
 
@@ -180,6 +180,9 @@ def test_saved_head_has_the_engines_names_and_shapes(target, tmp_path) -> None:
 def test_loaded_head_reproduces_a_reference_forward(target, tmp_path) -> None:
     save_head(random_head(target, head_config(), 2), tmp_path, dtype=torch.float32)
     head = load_head(tmp_path, target, V)
+    # The target's embeddings are used, not owned: the head's parameters are its own weights only.
+    assert head.embed_tokens is target.get_input_embeddings()
+    assert not any(n.startswith("embed") for n, _ in head.named_parameters())
     drafter = RecordingDrafter(head, target.config, V)
     context = [3, 9, 14, 15, 22, 8]
     drafter.reset(context)

@@ -206,7 +206,12 @@ class Eagle3Head(nn.Module):
         d = cfg.dim_per_head
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self.embed_tokens: nn.Module | None = None  # the target's, or the checkpoint's own
+        self.use_embeddings(None)
+
+    def use_embeddings(self, embeddings: nn.Module | None) -> None:
+        """The token embeddings the head reads: the target's (shared) or the checkpoint's own. Kept out of
+        the head's submodules so its parameters, size and state dict are its own weights only."""
+        self.__dict__["embed_tokens"] = embeddings
 
     # ---- vocabulary maps --------------------------------------------------------------------------
     def target_ids(self) -> torch.Tensor:
@@ -227,8 +232,9 @@ class Eagle3Head(nn.Module):
         return emb.cos(), emb.sin()
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        assert self.embed_tokens is not None, "the head needs embeddings (the target's or its own)"
-        out: torch.Tensor = self.embed_tokens(token_ids)
+        embeddings = self.__dict__["embed_tokens"]
+        assert embeddings is not None, "the head needs embeddings (the target's or its own)"
+        out: torch.Tensor = embeddings(token_ids)
         return out
 
     def project(
@@ -378,14 +384,14 @@ def load_head(directory: Path, target: Any, width: int, device: torch.device | s
         if tuple(own_embed.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise EagleLoadError(f"the EAGLE-3 head's embed_tokens has shape {tuple(own_embed.shape)}, "
                                  f"expected {(cfg.vocab_size, cfg.hidden_size)}")
-        head.embed_tokens = nn.Embedding.from_pretrained(own_embed.to(device=device, dtype=dtype), freeze=True)
+        head.use_embeddings(nn.Embedding.from_pretrained(own_embed.to(device=device, dtype=dtype), freeze=True))
     else:
         embed = target.get_input_embeddings()
         if int(embed.embedding_dim) != cfg.hidden_size:
             raise EagleLoadError(f"the EAGLE-3 head in {directory} has no embeddings of its own and its hidden "
                                  f"size {cfg.hidden_size} differs from the target's embeddings "
                                  f"({embed.embedding_dim})")
-        head.embed_tokens = embed
+        head.use_embeddings(embed)
     head.eval()
     for p in head.parameters():
         p.requires_grad_(False)
