@@ -445,10 +445,10 @@ def train(args: argparse.Namespace) -> None:
     held_batches = [make_batch(g, t2d_index, args.ttt_steps) for g in group_batches(held, args.batch_tokens, rng)]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     batches_per_epoch = len(group_batches(train_set, args.batch_tokens, rng))
-    total_steps = batches_per_epoch * args.epochs
-    warmup = max(1, total_steps // 25)
+    plan = {"total": batches_per_epoch * args.epochs}  # shrunk after a few steps if the budget is shorter
+    warmup = max(1, plan["total"] // 25)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total_steps))))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / plan["total"]))))
     step_weights = [0.8**j for j in range(args.ttt_steps)]
     history: list[dict[str, Any]] = []
     best: tuple[float, dict[str, torch.Tensor]] | None = None
@@ -456,6 +456,7 @@ def train(args: argparse.Namespace) -> None:
     acc0 = evaluate(head, held_batches, args.ttt_steps)
     log(f"initial held-out agreement by step: {[round(a, 3) for a in acc0]}")
     step = 0
+    t_train = time.time()
     for epoch in range(args.epochs):
         head.train()
         loss_sum = hit = seen = 0.0
@@ -474,6 +475,12 @@ def train(args: argparse.Namespace) -> None:
             opt.step()
             sched.step()
             step += 1
+            if step == 10:  # fit the cosine schedule to the steps the wall budget allows
+                per_step = (time.time() - t_train) / 10
+                affordable = int((deadline - t_train) / per_step * 0.85)  # leave room for evaluations
+                plan["total"] = max(20, min(plan["total"], affordable))
+                log(f"  {per_step:.1f}s per step: planning {plan['total']} steps "
+                    f"({plan['total'] / batches_per_epoch:.1f} epochs)")
             with torch.no_grad():
                 lab0 = batch["labels"][0]
                 ok = lab0 >= 0
@@ -481,10 +488,10 @@ def train(args: argparse.Namespace) -> None:
                 seen += float(ok.sum())
             loss_sum += float(loss.detach())
             if step % 20 == 0:
-                log(f"  epoch {epoch + 1} step {step}/{total_steps}: loss {loss_sum / 20:.3f}, "
+                log(f"  epoch {epoch + 1} step {step}/{plan['total']}: loss {loss_sum / 20:.3f}, "
                     f"step-1 train agreement (in-vocab) {hit / max(seen, 1):.3f}")
                 loss_sum = 0.0
-            if time.time() > deadline:
+            if time.time() > deadline or step >= plan["total"]:
                 break
         head.eval()
         acc = evaluate(head, held_batches, args.ttt_steps)
@@ -497,8 +504,8 @@ def train(args: argparse.Namespace) -> None:
             f"train {[round(a, 3) for a in train_acc]} ({time.time() - t_start:.0f}s)")
         if best is None or acc[0] > best[0]:
             best = (acc[0], {n: t.detach().clone() for n, t in head.state_dict().items()})
-        if time.time() > deadline:
-            log("time budget reached")
+        if time.time() > deadline or step >= plan["total"]:
+            log("time budget reached" if time.time() > deadline else "planned steps done")
             break
     assert best is not None
     head.load_state_dict(best[1])
