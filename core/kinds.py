@@ -16,3 +16,10 @@ DRAFTER_HELP = {
     "early-exit": "the target's first layers and its head propose (self-speculation)",
     "eagle": "an EAGLE-3 head reads the target's hidden states and proposes from a reduced vocabulary",
 }
+# Drafters whose cost does not grow with the number of proposals (a lookup finds a whole continuation at
+# once): the cost model charges them per iteration, not per proposal.
+DRAFT_COST_PER_ITERATION: frozenset[str] = frozenset({"lookup"})
+
+
+def draft_cost_per_token(drafter: str) -> bool:
+    return drafter not in DRAFT_COST_PER_ITERATION
