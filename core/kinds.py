@@ -9,7 +9,7 @@ from __future__ import annotations
 # How proposals are made: a small draft model, n-gram lookup in the context, the target's own early layers.
 DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit", "eagle")
 DEFAULT_DRAFTER = "model"
-DEMO_DRAFTER = "model"  # the embedded demo's default drafter
+DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 DRAFTER_HELP = {
     "model": "a small draft model proposes tokens",
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",

@@ -460,6 +460,7 @@ def train(args: argparse.Namespace) -> None:
     for epoch in range(args.epochs):
         head.train()
         loss_sum = hit = seen = 0.0
+        logged = 0
         for group in group_batches(train_set, args.batch_tokens, rng):
             batch = make_batch(group, t2d_index, args.ttt_steps)
             logits = unrolled_logits(head, batch, args.ttt_steps)
@@ -487,10 +488,11 @@ def train(args: argparse.Namespace) -> None:
                 hit += float((logits[0].argmax(-1)[ok] == lab0[ok]).sum())
                 seen += float(ok.sum())
             loss_sum += float(loss.detach())
+            logged += 1
             if step % 20 == 0:
-                log(f"  epoch {epoch + 1} step {step}/{plan['total']}: loss {loss_sum / 20:.3f}, "
+                log(f"  epoch {epoch + 1} step {step}/{plan['total']}: loss {loss_sum / logged:.3f}, "
                     f"step-1 train agreement (in-vocab) {hit / max(seen, 1):.3f}")
-                loss_sum = 0.0
+                loss_sum, logged = 0.0, 0
             if time.time() > deadline or step >= plan["total"]:
                 break
         head.eval()

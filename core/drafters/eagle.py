@@ -406,6 +406,7 @@ def save_head(head: Eagle3Head, directory: Path, dtype: torch.dtype = torch.floa
     state = {n: (t.detach().to(dtype) if t.is_floating_point() else t.detach()).contiguous().cpu()
              for n, t in head.state_dict().items() if not n.startswith("embed_tokens")}
     save_file(state, str(directory / WEIGHTS_FILE))
+    (directory / WEIGHTS_FILE).chmod(0o644)  # safetensors writes 0600; the file is shipped as package data
     (directory / "config.json").write_text(json.dumps(head.cfg.to_dict(), indent=2) + "\n")
 
 
