@@ -29,7 +29,7 @@ import torch
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
-from .kinds import DRAFTER_KINDS
+from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
 from .measurement import Measurement, RatioInterval, paired_ratio, run_summary
 from .pair import ModelPair
 from .prompts import Prompt
@@ -105,7 +105,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
     if heuristic:
         methods.append(Method("heuristic", "heuristic"))
     if transformers:
-        if pair.draft is not None:
+        if pair.draft is not None and pair.drafter_kind == "model":  # an EAGLE head is not an assistant LM
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", k) for k in ks]
         methods.append(Method(f"hf-lookup n={lookup_tokens}", "hf-lookup", lookup_tokens))
     return methods
@@ -453,8 +453,10 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="demo", help="target model directory or hub id, or 'demo'")
-    parser.add_argument("--draft", default=None, help="draft model directory or hub id (drafter 'model')")
-    parser.add_argument("--drafter", default="model", choices=DRAFTER_KINDS)
+    parser.add_argument("--draft", default=None,
+                        help="draft model directory or hub id (drafter 'model'), EAGLE-3 head directory ('eagle')")
+    parser.add_argument("--drafter", default=None, choices=DRAFTER_KINDS,
+                        help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, else model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
                         help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
@@ -496,7 +498,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["specscope", "bench", "--target", args.target]
     if args.draft:
         parts += ["--draft", args.draft]
-    parts += ["--drafter", args.drafter, "--device", args.device, "--prompts", args.prompts]
+    parts += ["--drafter", resolved_drafter(args), "--device", args.device, "--prompts", args.prompts]
     if args.limit:
         parts += ["--limit", str(args.limit)]
     parts += ["--k", ",".join(str(k) for k in args.k), "--rounds", str(args.rounds),
@@ -509,7 +511,15 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def resolved_drafter(args: argparse.Namespace) -> str:
+    """--drafter as given, else the demo's default for the demo and the draft model for anything else."""
+    if args.drafter:
+        return str(args.drafter)
+    return DEMO_DRAFTER if args.target == "demo" else DEFAULT_DRAFTER
+
+
 def main(args: argparse.Namespace) -> int:
+    args.drafter = resolved_drafter(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     from .models import ModelLoadError, PairSpec, load_pair

@@ -226,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .models import ModelLoadError, load_pair, spec_from_args
     from .session import Session, SessionOptions
 
-    if args.plain and not args.draft and args.drafter == "model":
+    if args.plain and not args.draft and args.drafter in (None, "model", "eagle"):
         args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
     try:
         spec = spec_from_args(args)

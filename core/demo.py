@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .kinds import DRAFTER_KINDS
+from .kinds import DEMO_DRAFTER, DRAFTER_KINDS
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
@@ -251,6 +251,10 @@ def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.d
     return draft
 
 
+def demo_eagle_dir() -> Path:
+    return Path(str(resources.files("specscope.resources").joinpath("demo_eagle")))
+
+
 def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -261,7 +265,7 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def load_demo_pair(
-    drafter: str = "model",
+    drafter: str = DEMO_DRAFTER,
     progress: Progress | None = None,
     device: str = "cpu",
     dtype: str = "float32",
@@ -312,6 +316,20 @@ def load_demo_pair(
         drafter_obj = ModelDrafter(draft_model, vocab_size, torch_device)
         n_layers = draft_model.config.num_hidden_layers
         description += f" with its distilled {n_layers}-layer draft (shares the target's embeddings and head)"
+    elif drafter == "eagle":
+        from .drafters.eagle import EagleDrafter, EagleLoadError, load_head
+
+        _report(progress, "Loading the demo EAGLE-3 head", 0.7)
+        try:
+            head = load_head(demo_eagle_dir(), model, vocab_size, torch_device, torch_dtype)
+        except EagleLoadError as exc:
+            raise DemoUnavailable(f"{exc} (run scripts/train_eagle_head.py)") from None
+        own = sum(p.numel() for p in head.parameters())
+        draft = LoadedModel(model=head, name="demo-eagle", device=torch_device, dtype=torch_dtype,
+                            source=str(demo_eagle_dir()), n_params=own)
+        drafter_obj = EagleDrafter(head, model.config, vocab_size, torch_device)
+        description += (f" with its EAGLE-3 head (one layer, {head.cfg.draft_vocab_size:,}-token draft "
+                        f"vocabulary; reads target layers {', '.join(map(str, drafter_obj.feature_layers))})")
     elif drafter == "lookup":
         from .drafters.lookup import PromptLookupDrafter
 

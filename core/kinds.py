@@ -7,12 +7,14 @@ read these tuples.
 from __future__ import annotations
 
 # How proposals are made: a small draft model, n-gram lookup in the context, the target's own early layers.
-DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit")
+DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit", "eagle")
 DEFAULT_DRAFTER = "model"
+DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 DRAFTER_HELP = {
     "model": "a small draft model proposes tokens",
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",
     "early-exit": "the target's first layers and its head propose (self-speculation)",
+    "eagle": "an EAGLE-3 head reads the target's hidden states and proposes from a reduced vocabulary",
 }
 # Drafters whose cost does not grow with the number of proposals (a lookup finds a whole continuation at
 # once): the cost model charges them per iteration, not per proposal.

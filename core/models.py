@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .drafters.base import Drafter
-from .kinds import DRAFTER_KINDS
+from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
 from .memory.residency import compute_device
 from .pair import LoadedModel, ModelPair
 
@@ -54,7 +54,7 @@ class IncompatibleTokenizers(ModelLoadError):
 class PairSpec:
     target: str  # a model directory, a hub id, or "demo"
     draft: str | None = None
-    drafter: str = "model"  # "model", "lookup", "early-exit"
+    drafter: str = "model"  # one of kinds.DRAFTER_KINDS
     target_device: str = "cpu"
     draft_device: str | None = None  # None = the target's device
     target_dtype: str = "auto"
@@ -558,11 +558,24 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
         from .drafters.lookup import PromptLookupDrafter
 
         return PromptLookupDrafter(max_ngram=spec.lookup_max_ngram, num_tokens=spec.lookup_num_tokens)
+    if spec.drafter == "eagle":
+        from .drafters.eagle import EagleDrafter, load_head
+
+        assert spec.draft is not None
+        device = parse_device(spec.draft_device) if spec.draft_device else target.device
+        head = load_head(Path(spec.draft).expanduser(), target.model, width, device,
+                         _eagle_dtype(spec.draft_dtype, target.dtype, device))
+        return EagleDrafter(head, target.model.config, width, device)
     from .drafters.early_exit import EarlyExitDrafter
 
     total = int(target.model.config.get_text_config().num_hidden_layers)
     n = spec.early_exit_layers if spec.early_exit_layers is not None else default_early_exit_layers(total)
     return EarlyExitDrafter(target.model, n, vocab_size=width, device=target.device)
+
+
+def _eagle_dtype(text: str, target_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The head runs in the target's dtype unless --draft-dtype names another."""
+    return target_dtype if text == "auto" else resolve_dtype(text, device)
 
 
 def _validate(spec: PairSpec) -> None:
@@ -571,6 +584,9 @@ def _validate(spec: PairSpec) -> None:
     if spec.drafter == "model" and not spec.draft and spec.target != "demo":
         raise ModelLoadError("the model drafter needs a draft model (give --draft, or choose --drafter "
                              "lookup or early-exit)")
+    if spec.drafter == "eagle" and not spec.draft and spec.target != "demo":
+        raise ModelLoadError("the eagle drafter needs an EAGLE-3 head directory (give --draft DIR with its "
+                             "config.json and safetensors)")
     if spec.lookup_max_ngram < 1 or spec.lookup_num_tokens < 1:
         raise ModelLoadError("prompt lookup needs a max n-gram and a proposal length of at least 1")
     if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
@@ -665,9 +681,10 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model pair")
     g.add_argument("--target", help="target model: a directory or a hub id in the local HF cache")
-    g.add_argument("--draft", help="draft model (for --drafter model)")
+    g.add_argument("--draft", help="draft model (--drafter model) or EAGLE-3 head directory (--drafter eagle)")
     g.add_argument("--demo", action="store_true", help="use the embedded demo (SmolLM2-135M-Instruct)")
-    g.add_argument("--drafter", choices=DRAFTER_KINDS, default="model")
+    g.add_argument("--drafter", choices=DRAFTER_KINDS, default=None,
+                   help=f"how proposals are made (default: model; {DEMO_DRAFTER} for --demo)")
     g.add_argument("--device", default="cpu", help="target device: cpu, cuda, cuda:N, mps")
     g.add_argument("--draft-device", default=None, help="draft device (default: the target's)")
     g.add_argument("--dtype", default="auto", help="target dtype: auto, float32, float16, bfloat16")
@@ -693,7 +710,7 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> PairSpec:
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
-    drafter = args.drafter
+    drafter = args.drafter or (DEMO_DRAFTER if args.demo else DEFAULT_DRAFTER)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
     return PairSpec(

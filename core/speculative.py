@@ -99,6 +99,19 @@ class TargetRunner:
         out = self.model(inp, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0, -keep:, : self.vocab_size]
 
+    def forward_with_features(
+        self, ids: list[int], keep: int, layers: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like ``forward``, plus the hidden inputs of ``layers`` at every position fed: (len(ids), n*H).
+
+        ``hidden_states[i]`` from transformers is the input of decoder layer i (0 = the embeddings), the
+        tensor vLLM and SGLang capture for EAGLE-3.
+        """
+        inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(inp, cache=self.cache, use_cache=True, logits_to_keep=keep, output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
+        return out.logits[0, -keep:, : self.vocab_size], features
+
     def crop_to(self, length: int) -> None:
         drop = self.cache_len - length
         if drop > 0:
@@ -148,10 +161,14 @@ class Decoder:
     def _prefill(self, prompt_ids: list[int]) -> None:
         t0 = time.perf_counter()
         self.target.reset()
-        if len(prompt_ids) > 1:
-            self.target.forward(prompt_ids[:-1], keep=1)
         if self.drafter is not None:
             self.drafter.reset(prompt_ids)
+        if len(prompt_ids) > 1:
+            if self.drafter is not None and self.drafter.feature_layers:
+                _, features = self.target.forward_with_features(prompt_ids[:-1], 1, self.drafter.feature_layers)
+                self.drafter.observe_target_features(0, features)
+            else:
+                self.target.forward(prompt_ids[:-1], keep=1)
         self._sync()
         self.prefill_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -375,8 +392,14 @@ class Decoder:
         self._sync()
         t1 = time.perf_counter()
         # 2. verify: the unseen committed token(s) plus all proposals in one pass -> k+1 rows
-        unseen = ids[self.target.cache_len :]
-        rows = self.target.forward([*unseen, *proposals], keep=k + 1)
+        first_fed = self.target.cache_len
+        unseen = ids[first_fed:]
+        features: torch.Tensor | None = None
+        if self.drafter.feature_layers:
+            rows, features = self.target.forward_with_features([*unseen, *proposals], k + 1,
+                                                               self.drafter.feature_layers)
+        else:
+            rows = self.target.forward([*unseen, *proposals], keep=k + 1)
         p_rows: torch.Tensor | None = None
         if values.greedy:
             n_acc, next_token = accept_greedy(proposals, rows)
@@ -392,6 +415,8 @@ class Decoder:
         position0 = len(ids) - n_prompt
         ids.extend(new)
         self.target.crop_to(len(ids) - 1)
+        if features is not None:  # rows of the positions now committed (the target's cache holds ids[:-1])
+            self.drafter.observe_target_features(first_fed, features[: len(ids) - 1 - first_fed])
         self.drafter.rollback(ids)
         self._sync()
         t3 = time.perf_counter()

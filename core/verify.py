@@ -304,6 +304,11 @@ def _draft_probs(pair: ModelPair, context: list[int], controls: ControlValues,
     """The distribution the drafter really proposes its first token from here (one-hot if deterministic)."""
     pair.drafter.reset(context)
     with torch.inference_mode():
+        layers = pair.drafter.feature_layers
+        if layers and len(context) > 1:  # a feature-reading drafter (EAGLE-3) needs the target's pass first
+            inp = torch.tensor([context[:-1]], dtype=torch.long, device=pair.target.device)
+            hidden = pair.target.model(inp, output_hidden_states=True, logits_to_keep=1).hidden_states
+            pair.drafter.observe_target_features(0, torch.cat([hidden[i][0] for i in layers], dim=-1))
         proposal = pair.drafter.propose(list(context), 1, controls, generator)
     pair.drafter.reset(context)  # drop the cache it built for this probe
     if not proposal.tokens:

@@ -70,14 +70,15 @@ def has(prefix, suffix=""):
 problems = [f"missing {p}{'*' + s if s else ''}" for p, s in [
     ("specscope/core/", ".py"), ("specscope/app/", ".py"), ("specscope/launcher.py", ""),
     ("specscope/resources/prompts/", ".json"), ("specscope/resources/demo_draft/", ".safetensors"),
-    ("specscope/resources/demo_draft/config.json", ""), ("specscope/resources/icons/", ".svg"),
+    ("specscope/resources/demo_draft/config.json", ""), ("specscope/resources/demo_eagle/", ".safetensors"),
+    ("specscope/resources/demo_eagle/config.json", ""), ("specscope/resources/icons/", ".svg"),
     ("specscope/resources/icons/", ".png")] if not has(p, s) and p not in names]
 tops = sorted({n.split("/")[0] for n in names if "/" in n} - {"specscope"})
 problems += [f"unexpected top-level entry {t}" for t in tops if not t.endswith(".dist-info")]
 if problems:
     sys.exit("; ".join(problems))
 PYEOF
-step_done "wheel holds specscope/{core,app,resources/{prompts,demo_draft,icons}} and nothing else at the top"
+step_done "wheel holds specscope/{core,app,resources/{prompts,demo_draft,demo_eagle,icons}} and nothing else at the top"
 
 # 3. A fresh virtual environment from the same base interpreter.
 BASE_PY=$("$PY" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
@@ -125,6 +126,9 @@ if not list(res.joinpath("prompts").glob("*.json")):
 for name in ("config.json", "draft_layers.safetensors"):
     if not res.joinpath("demo_draft", name).is_file():
         problems.append(f"demo_draft/{name} is not installed")
+for name in ("config.json", "model.safetensors"):
+    if not res.joinpath("demo_eagle", name).is_file():
+        problems.append(f"demo_eagle/{name} is not installed")
 if not res.joinpath("icons", "specscope.svg").is_file():
     problems.append("icons/specscope.svg is not installed")
 if problems:
@@ -138,7 +142,7 @@ for script in specscope specscope-cli specscope-gui; do
 done
 "$TMP/venv/bin/specscope-cli" run --help > /dev/null || die "specscope-cli run --help"
 
-"$TMP/venv/bin/specscope" run --demo --drafter lookup --max-new-tokens "$MAX_NEW" --json --quiet \
+"$TMP/venv/bin/specscope" run --demo --drafter eagle --max-new-tokens "$MAX_NEW" --json --quiet \
     > "$TMP/run.json" 2> "$TMP/run.err" || { tail -20 "$TMP/run.err" >&2; die "specscope run --demo failed"; }
 "$VPY" - "$TMP/run.json" "$MAX_NEW" <<'PYEOF' || die "demo JSON"
 import json
@@ -160,6 +164,6 @@ if problems:
     sys.exit("\n".join(problems))
 print(f"  {len(ids)} tokens, {out['iterations']} iterations, finish={out['finish_reason']}: {text!r}")
 PYEOF
-step_done "specscope run --demo --drafter lookup from $OUTSIDE"
+step_done "specscope run --demo --drafter eagle (the shipped EAGLE-3 head) from $OUTSIDE"
 
 awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "check_wheel: OK in %.1f s\n", b - a }'

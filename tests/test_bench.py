@@ -10,6 +10,7 @@ import torch
 
 from specscope.core import bench
 from specscope.core.drafters.model import ModelDrafter
+from specscope.core.kinds import DEMO_DRAFTER
 from specscope.core.pair import LoadedModel, ModelPair
 from tests.models import perturbed, tiny_model
 
@@ -117,8 +118,9 @@ def test_command_line_rejects_bad_values():
     bench.add_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--k", "0,2"])
-    args = parser.parse_args(["--k", "1,2", "--rounds", "0"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--k", "1,2", "--rounds", "0"])
+    args = parser.parse_args(["--k", "1,2", "--rounds", "2"])
     assert args.k == [1, 2]
-    assert bench.main(args) == 2
-    assert bench.command_line(args).startswith("specscope bench --target demo --drafter model")
-    assert "--k 1,2 --rounds 0" in bench.command_line(args)
+    assert bench.command_line(args).startswith(f"specscope bench --target demo --drafter {DEMO_DRAFTER}")
+    assert "--k 1,2 --rounds 2" in bench.command_line(args)

@@ -148,6 +148,22 @@ def test_short_greedy_run_with_the_model_drafter(pair: ModelPair) -> None:
     assert len(spec.iterations) < len(spec.token_ids)  # fewer target passes than tokens
 
 
+def test_eagle_head_is_the_default_and_matches_plain_greedy(converted: tuple[Path, list[tuple[str, float]]]) -> None:
+    eagle = demo.load_demo_pair()
+    assert eagle.drafter_kind == "eagle" and eagle.drafter.name == "eagle"
+    head = eagle.drafter.head  # type: ignore[attr-defined]
+    # The shipped head reads the target's own embeddings: none are stored with it.
+    assert head.embed_tokens is eagle.target.model.get_input_embeddings()
+    ids = eagle.encode_prompt("Write a Python function that returns the square of a number.")
+    opts = DecodeOptions(max_new_tokens=16, eos_token_ids=eagle.eos_token_ids)
+    plain = Decoder(eagle.target.model, eagle.vocab_size).run(ids, options=opts, plain=True)
+    spec = Decoder(eagle.target.model, eagle.vocab_size, drafter=eagle.drafter).run(
+        ids, Controls(ControlValues(k=3)), opts)
+    assert spec.token_ids == plain.token_ids
+    assert spec.n_accepted > 0  # a trained head: some proposals are the target's own tokens
+    eagle.release()
+
+
 @pytest.mark.parametrize("kind", ["lookup", "early-exit"])
 def test_other_drafters_are_wired_to_the_demo_target(
     kind: str, converted: tuple[Path, list[tuple[str, float]]]

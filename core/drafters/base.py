@@ -27,6 +27,10 @@ class Drafter(ABC):
     """Proposes tokens for the committed context. Stateful drafters keep their own cache."""
 
     name: str = "drafter"
+    # Target layers whose hidden inputs the drafter reads (EAGLE-3). Non-empty: the loop asks the target
+    # for its hidden states in the passes it runs anyway and hands the committed rows to
+    # ``observe_target_features``; no extra target forward.
+    feature_layers: tuple[int, ...] = ()
 
     @abstractmethod
     def reset(self, prompt_ids: list[int]) -> None:
@@ -48,6 +52,10 @@ class Drafter(ABC):
     @abstractmethod
     def rollback(self, committed_ids: list[int]) -> None:
         """Make internal state consistent with the committed sequence after verification."""
+
+    def observe_target_features(self, first_position: int, features: torch.Tensor) -> None:  # noqa: B027
+        """The target's hidden inputs to ``feature_layers``, concatenated: (T, n_layers * H) for the committed
+        positions first_position .. first_position + T - 1. Called only when ``feature_layers`` is set."""
 
     def release(self) -> None:  # noqa: B027 - optional hook
         """Drop caches and references so memory can be freed."""
