@@ -130,7 +130,8 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
     methods = [Method("plain", "plain")]
     methods += [Method(f"k={k}", "fixed", k) for k in ks]
     if adaptive:
-        methods.append(Method("adaptive", "adaptive"))
+        name = "adaptive (lookup policy)" if pair.drafter_kind == "lookup" else "adaptive"
+        methods.append(Method(name, "adaptive"))
         if pair.drafter_kind == "lookup":
             methods += [Method(f"adaptive {v.label}", "adaptive", lookup=v) for v in lookup_variants]
     if heuristic:
@@ -507,6 +508,8 @@ def _method_sections(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], kin
 
 # ---- command line ---------------------------------------------------------------------------------
 def _int_list(text: str) -> list[int]:
+    if text.strip() == "none":
+        return []
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -539,12 +542,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafter", default="model", choices=DRAFTER_KINDS)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
-                        help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
+                        help="comma-separated prompt kinds (prose,code,structured) and/or prompts files, or 'all'")
     parser.add_argument("--limit", type=int, default=0, help="at most this many prompts per kind (0 = all)")
-    parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6], help="fixed k values, e.g. 1,2,4,6")
+    parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6],
+                        help="fixed k values, e.g. 1,2,4,6 ('none': no fixed k rows)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--no-adaptive", action="store_true", help="skip adaptive k and the heuristic")
+    parser.add_argument("--no-heuristic", action="store_true", help="skip transformers' heuristic k schedule")
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers' own methods")
     parser.add_argument("--lookup-tokens", type=int, default=10,
                         help="transformers' prompt_lookup_num_tokens")
@@ -559,15 +564,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[BenchPrompt]:
     from .prompts import load_prompt_file, load_prompt_sets
 
-    if spec.endswith(".json") or Path(spec).is_file():
-        chosen = load_prompt_file(spec)
-    else:
-        sets = load_prompt_sets()
-        kinds = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
-        unknown = [k for k in kinds if k not in sets]
-        if unknown:
-            raise ValueError(f"unknown prompt kind(s) {', '.join(unknown)}: choose from {', '.join(sets)}")
-        chosen = [p for k in kinds for p in (sets[k][:limit] if limit else sets[k])]
+    sets = load_prompt_sets()
+    items = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
+    chosen = []
+    for item in items:  # a shipped kind, or a prompts file (JSON or text)
+        if item in sets:
+            chosen += sets[item][:limit] if limit else sets[item]
+        elif item.endswith(".json") or Path(item).is_file():
+            chosen += load_prompt_file(item)
+        else:
+            raise ValueError(f"unknown prompt kind or file {item!r}: choose from {', '.join(sets)} or give a "
+                             "prompts file")
     return [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
 
 
@@ -579,9 +586,10 @@ def command_line(args: argparse.Namespace) -> str:
     parts += ["--drafter", args.drafter, "--device", args.device, "--prompts", args.prompts]
     if args.limit:
         parts += ["--limit", str(args.limit)]
-    parts += ["--k", ",".join(str(k) for k in args.k), "--rounds", str(args.rounds),
+    parts += ["--k", ",".join(str(k) for k in args.k) or "none", "--rounds", str(args.rounds),
               "--max-new-tokens", str(args.max_new_tokens)]
     parts += ["--no-adaptive"] if args.no_adaptive else []
+    parts += ["--no-heuristic"] if args.no_heuristic else []
     parts += ["--no-transformers"] if args.no_transformers else []
     parts += ["--lookup-tokens", str(args.lookup_tokens)]
     if args.lookup_variants:
@@ -605,7 +613,8 @@ def main(args: argparse.Namespace) -> int:
     except (ModelLoadError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    methods = default_methods(args.k, pair, adaptive=not args.no_adaptive, heuristic=not args.no_adaptive,
+    methods = default_methods(args.k, pair, adaptive=not args.no_adaptive,
+                              heuristic=not (args.no_adaptive or args.no_heuristic),
                               transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens,
                               lookup_variants=args.lookup_variants)
     rows: list[RunRow] = []
