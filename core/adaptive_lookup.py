@@ -12,9 +12,10 @@ and tokens after the first likely rejection only add cost. The policy decides af
 - it proposes the number of tokens with the highest predicted speed-up, none when no length beats a plain
   step. While it proposes none it still probes with one token every ``probe_every`` matches, so it comes
   back when the output starts copying.
-- It never proposes a length whose verify pass has no measurement, except one past the longest measured
-  (``reach``) when that longest is the best: so without any sweep it climbs from plain steps, and it measures
-  the plain step first (a match before any length-1 pass proposes nothing).
+- It never proposes a length whose verify pass has no measurement, nor a position never judged, except
+  ``reach`` past the longest measured when that is the best: so without any sweep it climbs from plain
+  steps (one more proposal per iteration while everything is accepted), and it measures the plain step
+  first (a match before any length-1 pass proposes nothing).
 
 It implements the loop's ``KPolicy`` (``choose_k`` asks the drafter for the whole continuation, ``observe``
 feeds the measurement) and ``speculative.ProposalLengthPolicy`` (``proposal_length`` trims the proposal).
@@ -75,7 +76,10 @@ class LookupLengthPolicy:
         fit = self.measurement.fit
         if fit(1) is None:
             return 0  # a plain step first: every speed-up is measured against it
-        reachable = min(available, max(0, fit.max_length - 1) + self.reach)
+        # no further than ``reach`` past the positions judged and the pass lengths measured: a run of full
+        # acceptances at 2 proposals is not extrapolated to 10 in one jump
+        measured_positions = self.counts.pooled.depth(1.0)
+        reachable = min(available, max(0, fit.max_length - 1) + self.reach, measured_positions + self.reach)
         cond = self.counts.conditional(match_ngram, reachable, self.prior)
         scores = self.measurement.scores_for(cond, 0, reachable)
         self.scores = scores
