@@ -43,7 +43,7 @@ def feed(policy: LookupLengthPolicy, match_ngram: int, drafted: int, accepted: i
 
 def test_everything_accepted_with_flat_verification_proposes_the_whole_continuation():
     policy = policy_with(FLAT)
-    for _ in range(6):
+    for _ in range(12):  # it climbs one position per iteration past those judged
         feed(policy, 3, 10, 10, FLAT)
     assert policy.proposal_length(3, 10) == 10
     assert policy.proposal_length(3, 4) == 4  # never more than the match offers
