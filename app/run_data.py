@@ -113,6 +113,8 @@ class RunData:
         for e in events:
             if isinstance(e, BaselineRecord):
                 self.baselines.append(e)
+                if e.estimate is not None:  # a baseline closing a block updates the measured speed-up
+                    self.estimate = e.estimate
             else:
                 self._add(e)
         if events:

@@ -54,8 +54,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", type=_positive_int, default=128)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
-    g.add_argument("--baseline-every", type=int, default=8,
-                   help="measure plain target steps on the live context every N iterations (0 = never)")
+    g.add_argument("--baseline-every", type=int, default=6,
+                   help="time 3 plain target steps on the live context every N iterations: the blocks the measured "
+                        "speed-up and its interval are paired over (0 = never: no measured speed-up)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +148,7 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
+    from .busy import BUSY_PREFIX
     from .measurement import run_summary
     from .memory.residency import model_residency
     from .models import ModelLoadError, load_pair, spec_from_args
@@ -200,7 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "metrics": summary,
             "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
                           for name, r in residency.items()},
-            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags],
+            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
+            "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
             "error": error or trace_error,
         }
         print(json.dumps(out, indent=None, default=str))

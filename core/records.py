@@ -138,6 +138,9 @@ class BaselineRecord:
     step_ms: list[float]  # one plain step each
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
     t_s: float = 0.0
+    # The measurement's estimate once this baseline closed a block (the closing baseline after the last
+    # iteration completes the run's numbers); not part of the trace's columns.
+    estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_step_ms(self) -> float:

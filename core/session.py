@@ -32,7 +32,7 @@ class SessionOptions:
     record_tokens: bool = True
     # Plain steps on the live context every N iterations: short blocks of plain and speculative decoding,
     # interleaved, make the measured speed-up a paired ratio robust to the machine drifting.
-    baseline_every: int = 8
+    baseline_every: int = 6
     baseline_steps: int = 3
     verify_sweep: bool = True  # with a baseline, time passes of length 1..sweep_k_max+1 (the verify fit)
     sweep_k_max: int = K_MAX  # so every k the curve offers has a measured pass length

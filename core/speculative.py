@@ -266,6 +266,8 @@ class Decoder:
                 # on both sides like every other (the measured speed-up is a paired ratio over blocks).
                 b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=False))
                 baselines.append(b)
+                if self.k_policy is not None:
+                    self.k_policy.observe_baseline(b)
                 yield b
         finally:
             gen_ids = ids[n_prompt:]
