@@ -169,3 +169,31 @@ def test_demo_greedy_output_equals_plain_with_adaptive_lookup(demo_lookup_pair, 
     decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, k_policy=policy)
     spec = decoder.run(ids, Controls(ControlValues(k=4, adaptive_k=True)), opts)
     assert spec.token_ids == plain.token_ids
+
+
+# ---- the bench's options for this issue -------------------------------------------------------------------
+def test_bench_reads_thread_lists_and_lookup_variants_and_reports_per_thread_count():
+    import argparse
+
+    from specscope.core import bench
+
+    assert bench._thread_list("1,2,1") == [1, 2]
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench._thread_list("1,x")
+    assert bench.LookupVariant.parse("earliest:2:1") == bench.LookupVariant("earliest", 2, 1)
+    with pytest.raises(ValueError):
+        bench.LookupVariant.parse("latest:2:1")
+    assert bench._int_list("none") == []
+    rows = []
+    for threads in (1, 2):
+        part = [bench.RunRow(0, "plain", "p", "structured", 10, 1.0, token_ids=[1, 2]),
+                bench.RunRow(0, "adaptive (lookup policy)", "p", "structured", 10, 0.5, token_ids=[1, 2]),
+                bench.RunRow(0, "hf-lookup n=10", "p", "structured", 10, 0.8, token_ids=[1, 2])]
+        bench.compare_with_plain(part)
+        for r in part:
+            r.threads = threads
+        rows += part
+    assert rows[1].ratio_to_plain == pytest.approx(2.0) and rows[1].ratio_to_hf_lookup == pytest.approx(1.6)
+    report = bench.markdown_report(rows, [], "pair", "cmd", 1, 10)
+    assert "## 1 thread\n" in report and "## 2 threads\n" in report
+    assert "× transformers' prompt lookup" in report
