@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.core.controls import InvalidControl
+from specscope.core.kinds import adaptive_k_default
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 
 from .pair_choice import PairChoice
@@ -277,6 +279,9 @@ class MainWindow(QMainWindow):
             if problem:
                 self.show_error(problem)
                 return
+            if what.drafter != self.pair_choice.drafter and adaptive_k_default(what.drafter):
+                # prompt lookup's adaptive k proposes only what pays: on by default when switching to it
+                self.panel.set_values(replace(self.panel.values(), adaptive_k=True))
             self.pair_choice = what
             label = what.describe()
             self.status.set_device(what.target_device)

@@ -27,6 +27,7 @@ from typing import IO, Any
 import torch
 
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
+from .adaptive_lookup import LookupLengthPolicy
 from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
@@ -46,6 +47,32 @@ class Method:
     name: str
     kind: str  # one of SPECSCOPE_KINDS + HF_KINDS
     k: int = 0  # fixed k, assistant tokens, or prompt-lookup tokens
+    lookup: LookupVariant | None = None  # a prompt-lookup drafter other than the pair's (variant rows)
+
+
+@dataclass(frozen=True)
+class LookupVariant:
+    """How prompt lookup matches: which occurrence, and the n-gram sizes tried (longest first)."""
+
+    match: str = "recent"  # or "earliest" (transformers' choice)
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.match} n={self.max_ngram}..{self.min_ngram}"
+
+    @classmethod
+    def parse(cls, text: str) -> LookupVariant:
+        """``MATCH:MAX:MIN``, e.g. ``earliest:2:1``."""
+        parts = text.strip().split(":")
+        try:
+            match, hi, lo = parts[0], int(parts[1]), int(parts[2])
+        except (IndexError, ValueError):
+            raise ValueError(f"a lookup variant is MATCH:MAX_N:MIN_N (e.g. earliest:2:1), got {text!r}") from None
+        if match not in ("recent", "earliest") or not 1 <= lo <= hi <= 8:
+            raise ValueError(f"a lookup variant needs recent or earliest and 1 <= MIN_N <= MAX_N <= 8, got {text!r}")
+        return cls(match, hi, lo)
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,8 @@ class RunRow:
     measured_decode_speedup: float | None = None  # the same quantity measured against the adjacent plain run
     matches_plain: bool | None = None
     records: list[IterationRecord] = field(repr=False, default_factory=list)
+    threads: int = 0  # torch CPU threads the run had
+    ratio_to_hf_lookup: float | None = None  # tokens/s over the adjacent transformers prompt-lookup run's
 
     @property
     def tokens_per_s(self) -> float:
@@ -93,15 +122,21 @@ class Mismatch:
     round: int
     position: int  # first differing index in the generated tokens
     detail: str = ""
+    threads: int = 0
 
 
 def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, heuristic: bool = True,
-                    transformers: bool = True, lookup_tokens: int = 10) -> list[Method]:
-    """Plain, each fixed k, adaptive, heuristic, and transformers' methods the pair supports."""
+                    transformers: bool = True, lookup_tokens: int = 10,
+                    lookup_variants: Sequence[LookupVariant] = ()) -> list[Method]:
+    """Plain, each fixed k, adaptive, heuristic, and transformers' methods the pair supports; with prompt
+    lookup, one adaptive row per lookup variant asked for."""
     methods = [Method("plain", "plain")]
     methods += [Method(f"k={k}", "fixed", k) for k in ks]
     if adaptive:
-        methods.append(Method("adaptive", "adaptive"))
+        name = "adaptive (lookup policy)" if pair.drafter_kind == "lookup" else "adaptive"
+        methods.append(Method(name, "adaptive"))
+        if pair.drafter_kind == "lookup":
+            methods += [Method(f"adaptive {v.label}", "adaptive", lookup=v) for v in lookup_variants]
     if heuristic:
         methods.append(Method("heuristic", "heuristic"))
     if transformers:
@@ -112,9 +147,9 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
 
 
 # ---- running one method ---------------------------------------------------------------------------
-def _policy(method: Method) -> KPolicy | None:
+def _policy(method: Method, drafter_kind: str) -> KPolicy | None:
     if method.kind == "adaptive":
-        return CostModelKPolicy(Measurement())
+        return LookupLengthPolicy(Measurement()) if drafter_kind == "lookup" else CostModelKPolicy(Measurement())
     if method.kind == "heuristic":
         return HeuristicKPolicy()
     return None
@@ -122,18 +157,26 @@ def _policy(method: Method) -> KPolicy | None:
 
 def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
     """A specscope run (plain or speculative) timed as prefill + the loop's iterations."""
-    policy = _policy(method)
+    policy = _policy(method, pair.drafter_kind)
     plain = method.kind == "plain"
+    drafter = pair.drafter
+    if method.lookup is not None:
+        from .drafters.lookup import PromptLookupDrafter
+
+        v = method.lookup
+        drafter = PromptLookupDrafter(max_ngram=v.max_ngram, min_ngram=v.min_ngram, match=v.match,
+                                      num_tokens=getattr(pair.drafter, "num_tokens", 10))
     # plain decoding gets no drafter: its prefill must not pay for the draft's
-    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else pair.drafter,
+    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else drafter,
                       token_text=pair.token_text, k_policy=policy)
     adaptive = policy is not None
     controls = Controls(ControlValues(k=method.k if method.kind == "fixed" else 4, adaptive_k=adaptive))
+    # The cost-model policy wants the verify cost by pass length from sweeps (baselines are not timed).
+    # Lookup's policy measures it from its own passes, so its runs are timed like transformers': no baselines.
+    sweeps = method.kind == "adaptive" and not isinstance(policy, LookupLengthPolicy)
     opts = DecodeOptions(
         max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
-        # the cost-model policy wants the verify cost by pass length; baselines are not timed
-        baseline_every=16 if method.kind == "adaptive" else 0, verify_sweep=method.kind == "adaptive",
-        sweep_k_max=min(8, K_MAX),
+        baseline_every=16 if sweeps else 0, verify_sweep=sweeps, sweep_k_max=min(8, K_MAX),
     )
     result = decoder.run(prompt.ids, controls, opts, plain=plain)
     records = result.iterations
@@ -245,9 +288,14 @@ def run_bench(pair: ModelPair, prompts: Sequence[BenchPrompt], methods: Sequence
 
 
 def compare_with_plain(rows: list[RunRow]) -> None:
-    """Ratio to the plain run of the same prompt and round; predicted vs measured decode speed-up."""
+    """Ratio to the plain run of the same prompt and round (and to transformers' prompt lookup's, when it
+    ran); predicted vs measured decode speed-up."""
     plain = {(r.round, r.prompt_id): r for r in rows if r.method == "plain"}
+    hf_lookup = {(r.round, r.prompt_id): r for r in rows if r.method.startswith("hf-lookup")}
     for r in rows:
+        h = hf_lookup.get((r.round, r.prompt_id))
+        if h is not None and h.tokens_per_s > 0 and not r.method.startswith("hf-lookup"):
+            r.ratio_to_hf_lookup = r.tokens_per_s / h.tokens_per_s
         p = plain.get((r.round, r.prompt_id))
         if p is None or p.tokens_per_s <= 0:
             continue
@@ -280,17 +328,17 @@ def predicted_against(plain: Sequence[IterationRecord], speculative: Sequence[It
 def find_mismatches(rows: Sequence[RunRow], pair: ModelPair | None = None,
                     prompts: Sequence[BenchPrompt] = ()) -> list[Mismatch]:
     """Every run whose greedy output differs from plain decoding's, with the first differing position."""
-    plain = {(r.round, r.prompt_id): r for r in rows if r.method == "plain"}
+    plain = {(r.threads, r.round, r.prompt_id): r for r in rows if r.method == "plain"}
     by_id = {p.id: p for p in prompts}
     out: list[Mismatch] = []
     for r in rows:
-        p = plain.get((r.round, r.prompt_id))
+        p = plain.get((r.threads, r.round, r.prompt_id))
         if p is None or r.method == "plain" or r.token_ids == p.token_ids:
             continue
         a, b = p.token_ids, r.token_ids
         pos = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         detail = _near_tie(pair, by_id.get(r.prompt_id), a, b)
-        out.append(Mismatch(r.method, r.prompt_id, r.round, pos, detail))
+        out.append(Mismatch(r.method, r.prompt_id, r.round, pos, detail, r.threads))
     return out
 
 
@@ -356,9 +404,9 @@ def summarize_methods(rows: Sequence[RunRow], kind: str | None = None) -> list[M
     return out
 
 
-CSV_FIELDS = ("round", "prompt_id", "prompt_kind", "method", "tokens", "seconds", "tokens_per_s",
+CSV_FIELDS = ("threads", "round", "prompt_id", "prompt_kind", "method", "tokens", "seconds", "tokens_per_s",
               "ratio_to_plain", "target_passes", "tokens_per_pass", "alpha", "acceptance_rate", "mean_k",
-              "predicted_speedup", "measured_decode_speedup", "matches_plain")
+              "predicted_speedup", "measured_decode_speedup", "matches_plain", "ratio_to_hf_lookup")
 
 
 def write_csv(rows: Sequence[RunRow], path: Path) -> None:
@@ -393,15 +441,18 @@ def _ratio_cell(s: MethodSummary | None) -> str:
 
 def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
                     command: str, rounds: int, max_new_tokens: int) -> str:
+    """The whole report; with runs at more than one thread count, one section per thread count."""
     kinds = list(dict.fromkeys(r.prompt_kind for r in rows))
     n_prompts = len({r.prompt_id for r in rows})
+    thread_counts = list(dict.fromkeys(r.threads for r in rows))
+    threads_text = ", ".join(str(t) for t in thread_counts if t) or str(torch.get_num_threads())
     lines = [
         "# specscope bench",
         "",
         f"- Command: `{command}`",
         f"- Pair: {pair_description}",
         f"- Machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+        f"torch {torch.__version__}, torch threads: {threads_text}",
         f"- {n_prompts} prompts ({', '.join(kinds)}), {rounds} rounds, up to {max_new_tokens} new tokens, "
         "greedy",
         "- Methods run back to back per prompt, order rotating per round; ratios are to the plain run of the "
@@ -411,6 +462,20 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
         "- α = accepted / judged proposals (the cost model's α); predicted = the measurement's cost model at the "
         "run's mean k, its plain step from the adjacent plain run, decode only; measured = the same ratio "
         "measured, paired like × plain.",
+    ]
+    if len(thread_counts) == 1:
+        lines += _method_sections(rows, mismatches, kinds, "##")
+    else:
+        for t in thread_counts:
+            lines += ["", f"## {t} thread{'s' if t != 1 else ''}"]
+            lines += _method_sections([r for r in rows if r.threads == t],
+                                      [m for m in mismatches if m.threads == t], kinds, "###")
+    return "\n".join(lines) + "\n"
+
+
+def _method_sections(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], kinds: Sequence[str],
+                     heading: str) -> list[str]:
+    lines = [
         "",
         "| method | tok/s median (min–max) | × plain (95% interval) | α | tokens/pass | mean k "
         "| predicted | measured | identical to plain |",
@@ -424,24 +489,36 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
             f"| {_f(s.measured_decode.value if s.measured_decode else None)} | {s.identical} |"
         )
     if len(kinds) > 1:
-        lines += ["", "## × plain (paired ratio) by prompt kind", "",
+        lines += ["", f"{heading} × plain (paired ratio) by prompt kind", "",
                   "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
         per_kind = {k: {s.method: s for s in summarize_methods(rows, k)} for k in kinds}
         for name in dict.fromkeys(r.method for r in rows):
             cells = [_ratio_cell(per_kind[k].get(name)) for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "## Greedy outputs", ""]
+    if any(r.ratio_to_hf_lookup is not None for r in rows):
+        lines += ["", f"{heading} × transformers' prompt lookup (paired ratio over prompts and rounds) by prompt kind",
+                  "", "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        for name in dict.fromkeys(r.method for r in rows if r.ratio_to_hf_lookup is not None):
+            cells = []
+            for k in kinds:
+                hf = paired_ratio([r.ratio_to_hf_lookup for r in rows if r.method == name and r.prompt_kind == k
+                                      and r.ratio_to_hf_lookup is not None], min_pairs=1)
+                cells.append("—" if hf is None else f"{hf.value:.2f} ({hf.lo:.2f}–{hf.hi:.2f})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"{heading} Greedy outputs", ""]
     if not mismatches:
         lines.append("Every run's output is identical to plain decoding's.")
     for m in mismatches:
         detail = f": {m.detail}" if m.detail else ""
         lines.append(f"- {m.method}, {m.prompt_id}, round {m.round + 1}: first difference at token "
                      f"{m.position}{detail}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # ---- command line ---------------------------------------------------------------------------------
 def _int_list(text: str) -> list[int]:
+    if text.strip() == "none":
+        return []
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -449,6 +526,23 @@ def _int_list(text: str) -> list[int]:
     if not values or any(not 1 <= v <= K_MAX for v in values):
         raise argparse.ArgumentTypeError(f"each k must be between 1 and {K_MAX}, got {text!r}")
     return values
+
+
+def _thread_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated thread counts, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"thread counts must be 0 (torch's default) or more, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def _variant_list(text: str) -> list[LookupVariant]:
+    try:
+        return [LookupVariant.parse(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -459,17 +553,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, else model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
-                        help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
+                        help="comma-separated prompt kinds (prose,code,structured) and/or prompts files, or 'all'")
     parser.add_argument("--limit", type=whole_number(0), default=0,
                         help="at most this many prompts per kind (0 = all)")
-    parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6], help="fixed k values, e.g. 1,2,4,6")
+    parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6],
+                        help="fixed k values, e.g. 1,2,4,6 ('none': no fixed k rows)")
     parser.add_argument("--rounds", type=whole_number(1), default=3)
     parser.add_argument("--max-new-tokens", type=MAX_NEW, default=64)
     parser.add_argument("--no-adaptive", action="store_true", help="skip adaptive k and the heuristic")
+    parser.add_argument("--no-heuristic", action="store_true", help="skip transformers' heuristic k schedule")
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers' own methods")
     parser.add_argument("--lookup-tokens", type=whole_number(1), default=10,
                         help="transformers' prompt_lookup_num_tokens")
-    parser.add_argument("--threads", type=whole_number(0), default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=_thread_list, default=[0],
+                        help="torch CPU threads, one bench per value, e.g. 1,2 (0 = torch's default)")
+    parser.add_argument("--lookup-variants", type=_variant_list, default=[],
+                        help="with --drafter lookup, extra adaptive rows with other matching: MATCH:MAX_N:MIN_N, "
+                             "comma-separated, e.g. earliest:2:1,recent:4:2")
     parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
 
 
@@ -481,15 +581,17 @@ def choose_bench_prompts(spec: str, limit: int = 0) -> list[Prompt]:
     """The prompts ``--prompts`` names; ValueError naming the file (and the shape it needs) otherwise."""
     from .prompts import load_prompt_file, load_prompt_sets
 
-    if spec.endswith(".json") or Path(spec).is_file():
-        chosen = load_prompt_file(spec)
-    else:
-        sets = load_prompt_sets()
-        kinds = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
-        unknown = [k for k in kinds if k not in sets]
-        if unknown:
-            raise ValueError(f"unknown prompt kind(s) {', '.join(unknown)}: choose from {', '.join(sets)}")
-        chosen = [p for k in kinds for p in (sets[k][:limit] if limit else sets[k])]
+    sets = load_prompt_sets()
+    items = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
+    chosen: list[Prompt] = []
+    for item in items:  # a shipped kind, or a prompts file (JSON or text)
+        if item in sets:
+            chosen += sets[item][:limit] if limit else sets[item]
+        elif item.endswith(".json") or Path(item).is_file():
+            chosen += load_prompt_file(item)
+        else:
+            raise ValueError(f"unknown prompt kind or file {item!r}: choose from {', '.join(sets)} or give a "
+                             "prompts file")
     return chosen
 
 
@@ -501,12 +603,16 @@ def command_line(args: argparse.Namespace) -> str:
     parts += ["--drafter", resolved_drafter(args), "--device", args.device, "--prompts", args.prompts]
     if args.limit:
         parts += ["--limit", str(args.limit)]
-    parts += ["--k", ",".join(str(k) for k in args.k), "--rounds", str(args.rounds),
+    parts += ["--k", ",".join(str(k) for k in args.k) or "none", "--rounds", str(args.rounds),
               "--max-new-tokens", str(args.max_new_tokens)]
     parts += ["--no-adaptive"] if args.no_adaptive else []
+    parts += ["--no-heuristic"] if args.no_heuristic else []
     parts += ["--no-transformers"] if args.no_transformers else []
     parts += ["--lookup-tokens", str(args.lookup_tokens)]
-    parts += ["--threads", str(args.threads)] if args.threads else []
+    if args.lookup_variants:
+        parts += ["--lookup-variants", ",".join(f"{v.match}:{v.max_ngram}:{v.min_ngram}"
+                                                for v in args.lookup_variants)]
+    parts += ["--threads", ",".join(str(t) for t in args.threads)] if any(args.threads) else []
     parts += ["--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -520,8 +626,6 @@ def resolved_drafter(args: argparse.Namespace) -> str:
 
 def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     from .models import ModelLoadError, PairSpec, load_pair
 
     try:
@@ -542,10 +646,23 @@ def main(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         raise CliError(str(e)) from None
     prompts = [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
-    methods = default_methods(args.k, pair, adaptive=not args.no_adaptive, heuristic=not args.no_adaptive,
-                              transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens)
-    rows = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens,
-                     progress=lambda s: print(s, file=sys.stderr, flush=True))
+    methods = default_methods(args.k, pair, adaptive=not args.no_adaptive,
+                              heuristic=not (args.no_adaptive or args.no_heuristic),
+                              transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens,
+                              lookup_variants=args.lookup_variants)
+    rows: list[RunRow] = []
+    default_threads = torch.get_num_threads()
+    for threads in args.threads:
+        torch.set_num_threads(threads or default_threads)
+        label = f"[{threads or default_threads} threads]"
+
+        def progress(message: str, label: str = label) -> None:
+            print(f"{label} {message}", file=sys.stderr, flush=True)
+
+        part = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens, progress=progress)
+        for r in part:
+            r.threads = threads or default_threads
+        rows += part
     mismatches = find_mismatches(rows, pair, prompts)
     command = command_line(args)
     report = markdown_report(rows, mismatches, pair.description or pair.target.name, command, args.rounds,

@@ -53,7 +53,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a text file")
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=4, help="proposals per iteration (1-16)")
-    g.add_argument("--adaptive-k", action="store_true", help="choose k each iteration from the cost model")
+    g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
+                   help="choose k each iteration from the cost model (default: on for --drafter lookup, "
+                        "off otherwise)")
     g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=TOP_K, default=0, help="0 = off")
     g.add_argument("--top-p", type=TOP_P, default=1.0, help="1 = off")
@@ -213,6 +215,10 @@ def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.adaptive_k is None:
+        from .kinds import adaptive_k_default
+
+        args.adaptive_k = adaptive_k_default(args.drafter)
     controls = _controls(args)
     drill = _drill(args)
     text = _prompt_text(args)

@@ -23,3 +23,11 @@ DRAFT_COST_PER_ITERATION: frozenset[str] = frozenset({"lookup"})
 
 def draft_cost_per_token(drafter: str) -> bool:
     return drafter not in DRAFT_COST_PER_ITERATION
+
+# Drafters for which adaptive k is on unless the user turns it off (prompt lookup: its adaptive k proposes only
+# the part of a match that is predicted to pay, and nothing where nothing pays).
+ADAPTIVE_BY_DEFAULT: frozenset[str] = frozenset({"lookup"})
+
+
+def adaptive_k_default(drafter: str) -> bool:
+    return drafter in ADAPTIVE_BY_DEFAULT

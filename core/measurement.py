@@ -249,6 +249,41 @@ class PositionCounts:
         return out
 
 
+class KeyedPositionCounts:
+    """Per-position acceptance counts split by a key known when the proposals were made (prompt lookup: the
+    size of the n-gram that matched), with the counts of all keys together as each key's prior.
+
+    A key seen rarely borrows from the pooled counts at the same position, so one early rejection after a
+    1-gram match does not condemn every later 1-gram match, and positions reached only under other keys are
+    still estimated.
+    """
+
+    def __init__(self, decay: float = POSITION_DECAY, prior_weight: float = POSITION_PRIOR_WEIGHT):
+        self.decay = decay
+        self.prior_weight = prior_weight
+        self.pooled = PositionCounts(decay)
+        self.by_key: dict[int, PositionCounts] = {}
+
+    def add(self, key: int, record: IterationRecord) -> None:
+        self.pooled.add(record)
+        self.by_key.setdefault(key, PositionCounts(self.decay)).add(record)
+
+    def conditional(self, key: int, depth: int, prior: float) -> list[float]:
+        """P(accept i | 0..i-1 accepted, key) for i < depth: the key's counts shrunk toward the pooled
+        estimate at the same position (itself shrunk toward the position before it, position 0 toward
+        ``prior``)."""
+        pooled = self.pooled.conditional(depth, self.pooled.pooled if self.pooled.pooled is not None else prior)
+        own = self.by_key.get(key)
+        if own is None:
+            return pooled
+        out: list[float] = []
+        for i in range(depth):
+            reached = own.reached[i] if i < len(own.reached) else 0.0
+            accepted = own.accepted[i] if i < len(own.accepted) else 0.0
+            out.append((accepted + self.prior_weight * pooled[i]) / (reached + self.prior_weight))
+        return out
+
+
 # ---- what the owner gives ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PositionStat:
@@ -545,6 +580,15 @@ class Measurement:
             curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1))
         return {p.k: p.speedup for p in curve if p.speedup is not None}
 
+    def scores_for(self, conditional: Sequence[float], k_lo: int, k_hi: int) -> dict[int, float]:
+        """Predicted speed-up for each k in [k_lo, k_hi] that has data, for a given conditional acceptance by
+        position (a caller that knows more about this iteration's proposals than the run's pooled counts, e.g.
+        prompt lookup's match length): the same costs, verify fit and formula as :meth:`scores`."""
+        with self._lock:
+            drafter = self._recent[-1].drafter if self._recent else ""
+            curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1), list(conditional))
+        return {p.k: p.speedup for p in curve if p.speedup is not None}
+
     # ---- internals (lock held) ---------------------------------------------------------------------------
     def _costs_locked(self, drafter: str) -> Costs:
         recent = list(self._recent)
@@ -559,12 +603,17 @@ class Measurement:
         points = dict(self.fit.points)
         return Costs(points.get(1), draft_step, draft_iter, fixed, points)
 
-    def _curve_locked(self, costs: Costs, ks: Iterable[int]) -> list[CurvePoint]:
-        alpha = self.counts.pooled
+    def _curve_locked(self, costs: Costs, ks: Iterable[int],
+                      conditional: list[float] | None = None) -> list[CurvePoint]:
         out: list[CurvePoint] = []
         plain = costs.plain_step_ms
         ks = list(ks)
-        cond = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
+        if conditional is not None:
+            alpha: float | None = conditional[0] if conditional else None
+            cond = conditional
+        else:
+            alpha = self.counts.pooled
+            cond = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
         for k in ks:
             if plain is None or plain <= 0:
                 out.append(CurvePoint(k, None, "no plain step measured yet"))

@@ -21,6 +21,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from .adaptive import CostModelKPolicy
+from .adaptive_lookup import LookupLengthPolicy
 from .busy import BusyDetector
 from .controls import K_MAX, Controls
 from .drill import DrillError, DrillSpec, PagingDrill, drill_target
@@ -65,7 +66,10 @@ class Session:
         self.controls = controls or Controls()
         self.options = options or SessionOptions()
         self.measurement = Measurement(window=self.options.alpha_window)
-        self.k_policy = CostModelKPolicy(self.measurement)
+        # prompt lookup finds a whole continuation for free: its adaptive k trims what it found, per match
+        self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
+            LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
+            else CostModelKPolicy(self.measurement))
         self.busy = BusyDetector.for_device(pair.target.device)
         self.detector = PagingDetector(factor=self.options.paging_factor)
         self.sampler: MemorySampler | None = None

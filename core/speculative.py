@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -37,6 +37,14 @@ class KPolicy(Protocol):
     def observe(self, record: IterationRecord) -> None: ...
 
     def observe_baseline(self, baseline: BaselineRecord) -> None: ...
+
+
+@runtime_checkable
+class ProposalLengthPolicy(Protocol):
+    """A k policy that decides after the proposal is found (prompt lookup: the match is known, the tokens are
+    free, only the verify pass costs): how many of the proposed tokens to keep."""
+
+    def proposal_length(self, match_ngram: int, available: int) -> int: ...
 
 
 def sweep_lengths(longest: int) -> list[int]:
@@ -388,6 +396,13 @@ class Decoder:
         else:
             proposal = Proposal(tokens=[], q_probs=None, q_token_probs=[])
         proposals = proposal.tokens[:k]
+        if values.adaptive_k and isinstance(self.k_policy, ProposalLengthPolicy):
+            keep = 0
+            if proposals:
+                keep = max(0, min(len(proposals),
+                                  self.k_policy.proposal_length(proposal.match_ngram, len(proposals))))
+            proposals = proposals[:keep]
+            values = replace(values, k=keep)  # the record shows the k the policy chose
         k = len(proposals)
         self._sync()
         t1 = time.perf_counter()

@@ -21,6 +21,9 @@ class Proposal:
     q_probs: torch.Tensor | None  # (len(tokens), V) processed proposal distributions; None = one-hot
     # Softmax of the drafter's raw logits (greedy) or processed q (sampling) at each proposal, for records.
     q_token_probs: list[float | None]
+    # Prompt lookup: the size of the n-gram whose match gave these tokens (0 = not a lookup, or no match).
+    # Acceptance depends on it, so adaptive k for lookup conditions on it.
+    match_ngram: int = 0
 
 
 class Drafter(ABC):

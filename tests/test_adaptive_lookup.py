@@ -1,0 +1,199 @@
+"""Adaptive k for prompt lookup: the proposal-length policy on constructed records and costs, in the loop with a
+tiny model, and greedy equality on every preset prompt of the demo."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscope.core.adaptive_lookup import LookupLengthPolicy
+from specscope.core.controls import Controls
+from specscope.core.drafters.lookup import PromptLookupDrafter
+from specscope.core.measurement import KeyedPositionCounts, Measurement
+from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import tiny_model
+
+RISING = {n: 10.0 + 2.0 * (n - 1) for n in range(1, 18)}  # a CPU: each verified token costs a fifth of a step
+FLAT = {n: 10.0 for n in range(1, 18)}  # an accelerator with room: verifying more costs nothing
+
+
+def rec(drafted: int, accepted: int, verify: dict[int, float]) -> IterationRecord:
+    v = verify[drafted + 1]
+    return IterationRecord(
+        iteration=0, mode="speculative", drafter="lookup", controls=ControlValues(k=drafted, adaptive_k=True),
+        tokens=[], n_drafted=drafted, n_accepted=accepted, n_emitted=accepted + 1, draft_ms=0.01, verify_ms=v,
+        rollback_ms=0.1, iteration_ms=v + 0.11, context_len=0, generated_len=0, t_start_s=0.0, t_end_s=0.0,
+    )
+
+
+def policy_with(verify: dict[int, float], **kw: object) -> LookupLengthPolicy:
+    measurement = Measurement(window=64)
+    measurement.observe_baseline(BaselineRecord(0, 10, [verify[1]] * 3, verify_ms_by_len=dict(verify)))
+    return LookupLengthPolicy(measurement, **kw)  # type: ignore[arg-type]
+
+
+def feed(policy: LookupLengthPolicy, match_ngram: int, drafted: int, accepted: int,
+         verify: dict[int, float]) -> None:
+    """One iteration as the loop runs it: the policy is asked, then sees the record of what it chose."""
+    chosen = policy.proposal_length(match_ngram, drafted)
+    n = min(chosen, drafted) if chosen else 0
+    policy.observe(rec(n, min(accepted, n), verify))
+
+
+def test_everything_accepted_with_flat_verification_proposes_the_whole_continuation():
+    policy = policy_with(FLAT)
+    for _ in range(12):  # it climbs one position per iteration past those judged
+        feed(policy, 3, 10, 10, FLAT)
+    assert policy.proposal_length(3, 10) == 10
+    assert policy.proposal_length(3, 4) == 4  # never more than the match offers
+
+
+def test_proposals_that_are_never_accepted_stop_and_only_probes_remain():
+    policy = policy_with(RISING, probe_every=4)
+    for _ in range(12):
+        feed(policy, 2, 8, 0, RISING)
+    choices = [policy.proposal_length(2, 8) for _ in range(8)]
+    for c in choices:  # what it chose is judged: the probes' rejections are counted too
+        policy.observe(rec(c, 0, RISING))
+    assert sorted(choices) == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert policy.scores[0] > policy.scores[1]
+
+
+def test_a_rising_verify_cost_stops_where_acceptance_no_longer_pays():
+    policy = policy_with(RISING)
+    for _ in range(20):  # the first three proposals of a 3-gram match are accepted, the fourth never
+        feed(policy, 3, 3, 3, RISING)
+    long = policy.proposal_length(3, 10)
+    policy.observe(rec(long, 3, RISING))
+    assert 3 <= long <= 4  # at most ``reach`` past the judged positions: it keeps measuring the next ones
+    assert policy.proposal_length(3, 10) == 3
+
+
+def test_acceptance_is_conditioned_on_the_match_size():
+    policy = policy_with(RISING)
+    for _ in range(10):
+        feed(policy, 3, 4, 4, RISING)  # 3-gram matches are copied text
+        feed(policy, 1, 4, 0, RISING)  # 1-gram matches are coincidences
+    assert policy.proposal_length(3, 4) >= 3
+    policy.observe(rec(0, 0, RISING))
+    assert policy.proposal_length(1, 4) <= 1
+
+
+def test_keyed_counts_shrink_a_rare_key_toward_all_keys():
+    counts = KeyedPositionCounts(decay=1.0)
+    for _ in range(20):
+        counts.add(3, rec(4, 4, RISING))
+    counts.add(1, rec(4, 0, RISING))
+    c1, c3, unseen = counts.conditional(1, 2, 0.5), counts.conditional(3, 2, 0.5), counts.conditional(2, 2, 0.5)
+    assert c3[0] > unseen[0] > c1[0] > 0.0  # one rejection does not make a key hopeless
+    assert KeyedPositionCounts().conditional(2, 3, 0.4) == pytest.approx([0.4, 0.4, 0.4])  # nothing seen: prior
+
+
+def test_without_a_plain_step_measured_it_proposes_nothing():
+    policy = LookupLengthPolicy(Measurement())
+    assert policy.proposal_length(3, 10) == 0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        LookupLengthPolicy(Measurement(), prior=1.0)
+    with pytest.raises(ValueError):
+        PromptLookupDrafter(match="first")
+
+
+def test_earliest_match_is_transformers_choice():
+    context = [1, 2, 7, 9, 1, 2, 8, 5, 1, 2]
+    assert PromptLookupDrafter(2, 10, match="earliest").lookup(context, 2) == [7, 9]
+    assert PromptLookupDrafter(2, 10, match="recent").lookup(context, 2) == [8, 5]
+    d = PromptLookupDrafter(3, 10)
+    assert d.propose(context, 2, ControlValues(), None).match_ngram == 2  # (5, 1, 2) never occurred before
+
+
+def _tiny_run(prompt: list[int], max_new: int, drafter: PromptLookupDrafter | None, policy=None):
+    model = tiny_model(3, logit_scale=4.0)
+    decoder = Decoder(model, 64, drafter=drafter, k_policy=policy)
+    return decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=policy is not None)),
+                       DecodeOptions(max_new_tokens=max_new, record_tokens=False), plain=drafter is None)
+
+
+def test_in_the_loop_a_run_without_matches_proposes_nothing():
+    # a 4-gram lookup on 12 new tokens after a prompt of distinct tokens: no 4-gram can have occurred before
+    # unless the output repeats itself, which the assertion on the drafter checks
+    prompt = list(range(3, 40))
+    drafter = PromptLookupDrafter(max_ngram=4, min_ngram=4, num_tokens=10)
+    policy = LookupLengthPolicy(Measurement())
+    result = _tiny_run(prompt, 12, drafter, policy)
+    ids = prompt + result.token_ids
+    grams = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+    assert len(set(grams)) == len(grams), "the output repeated a 4-gram: pick another prompt"
+    assert all(r.n_drafted == 0 and r.controls.k == 0 for r in result.iterations)
+    assert result.token_ids == _tiny_run(prompt, 12, None).token_ids
+
+
+def test_in_the_loop_a_periodic_output_is_proposed_and_kept_identical():
+    torch.manual_seed(0)
+    prompt = [5, 6, 7, 8] * 6
+    drafter = PromptLookupDrafter(max_ngram=3, num_tokens=10)
+    measurement = Measurement()
+    result = _tiny_run(prompt, 24, drafter, LookupLengthPolicy(measurement))
+    assert result.token_ids == _tiny_run(prompt, 24, None).token_ids
+    assert sum(r.n_drafted for r in result.iterations) > 0
+
+
+# ---- the demo -------------------------------------------------------------------------------------------
+def _preset_prompts():
+    from specscope.core.prompts import load_prompt_sets
+
+    return [p for ps in load_prompt_sets().values() for p in ps]
+
+
+@pytest.fixture(scope="module")
+def demo_lookup_pair():
+    from specscope.core import demo
+
+    try:
+        return demo.load_demo_pair("lookup")
+    except demo.DemoUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.demo
+@pytest.mark.parametrize("prompt", _preset_prompts(), ids=lambda p: p.id)
+def test_demo_greedy_output_equals_plain_with_adaptive_lookup(demo_lookup_pair, prompt) -> None:
+    pair = demo_lookup_pair
+    ids = pair.encode_prompt(prompt.text)
+    opts = DecodeOptions(max_new_tokens=12, eos_token_ids=pair.eos_token_ids, record_tokens=False)
+    plain = Decoder(pair.target.model, pair.vocab_size).run(ids, Controls(), opts, plain=True)
+    policy = LookupLengthPolicy(Measurement())
+    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, k_policy=policy)
+    spec = decoder.run(ids, Controls(ControlValues(k=4, adaptive_k=True)), opts)
+    assert spec.token_ids == plain.token_ids
+
+
+# ---- the bench's options for this issue -------------------------------------------------------------------
+def test_bench_reads_thread_lists_and_lookup_variants_and_reports_per_thread_count():
+    import argparse
+
+    from specscope.core import bench
+
+    assert bench._thread_list("1,2,1") == [1, 2]
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench._thread_list("1,x")
+    assert bench.LookupVariant.parse("earliest:2:1") == bench.LookupVariant("earliest", 2, 1)
+    with pytest.raises(ValueError):
+        bench.LookupVariant.parse("latest:2:1")
+    assert bench._int_list("none") == []
+    rows = []
+    for threads in (1, 2):
+        part = [bench.RunRow(0, "plain", "p", "structured", 10, 1.0, token_ids=[1, 2]),
+                bench.RunRow(0, "adaptive (lookup policy)", "p", "structured", 10, 0.5, token_ids=[1, 2]),
+                bench.RunRow(0, "hf-lookup n=10", "p", "structured", 10, 0.8, token_ids=[1, 2])]
+        bench.compare_with_plain(part)
+        for r in part:
+            r.threads = threads
+        rows += part
+    assert rows[1].ratio_to_plain == pytest.approx(2.0) and rows[1].ratio_to_hf_lookup == pytest.approx(1.6)
+    report = bench.markdown_report(rows, [], "pair", "cmd", 1, 10)
+    assert "## 1 thread\n" in report and "## 2 threads\n" in report
+    assert "× transformers' prompt lookup" in report
