@@ -1,4 +1,4 @@
-"""Headless command line: ``specscope run | bench | verify``.
+"""Headless command line: ``specscope run | bench | verify | attach``.
 
 Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable trace path)
 ends with one ``specscope: error: ...`` line and a non-zero exit; the trace so far is never lost silently.
@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
     verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
+    from .attach import command as attach_command
+
+    attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
     return parser
 
 
@@ -287,6 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import verify
 
             return int(verify.main(args))
+        if args.command == "attach":
+            from .attach import command as attach_command
+
+            return attach_command.main(args)
     except CliError as exc:
         print(f"specscope: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
