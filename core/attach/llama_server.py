@@ -101,8 +101,9 @@ class LlamaServer:
                 except subprocess.TimeoutExpired:
                     code = None
                 if code is not None:
+                    tail = self._log_tail()
                     self.stop()
-                    raise LlamaServerUnavailable(f"llama-server exited with code {code} while loading{self._log_tail()}")
+                    raise LlamaServerUnavailable(f"llama-server exited with code {code} while loading{tail}")
                 if time.monotonic() > deadline:
                     self.stop()
                     raise LlamaServerUnavailable(f"llama-server did not become healthy in {self.start_timeout_s:.0f} s")
