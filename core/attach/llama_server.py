@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -69,6 +70,7 @@ class LlamaServer:
     extra_args: list[str] = field(default_factory=list)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -85,9 +87,9 @@ class LlamaServer:
 
     def start(self) -> LlamaServer:
         self.port = self.port or free_port()
-        log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop
-        self._log = log
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        self._log = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - closed in stop()
+        out = self._log if self._log is not None else subprocess.DEVNULL
+        self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.start_timeout_s
         with httpx.Client(timeout=2.0) as client:
             while True:
@@ -129,10 +131,9 @@ class LlamaServer:
                     self.process.kill()
                     self.process.wait(timeout=10)
             self.process = None
-        log = getattr(self, "_log", None)
-        if log not in (None, subprocess.DEVNULL):
-            log.close()
-        self._log = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def __enter__(self) -> LlamaServer:
         return self.start()
