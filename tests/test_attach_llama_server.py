@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,3 +165,39 @@ def test_cli_bad_input_exit_2(capsys: pytest.CaptureFixture[str]):
     assert cli_main(["attach", "ftp://example"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not an http" in err[0]
+
+
+def _window(qtbot: object, tmp_path: Path) -> object:
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    pytest.importorskip("pytestqt")
+    from .test_app_support import make_window, qt_binding_broken
+
+    if qt_binding_broken():
+        pytest.skip(str(qt_binding_broken()))
+    return make_window(qtbot, tmp_path)
+
+
+@pytest.mark.gui
+def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_server: LlamaServer):
+    from specscope.app.attach_dialog import start_attach
+
+    window: Any = _window(qtbot, tmp_path)
+    start_attach(window, AttachOptions(url=spec_server.url, prompt=PROMPT, max_tokens=32))
+    qtbot.waitUntil(lambda: window.attach_result is not None, timeout=120_000)
+    result = window.attach_result
+    assert result.error is None, result.error
+    assert len(window.data.records) == len(result.records) > 1
+    assert window.attach_session["engine"] == "llama.cpp"
+
+
+@pytest.mark.gui
+def test_app_attach_to_nothing_shows_one_sentence_and_stays_up(qtbot, tmp_path: Path):
+    from specscope.app.attach_dialog import start_attach
+
+    window: Any = _window(qtbot, tmp_path)
+    start_attach(window, AttachOptions(url=f"http://127.0.0.1:{free_port()}", prompt="x", max_tokens=4))
+    qtbot.waitUntil(lambda: window.attach_result is not None, timeout=60_000)
+    assert window.last_error.startswith("cannot reach a server at")
+    assert window.isVisible()
