@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
 from specscope.core.controls import InvalidControl
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 
-from .estimates import Advice, advise
 from .pair_choice import PairChoice
 from .run_data import RunData
 from .settings import AppSettings
@@ -46,7 +45,6 @@ from .worker import RunRequest, WorkerHost
 
 log = logging.getLogger(__name__)
 TICK_MS = 33  # ~30 Hz drain and redraw
-ADVICE_EVERY_S = 0.5  # the cost-model curve changes slowly; recompute it twice a second
 # Painting the plots is the GUI's biggest cost (software rendering, and every paint callback needs the GIL
 # the decoding thread is using). During a run each tick redraws one plot in turn, so no event-loop turn
 # paints all six: each plot updates at 30/6 = 5 Hz, tokens and the status bar at 30 Hz.
@@ -121,7 +119,6 @@ class MainWindow(QMainWindow):
         self.settings = settings or AppSettings()
         self._data_dir = data_dir
         self.data = RunData()
-        self.advice: Advice | None = None
         self.state = "no_model"
         self.pair_choice = self.settings.pair_choice() or PairChoice()
         self.pair_description = ""
@@ -129,7 +126,6 @@ class MainWindow(QMainWindow):
         self.recorder: Any = None
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
-        self._advice_at = 0.0
         self._pending: deque[Any] = deque()  # drained from the worker, not yet ingested
         self._run_started_at: float | None = None
         self.host = WorkerHost(self)
@@ -386,9 +382,8 @@ class MainWindow(QMainWindow):
     def _catch_up(self) -> None:
         """Drain what is left and redraw every plot (during a run they redraw one per tick)."""
         self.drain_all()
-        self.advice = advise(self.data)
-        self.plots.refresh(self.data, self.advice)
-        self.status.update(self.data, self.advice)
+        self.plots.refresh(self.data)
+        self.status.update(self.data)
 
     def _on_finished(self, reason: str) -> None:
         self._catch_up()
@@ -419,7 +414,7 @@ class MainWindow(QMainWindow):
             if time.monotonic() - started >= TICK_BUDGET_S:
                 break
         if time.monotonic() - started < TICK_BUDGET_S and self.plots.stale(self.data):
-            self.plots.refresh_one(self.data, self.advice)  # else deferred: the next tick redraws
+            self.plots.refresh_one(self.data)  # else deferred: the next tick redraws
         self.drained.emit(n_records)
 
     def drain_all(self) -> None:
@@ -440,25 +435,20 @@ class MainWindow(QMainWindow):
         if record and self.recorder is not None:
             for e in events:
                 self.recorder.append(e)
-        now = time.monotonic()
         live = self.host.running
-        if now - self._advice_at >= ADVICE_EVERY_S or not live:
-            self._advice_at = now
-            self.advice = advise(self.data)
         if redraw and live:
-            self.plots.refresh_one(self.data, self.advice)
+            self.plots.refresh_one(self.data)
         elif redraw:
-            self.plots.refresh(self.data, self.advice)
-        self.status.update(self.data, self.advice)
+            self.plots.refresh(self.data)
+        self.status.update(self.data)
 
     def _reset_view(self) -> None:
         self._pending.clear()
         self.data = RunData()
-        self.advice = None
         self.token_view.clear_tokens()
         self.legend.set_counts({})
         self.plots.reset()
-        self.status.update(self.data, None)
+        self.status.update(self.data)
 
     # ---- messages --------------------------------------------------------------------------------------
     def show_error(self, text: str) -> None:
@@ -554,6 +544,7 @@ class MainWindow(QMainWindow):
         if self.host.running:
             self.message_box("Run in progress", "Stop the run before opening a trace.")
             return False
+        from specscope.core.measurement import replay
         from specscope.core.trace import TraceError, read_trace
 
         try:
@@ -567,10 +558,11 @@ class MainWindow(QMainWindow):
         self._reset_view()
         self.replay_path = str(path)
         self.token_view.decode = None  # replay: top-5 shown as ids
-        self.ingest(merge_events(loaded.records, loaded.baselines))
-        self.advice = advise(self.data)
-        self.plots.refresh(self.data, self.advice)
-        self.status.update(self.data, self.advice)
+        events = merge_events(loaded.records, loaded.baselines)
+        replay(events)  # the measurement owner fills every record's numbers, as in a live run
+        self.ingest(events)
+        self.plots.refresh(self.data)
+        self.status.update(self.data)
         self.set_state("replay")
         self.setWindowTitle(f"specscope — {Path(path).name} (replay)")
         if loaded.warnings:

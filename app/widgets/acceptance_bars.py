@@ -33,7 +33,8 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        rates = data.per_position_acceptance()
+        positions = data.estimate.positions if data.estimate is not None else ()
+        rates = np.array([np.nan if p.rate is None else p.rate for p in positions])
         x = np.arange(1, len(rates) + 1)
         ok = ~np.isnan(rates)
         self.bars.setOpts(x=x[ok], height=rates[ok], width=0.7)
