@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..measurement import MIN_BLOCKS, paired_ratio
 from .client import AttachOptions, AttachResult, attach
 from .summary import summarize_attached
 
@@ -31,18 +32,11 @@ class SpeedupEstimate:
 
 
 def speedup_estimate(ratios: list[float]) -> SpeedupEstimate:
-    """The measured speed-up with its interval from per-round ratios: the project's paired-ratio estimator.
-
-    This is the one place attach turns ratios into a speed-up; it defers to ``core.measurement.paired_ratio``
-    (the single owner of measured speed-up) and reports no number of its own when that is unavailable.
-    """
-    try:
-        from ..measurement import paired_ratio  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return SpeedupEstimate(None, None, None, len(ratios), "core.measurement.paired_ratio not available")
+    """The measured speed-up with its interval from per-round ratios: ``measurement.paired_ratio``, the single
+    owner of measured speed-up (Hodges-Lehmann centre of the log ratios with its distribution-free interval)."""
     interval = paired_ratio(ratios)
     if interval is None:
-        return SpeedupEstimate(None, None, None, len(ratios), "too few rounds for an interval")
+        return SpeedupEstimate(None, None, None, len(ratios), f"fewer than {MIN_BLOCKS} rounds: no interval")
     return SpeedupEstimate(interval.value, interval.lo, interval.hi, interval.n, "paired ratio (measurement)")
 
 
