@@ -86,6 +86,8 @@ def test_records_match_the_servers_own_counters_and_timings(spec_server: LlamaSe
     per_pos = after.minus(before).accepted_per_pos
     k = result.session["draft_len"]
     assert per_pos is not None and k
+    # Passes accepting at least i+1 proposals, counted from the records, are the server's per-position counts.
+    assert [sum(1 for r in records if r.n_drafted and r.n_accepted >= i + 1) for i in range(len(per_pos))] == per_pos
     if totals["draft_tokens"] == k * totals["drafts"]:
         all_accepted = per_pos[k - 1]
         judged = accepted + (totals["drafts"] - all_accepted)
