@@ -112,7 +112,7 @@ def test_server_killed_mid_stream_keeps_the_partial_trace(binary: Path, gguf: Pa
         server.stop()
     assert result.error is not None and "dropped mid-stream" in result.error
     assert len(result.records) >= 3 and result.records[-1].finish_reason == "error"
-    paths = write_trace(tmp_path / "partial", result.records, [], session=result.session)
+    paths = write_trace(tmp_path / "partial.csv", result.records, [], session=result.session)
     assert paths is not None
     loaded = read_trace(tmp_path / "partial.csv")
     assert len(loaded.records) == len(result.records)
