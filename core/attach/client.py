@@ -198,6 +198,11 @@ def _server_info(client: httpx.Client, root: str) -> dict[str, Any]:
         params = (props.get("default_generation_settings") or {}).get("params") or {}
         info["speculative"] = {k: v for k, v in params.items() if str(k).startswith("speculative")}
         info["model_path"] = props.get("model_path")
+        # /props shows the request defaults ("speculative.types": "none" even with -md); /slots says whether
+        # each slot really speculates.
+        slots = get_json("/slots")
+        if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+            info["speculative"]["slots_speculative"] = bool(slots[0]["speculative"])
     server_info = get_json("/get_server_info")  # SGLang
     if isinstance(server_info, dict) and ("speculative_algorithm" in server_info or "version" in server_info):
         info["sglang_version"] = server_info.get("version")
@@ -345,6 +350,9 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         if result.error is None or "dropped" not in result.error:
             scraper.scrape()  # the counters after the request (llama.cpp folds them in at its end)
         result.scrapes = list(scraper.snapshots)
+        if session.get("draft_len") is None and result.scrapes:
+            # llama.cpp lists its per-position counters only once a request has drafted: k is known afterwards.
+            session["draft_len"] = _draft_len(result.scrapes[-1], info)
         if result.error is None:
             problem = _speculation_problem(result, engine)
             if problem:
