@@ -10,6 +10,7 @@ from ..core.kinds import DRAFTER_KINDS
 
 DEVICES = ("cpu", "cuda", "cuda:0", "cuda:1", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+DEVICE_MAPS = ("", "auto")  # "" = the whole model on its device; "auto" = accelerate places it under max memory
 
 
 @dataclass
@@ -21,6 +22,14 @@ class PairChoice:
     draft_device: str = ""  # empty = the target's
     target_dtype: str = "auto"
     draft_dtype: str = "auto"
+    # Placement (transformers/accelerate): device map "" or "auto" (or a device), max memory "cpu=250MB,...",
+    # offload folder; empty = not set.
+    target_device_map: str = ""
+    draft_device_map: str = ""
+    target_max_memory: str = ""
+    draft_max_memory: str = ""
+    target_offload_folder: str = ""
+    draft_offload_folder: str = ""
 
     def problem(self) -> str | None:
         """A one-line reason this choice cannot load, or None."""
@@ -30,15 +39,26 @@ class PairChoice:
             return f"unknown drafter {self.drafter!r} (choose {', '.join(DRAFTER_KINDS)})"
         if self.drafter == "model" and self.target != "demo" and not self.draft.strip():
             return "the model drafter needs a draft model (or choose the lookup or early-exit drafter)"
+        for role in ("target", "draft"):
+            device_map = getattr(self, f"{role}_device_map").strip()
+            if (getattr(self, f"{role}_max_memory").strip() or getattr(self, f"{role}_offload_folder").strip()) \
+                    and device_map != "auto":
+                return f"the {role}'s max memory and offload folder need device map auto"
         return None
 
     def to_spec(self) -> Any:
         """The engine's PairSpec (imports core.models: call it on the worker thread)."""
-        from specscope.core.models import PairSpec
+        from specscope.core.models import PairSpec, parse_device_map, parse_max_memory
 
         return PairSpec(target=self.target.strip(), draft=self.draft.strip() or None, drafter=self.drafter,
                         target_device=self.target_device, draft_device=self.draft_device or None,
-                        target_dtype=self.target_dtype, draft_dtype=self.draft_dtype)
+                        target_dtype=self.target_dtype, draft_dtype=self.draft_dtype,
+                        target_device_map=parse_device_map(self.target_device_map, "target"),
+                        draft_device_map=parse_device_map(self.draft_device_map, "draft"),
+                        target_max_memory=parse_max_memory(self.target_max_memory, "target"),
+                        draft_max_memory=parse_max_memory(self.draft_max_memory, "draft"),
+                        target_offload_folder=self.target_offload_folder.strip() or None,
+                        draft_offload_folder=self.draft_offload_folder.strip() or None)
 
     def describe(self) -> str:
         draft = self.draft or ("demo draft" if self.target == "demo" else "")

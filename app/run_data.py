@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specscope.core.measurement import Estimate
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
+from specscope.core.trace import ITERATION_SCHEMA
 
 
 class GrowingArray:
@@ -49,11 +50,10 @@ class GrowingArray:
         return int(self._data.nbytes)
 
 
-COLUMNS = (
-    "iteration", "k", "draft_ms", "verify_ms", "rollback_ms", "iteration_ms", "plain_step_ms",
-    "alpha_window", "alpha_cumulative", "tokens_per_iteration", "measured_speedup", "measured_speedup_lo",
-    "measured_speedup_hi", "predicted_speedup",
-)
+# The trace schema's plotted columns, read from each record through the schema's getter, plus tokens per
+# iteration: a column added to the schema with plotted=True gets its array here by itself.
+_SCHEMA_COLUMNS = {c.name: c for c in ITERATION_SCHEMA if c.plotted}
+COLUMNS = (*_SCHEMA_COLUMNS, "tokens_per_iteration")
 
 
 @dataclass
@@ -90,6 +90,21 @@ def describe_change(old: ControlValues, new: ControlValues) -> str:
     return ", ".join(parts)
 
 
+DRILL_MODELS = ("draft", "target")
+
+
+def describe_drill(before: dict[str, float], memory: dict[str, float]) -> str:
+    """A marker label when a paging drill started or ended at this record ('' otherwise)."""
+    parts: list[str] = []
+    for model in DRILL_MODELS:
+        old, new = before.get(model, 0.0), memory.get(f"drill_{model}_layers_count", 0.0)
+        if new and not old:
+            parts.append(f"drill: {model} {new:.0f} layers off its device")
+        elif old and not new:
+            parts.append(f"drill end: {model} layers back")
+    return ", ".join(parts)
+
+
 def _num(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
@@ -106,13 +121,18 @@ class RunData:
         self.columns: dict[str, GrowingArray] = {name: GrowingArray() for name in COLUMNS}
         self.memory: dict[str, GrowingArray] = {}
         self._last_controls: ControlValues | None = None
+        self._last_drill: dict[str, float] = {}
         self.estimate: Estimate | None = None  # the measurement's, after the last record
 
     # ---- ingest ----------------------------------------------------------------------------------------
-    def extend(self, events: list[IterationRecord | BaselineRecord]) -> None:
+    def extend(self, events: list[IterationRecord | BaselineRecord | DrillEvent]) -> None:
         for e in events:
             if isinstance(e, BaselineRecord):
                 self.baselines.append(e)
+                if e.estimate is not None:  # a baseline closing a block updates the measured speed-up
+                    self.estimate = e.estimate
+            elif isinstance(e, DrillEvent):
+                continue  # marked from the records' drill columns below, so replayed traces show it too
             else:
                 self._add(e)
         if events:
@@ -126,23 +146,15 @@ class RunData:
             if label:
                 self.control_changes.append(ControlChange(r.iteration, label))
         self._last_controls = r.controls
+        drill = describe_drill(self._last_drill, r.memory)
+        if drill:
+            self.control_changes.append(ControlChange(r.iteration, drill))
+        self._last_drill = {m: r.memory.get(f"drill_{m}_layers_count", 0.0) for m in DRILL_MODELS}
         if r.estimate is not None:
             self.estimate = r.estimate
-        c = self.columns
-        c["iteration"].append(r.iteration)
-        c["k"].append(r.controls.k)
-        c["draft_ms"].append(r.draft_ms)
-        c["verify_ms"].append(r.verify_ms)
-        c["rollback_ms"].append(r.rollback_ms)
-        c["iteration_ms"].append(r.iteration_ms)
-        c["plain_step_ms"].append(_num(r.plain_step_ms))
-        c["alpha_window"].append(_num(r.alpha_window))
-        c["alpha_cumulative"].append(_num(r.alpha_cumulative))
-        c["tokens_per_iteration"].append(r.n_emitted)
-        c["measured_speedup"].append(_num(r.measured_speedup))
-        c["measured_speedup_lo"].append(_num(r.measured_speedup_lo))
-        c["measured_speedup_hi"].append(_num(r.measured_speedup_hi))
-        c["predicted_speedup"].append(_num(r.predicted_speedup))
+        for name, column in _SCHEMA_COLUMNS.items():
+            self.columns[name].append(_num(column.get(r)))
+        self.columns["tokens_per_iteration"].append(r.n_emitted)
         for key, value in r.memory.items():
             arr = self.memory.get(key)
             if arr is None:

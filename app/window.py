@@ -36,6 +36,7 @@ from .pair_choice import PairChoice
 from .run_data import RunData
 from .settings import AppSettings
 from .widgets.control_panel import ControlPanel
+from .widgets.drill_control import DrillControl
 from .widgets.legend import TokenLegend
 from .widgets.model_picker import ModelPicker
 from .widgets.plots_panel import PlotsPanel
@@ -131,6 +132,10 @@ class MainWindow(QMainWindow):
         self.host = WorkerHost(self)
 
         self.panel = ControlPanel()
+        self.drill_control = DrillControl(lambda: self.host.controls)  # in the Run panel, above the stretch
+        panel_layout = self.panel.layout()
+        if isinstance(panel_layout, QVBoxLayout):
+            panel_layout.insertWidget(panel_layout.count() - 1, self.drill_control)
         dock = QDockWidget("Controls", self)
         dock.setObjectName("controls_dock")
         scroll = QScrollArea()
@@ -245,6 +250,7 @@ class MainWindow(QMainWindow):
         self.state = state
         panel_state = {"replay": "idle" if self.host.has_pair else "no_model"}.get(state, state)
         self.panel.set_state(panel_state)
+        self.drill_control.set_state(panel_state)
 
     @property
     def data_dir(self) -> Path:
@@ -429,6 +435,9 @@ class MainWindow(QMainWindow):
     def ingest(self, events: list[Any], record: bool = False, redraw: bool = True) -> None:
         n_before = len(self.data.records)
         self.data.extend(events)
+        for e in events:
+            if type(e).__name__ == "DrillEvent":
+                self.drill_control.on_event(e)
         new_records = self.data.records[n_before:]
         self.token_view.append_records(new_records)
         self.legend.set_counts(self.token_view.counts)

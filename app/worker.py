@@ -17,9 +17,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specscope.core.controls import Controls
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
-Event = IterationRecord | BaselineRecord
+Event = IterationRecord | BaselineRecord | DrillEvent
 ProgressFn = Callable[[str, float], None]
 PairFactory = Callable[[ProgressFn], Any]  # returns a specscope.core.pair.ModelPair
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from typing import Any
 
 from .records import ControlValues
 
@@ -41,6 +42,7 @@ class Controls:
         self._running.set()
         self._stop = threading.Event()
         self._baseline_requested = threading.Event()
+        self._drill_request: tuple[str, Any] | None = None  # ("start", DrillSpec) or ("end", None)
 
     @property
     def values(self) -> ControlValues:
@@ -80,6 +82,22 @@ class Controls:
             self._baseline_requested.clear()
             return True
         return False
+
+    def start_drill(self, spec: Any) -> None:
+        """Ask the session to start a paging drill (a ``drill.DrillSpec``) at the next iteration boundary."""
+        with self._lock:
+            self._drill_request = ("start", spec)
+
+    def end_drill(self) -> None:
+        """Ask the session to end the running drill at the next iteration boundary."""
+        with self._lock:
+            self._drill_request = ("end", None)
+
+    def take_drill_request(self) -> tuple[str, Any] | None:
+        """The pending drill request (the latest one wins), cleared; None when there is none."""
+        with self._lock:
+            request, self._drill_request = self._drill_request, None
+            return request
 
     def checkpoint(self) -> ControlValues | None:
         """Called by the loop between iterations: wait while paused; None means stop."""

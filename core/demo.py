@@ -213,7 +213,7 @@ def demo_draft_dir() -> Path:
     return Path(str(resources.files("specscope.resources").joinpath("demo_draft")))
 
 
-def build_demo_draft(target: Any, draft_dir: Path | None = None) -> Any:
+def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.device | None = None) -> Any:
     """The shipped draft as a ``LlamaForCausalLM`` whose embeddings and head are the target's modules.
 
     Built on the meta device (no throw-away random 49152-wide matrices), then given its own weights, the
@@ -233,7 +233,8 @@ def build_demo_draft(target: Any, draft_dir: Path | None = None) -> Any:
     if config.hidden_size != target_embed.embedding_dim or config.vocab_size != target_embed.num_embeddings:
         raise DemoUnavailable("the demo draft does not match the demo target's width or vocabulary")
     param = next(target.parameters())
-    device, dtype = param.device, param.dtype
+    dtype = param.dtype
+    device = device if device is not None else param.device  # an offloaded target's weights sit on meta
     with torch.device("meta"):
         draft = LlamaForCausalLM(config)
     own = {name: t.to(device=device, dtype=dtype) for name, t in load_file(str(weights_path)).items()}
@@ -267,8 +268,12 @@ def load_demo_pair(
     early_exit_layers: int | None = None,
     lookup_max_ngram: int = 3,
     lookup_num_tokens: int = 10,
+    placement: dict[str, Any] | None = None,
 ) -> ModelPair:
-    """SmolLM2-135M-Instruct with the chosen drafter, ready to run."""
+    """SmolLM2-135M-Instruct with the chosen drafter, ready to run.
+
+    ``placement``: ``from_pretrained`` placement arguments for the target (``device_map="auto"``,
+    ``max_memory``, ``offload_folder``); by default the whole model goes to ``device``."""
     if drafter not in DRAFTER_KINDS:
         raise ValueError(f"unknown demo drafter {drafter!r}: choose one of {', '.join(DRAFTER_KINDS)}")
     torch_dtype = _resolve_dtype(dtype)
@@ -277,13 +282,21 @@ def load_demo_pair(
     _report(progress, "Loading the demo model", 0.0)
     from transformers import AutoModelForCausalLM
 
-    model: Any = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch_dtype)
-    model.to(torch_device)
+    if placement and placement.get("device_map") == "auto":
+        model: Any = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch_dtype, **placement)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch_dtype)
+        model.to(torch_device)
     model.eval()
     tokenizer = load_demo_tokenizer(target_dir)
     vocab_size = len(tokenizer)
+    from .memory.residency import model_residency
+
     target = LoadedModel(model=model, name="demo", device=torch_device, dtype=torch_dtype,
-                         source=str(target_dir), n_params=sum(p.numel() for p in model.parameters()))
+                         source=str(target_dir), n_params=sum(p.numel() for p in model.parameters()),
+                         warnings=model_residency(model, torch_device, "target").warnings)
+    for warning in target.warnings:  # placed by device_map="auto" under a memory cap: not all on the device
+        _report(progress, f"Warning: {warning}", 0.6)
     draft: LoadedModel | None = None
     drafter_obj: Any
     description = "SmolLM2-135M-Instruct (embedded demo)"
@@ -291,7 +304,7 @@ def load_demo_pair(
         from .drafters.model import ModelDrafter
 
         _report(progress, "Loading the demo draft", 0.7)
-        draft_model = build_demo_draft(model)
+        draft_model = build_demo_draft(model, device=torch_device)
         own_params = sum(p.numel() for n, p in draft_model.named_parameters()
                          if not n.startswith(("model.embed_tokens", "lm_head")))
         draft = LoadedModel(model=draft_model, name="demo-draft", device=torch_device, dtype=torch_dtype,

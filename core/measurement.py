@@ -428,10 +428,12 @@ class Measurement:
         self._estimate: Estimate | None = None
 
     # ---- feeding -----------------------------------------------------------------------------------------
-    def observe_baseline(self, b: BaselineRecord) -> None:
+    def observe_baseline(self, b: BaselineRecord) -> Estimate | None:
+        """Feed a baseline: it closes the open block and opens the next. Returns (and puts on the baseline)
+        the estimate it updates, once there is one."""
         with self._lock:
             if any(b is e for e in self._seen):
-                return
+                return b.estimate
             self._seen.append(b)
             for ms in b.step_ms:
                 self.fit.add(1, ms)
@@ -440,6 +442,11 @@ class Measurement:
             self._close_block(b)
             self._baseline = b
             self._block = _Block(b)
+            last = self._estimate
+            if last is not None:
+                self._estimate = self._estimate_locked(last.iteration, last.k, last.drafter)
+                b.estimate = self._estimate
+            return self._estimate
 
     def observe(self, r: IterationRecord) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ import torch
 
 from .drafters.base import Drafter
 from .kinds import DRAFTER_KINDS
+from .memory.residency import compute_device
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
@@ -64,6 +65,15 @@ class PairSpec:
     lookup_max_ngram: int = 3
     lookup_num_tokens: int = 10
     early_exit_layers: int | None = None  # None = a quarter of the target's layers
+    # Placement through transformers/accelerate (``from_pretrained(device_map=..., max_memory=...,
+    # offload_folder=...)``): None keeps the whole model on its device; "auto" lets accelerate place modules
+    # on the device, host memory and disk under ``max_memory``; a device name puts the model there.
+    target_device_map: str | None = None
+    draft_device_map: str | None = None
+    target_max_memory: dict[int | str, int] | None = None  # accelerate's form: {0: bytes, "cpu": bytes}
+    draft_max_memory: dict[int | str, int] | None = None
+    target_offload_folder: str | None = None
+    draft_offload_folder: str | None = None
 
 
 @dataclass
@@ -212,12 +222,15 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
         config = AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
                                             local_files_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "trust_remote_code" in str(exc):
             message = (f"{directory} needs custom code from the model's repository to load; pass "
                        "--trust-remote-code only if you trust it")
+        elif "does not recognize this architecture" in str(exc) or "model type" in str(exc):
+            message = (f"transformers does not know the architecture named in {directory / 'config.json'}; "
+                       f"specscope needs a causal language model that transformers can load\n"
+                       f"{library_detail(exc)}")
         else:
-            message = f"unsupported or unreadable model config in {directory} ({first[:160]})"
+            message = f"the model config in {directory} cannot be read\n{library_detail(exc)}"
     if message:
         raise ModelLoadError(message)
     model_type = getattr(config, "model_type", "")
@@ -346,6 +359,85 @@ def memory_warnings(needs: list[tuple[str, torch.device, MemoryEstimate]],
     return out
 
 
+# ---- placement -------------------------------------------------------------------------------------
+def parse_device_map(text: str | None, role: str) -> str | None:
+    """None, "auto", or a device name checked against this machine."""
+    if text is None or not text.strip():
+        return None
+    value = text.strip()
+    if value.lower() == "auto":
+        return "auto"
+    try:
+        return str(parse_device(value))
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"bad {role} device map {text!r}: use auto or a device ({exc})") from None
+
+
+def parse_max_memory(text: str | None, role: str) -> dict[int | str, int] | None:
+    """``DEV=SIZE,...`` (``cpu=250MB,cuda:0=10GiB,disk=2GB``) as accelerate's ``max_memory`` dict."""
+    if text is None or not text.strip():
+        return None
+    from accelerate.utils import convert_file_size_to_int
+
+    out: dict[int | str, int] = {}
+    for part in text.split(","):
+        device, sep, size = part.partition("=")
+        device, size = device.strip().lower(), size.strip()
+        if not sep or not device or not size:
+            raise ModelLoadError(f"bad {role} max memory {text!r}: write DEV=SIZE,... e.g. cpu=250MB,cuda:0=10GiB")
+        key: int | str
+        if device in ("cpu", "disk", "mps"):
+            key = device
+        elif re.fullmatch(r"(cuda:)?\d+", device):
+            key = int(device.removeprefix("cuda:"))
+        elif device == "cuda":
+            key = 0
+        else:
+            raise ModelLoadError(f"bad {role} max memory {text!r}: {device!r} is not cpu, disk, mps or cuda:N")
+        try:
+            nbytes = convert_file_size_to_int(size)
+        except (ValueError, TypeError):
+            nbytes = -1
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ModelLoadError(f"bad {role} max memory {text!r}: {size!r} is not a size like 250MB or 10GiB")
+        out[key] = nbytes
+    return out
+
+
+def _check_placement(device_map: str | None, max_memory: dict[int | str, int] | None,
+                     offload_folder: str | None, role: str) -> None:
+    if max_memory is not None and device_map != "auto":
+        raise ModelLoadError(f"the {role}'s max memory only applies with device map auto "
+                             f"(add --{'draft-' if role == 'draft' else ''}device-map auto)")
+    if offload_folder is not None:
+        folder = Path(offload_folder).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ModelLoadError(f"the {role}'s offload folder {offload_folder} is a file, not a folder")
+        if device_map != "auto":
+            raise ModelLoadError(f"the {role}'s offload folder only applies with device map auto")
+
+
+def placement_kwargs(device_map: str | None, max_memory: dict[int | str, int] | None,
+                     offload_folder: str | None, device: torch.device) -> dict[str, Any]:
+    """``from_pretrained`` placement arguments: the whole model on ``device`` unless the map is auto."""
+    if device_map != "auto":
+        return {"device_map": {"": str(device)}}
+    kwargs: dict[str, Any] = {"device_map": "auto"}
+    if max_memory is not None:
+        kwargs["max_memory"] = max_memory
+    if offload_folder is not None:
+        Path(offload_folder).expanduser().mkdir(parents=True, exist_ok=True)
+        kwargs["offload_folder"] = str(Path(offload_folder).expanduser())
+    return kwargs
+
+
+def residency_warnings(model: Any, device: torch.device, role: str) -> list[str]:
+    """One sentence per way the loaded model is not wholly on its compute device (offload, disk, meta)."""
+    from .memory.residency import model_residency
+
+    return model_residency(model, device, role).warnings
+
+
 # ---- loading ----------------------------------------------------------------------------------------
 def _free() -> None:
     """Collect what was dropped and hand cached device memory back."""
@@ -357,7 +449,8 @@ def _free() -> None:
 
 
 def _open_source(name: str, device_text: str, dtype_text: str, spec: PairSpec, role: str) -> _Source:
-    device = parse_device(device_text)
+    device_map = spec.draft_device_map if role == "draft" else spec.target_device_map
+    device = parse_device(device_map if device_map not in (None, "auto") else device_text)
     directory = resolve_model_dir(name, spec.local_files_only, spec.allow_pickle, spec.trust_remote_code)
     config = read_config(directory, spec.trust_remote_code)
     _check_weights(directory, spec.allow_pickle)
@@ -373,9 +466,13 @@ def _load_weights(src: _Source, spec: PairSpec, est: MemoryEstimate, role: str) 
 
     message = ""
     model: Any = None
+    draft = role == "draft"
+    placement = placement_kwargs(spec.draft_device_map if draft else spec.target_device_map,
+                                 spec.draft_max_memory if draft else spec.target_max_memory,
+                                 spec.draft_offload_folder if draft else spec.target_offload_folder, src.device)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(src.directory), dtype=src.dtype, device_map={"": str(src.device)},
+            str(src.directory), dtype=src.dtype, **placement,
             trust_remote_code=spec.trust_remote_code, use_safetensors=not spec.allow_pickle or None,
             local_files_only=True,
         )
@@ -385,16 +482,49 @@ def _load_weights(src: _Source, spec: PairSpec, est: MemoryEstimate, role: str) 
     except Exception as exc:
         if "out of memory" in str(exc).lower():
             message = _oom_message(role, src, est, exc)
+        elif _is_pickle_refusal(exc):
+            message = (f"refused to load the {role} from {src.directory}: its pickle weights hold more than "
+                       "tensors, and loading them could run code; specscope loads pickle weights only in "
+                       "PyTorch's safe mode, even with --allow-pickle\n" + _pickle_detail(exc))
         else:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            message = f"could not load the {role} from {src.directory} ({first[:200]})"
+            message = f"could not load the {role} from {src.directory}\n{library_detail(exc)}"
     if message:
         model = None
         _free()
         raise ModelLoadError(message)
     n_params = sum(p.numel() for p in model.parameters())
-    return LoadedModel(model=model, name=src.name, device=src.device, dtype=src.dtype,
-                       source=str(src.directory), n_params=n_params, warnings=list(src.warnings))
+    device = compute_device(model, src.device)
+    warnings = list(src.warnings) + residency_warnings(model, device, role)
+    return LoadedModel(model=model, name=src.name, device=device, dtype=src.dtype,
+                       source=str(src.directory), n_params=n_params, warnings=warnings)
+
+
+def library_detail(exc: BaseException) -> str:
+    """The library's own words, whole, for a second line under our sentence (its first line; no advice
+    to disable safety checks is ours)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"detail ({type(exc).__name__}): {first or 'no message'}"
+
+
+def _pickle_detail(exc: BaseException) -> str:
+    """What the unpickler refused (e.g. ``Unsupported global: GLOBAL posix.system``), without PyTorch's
+    advice on how to load the file unsafely."""
+    for line in str(exc).splitlines():
+        if "unsupported global" in line.lower() or "WeightsUnpickler error" in line:
+            return f"detail: {line.strip()}"
+    return "detail: PyTorch's safe loader (weights_only) refused the file"
+
+
+def _is_pickle_refusal(exc: BaseException) -> bool:
+    import pickle
+
+    chain: BaseException | None = exc
+    while chain is not None:
+        if isinstance(chain, pickle.UnpicklingError) or "Weights only load failed" in str(chain):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
 
 
 def _oom_message(role: str, src: _Source, est: MemoryEstimate, exc: BaseException) -> str:
@@ -445,12 +575,18 @@ def _validate(spec: PairSpec) -> None:
         raise ModelLoadError("prompt lookup needs a max n-gram and a proposal length of at least 1")
     if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
         raise ModelLoadError("early exit needs at least 1 layer")
+    _check_placement(spec.target_device_map, spec.target_max_memory, spec.target_offload_folder, "target")
+    _check_placement(spec.draft_device_map, spec.draft_max_memory, spec.draft_offload_folder, "draft")
+    if spec.target == "demo" and (spec.draft_device_map or spec.draft_max_memory or spec.draft_offload_folder):
+        raise ModelLoadError("the demo draft is built from the target's own modules, so draft placement does not "
+                             "apply to it: place the target, or drill the draft (--drill START:END:draft)")
 
 
 def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
     from . import demo
 
-    device = parse_device(spec.target_device)
+    device_map = spec.target_device_map
+    device = parse_device(device_map if device_map not in (None, "auto") else spec.target_device)
     dtype = resolve_dtype(spec.target_dtype, device)
     message = ""
     try:
@@ -458,7 +594,9 @@ def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
                                    dtype=str(dtype).removeprefix("torch."),
                                    early_exit_layers=spec.early_exit_layers,
                                    lookup_max_ngram=spec.lookup_max_ngram,
-                                   lookup_num_tokens=spec.lookup_num_tokens)
+                                   lookup_num_tokens=spec.lookup_num_tokens,
+                                   placement=placement_kwargs(device_map, spec.target_max_memory,
+                                                              spec.target_offload_folder, device))
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -511,6 +649,10 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
         del target, draft
         _free()
         raise ModelLoadError(message)
+    for loaded, src in ((target, tsrc), (draft, dsrc)):
+        if loaded is not None and src is not None:
+            for warning in loaded.warnings[len(src.warnings):]:  # placement: not wholly on its device
+                _report(progress, f"Warning: {warning}", 0.95)
     _report(progress, "Ready", 1.0)
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,
@@ -536,6 +678,16 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lookup-max-ngram", type=int, default=3)
     g.add_argument("--lookup-num-tokens", type=int, default=10)
     g.add_argument("--early-exit-layers", type=int, default=None)
+    p = parser.add_argument_group("placement (transformers/accelerate device maps)")
+    p.add_argument("--device-map", "--target-device-map", dest="device_map", default=None,
+                   help="target placement: auto (device, host memory, disk under --max-memory) or a device")
+    p.add_argument("--draft-device-map", default=None, help="draft placement: auto or a device")
+    p.add_argument("--max-memory", "--target-max-memory", dest="max_memory", default=None,
+                   help="with --device-map auto: DEV=SIZE,... e.g. cpu=250MB or cuda:0=10GiB,cpu=30GiB")
+    p.add_argument("--draft-max-memory", default=None, help="the draft's max memory (DEV=SIZE,...)")
+    p.add_argument("--offload-folder", "--target-offload-folder", dest="offload_folder", default=None,
+                   help="where accelerate may put the target's offloaded weights")
+    p.add_argument("--draft-offload-folder", default=None)
 
 
 def spec_from_args(args: argparse.Namespace) -> PairSpec:
@@ -551,4 +703,10 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
         allow_pickle=args.allow_pickle,
         local_files_only=not args.online, lookup_max_ngram=args.lookup_max_ngram,
         lookup_num_tokens=args.lookup_num_tokens, early_exit_layers=args.early_exit_layers,
+        target_device_map=parse_device_map(getattr(args, "device_map", None), "target"),
+        draft_device_map=parse_device_map(getattr(args, "draft_device_map", None), "draft"),
+        target_max_memory=parse_max_memory(getattr(args, "max_memory", None), "target"),
+        draft_max_memory=parse_max_memory(getattr(args, "draft_max_memory", None), "draft"),
+        target_offload_folder=getattr(args, "offload_folder", None),
+        draft_offload_folder=getattr(args, "draft_offload_folder", None),
     )

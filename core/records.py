@@ -138,6 +138,9 @@ class BaselineRecord:
     step_ms: list[float]  # one plain step each
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
     t_s: float = 0.0
+    # The measurement's estimate once this baseline closed a block (the closing baseline after the last
+    # iteration completes the run's numbers); not part of the trace's columns.
+    estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_step_ms(self) -> float:
@@ -146,6 +149,34 @@ class BaselineRecord:
         if n == 0:
             return float("nan")
         return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+@dataclass
+class DrillEvent:
+    """A paging drill started or ended at an iteration boundary (an event in the record stream).
+
+    ``before_iteration`` is the first iteration that ran in the new state. The same state is also in every
+    iteration's memory sample as ``drill_{model}_layers_count``, so a trace keeps it.
+    """
+
+    kind: str  # "start" or "end"
+    model: str  # "draft" or "target"
+    layers: int  # layers moved
+    total_layers: int
+    place: str  # where they went: "disk" (from a CPU) or "cpu" (host memory, from an accelerator)
+    before_iteration: int
+    moved_bytes: int = 0
+    t_s: float = 0.0  # time.monotonic()
+    error: str = ""  # why the drill could not start or end ("" when it did)
+
+    @property
+    def label(self) -> str:
+        if self.error:
+            return f"drill failed: {self.error}"
+        where = "disk" if self.place == "disk" else "host memory"
+        if self.kind == "start":
+            return f"drill: {self.model} {self.layers}/{self.total_layers} layers → {where}"
+        return f"drill end: {self.model} layers back"
 
 
 @dataclass

@@ -44,13 +44,12 @@ def test_cli_json_and_trace_agree(one_run) -> None:
     assert m["measured_speedup"] is not None, "the run is long enough for an interval (>= 5 blocks)"
     loaded = read_trace(trace)
     last = loaded.records[-1]
-    # the CSV stores what the measurement put on the records; the JSON summary is the same estimate
+    # the CSV stores what the measurement put on each record when it was made; the JSON summary is the
+    # estimate after the closing baseline, which may have closed one more block
     assert last.alpha_cumulative == pytest.approx(m["alpha"], rel=1e-9)
-    assert last.measured_speedup == pytest.approx(m["measured_speedup"], rel=1e-9)
-    assert (last.measured_speedup_lo, last.measured_speedup_hi) == pytest.approx(
-        (m["measured_speedup_lo"], m["measured_speedup_hi"]), rel=1e-9)
-    assert last.predicted_speedup == pytest.approx(m["predicted_speedup"], rel=1e-9)
     assert run_summary(loaded.records)["tokens_per_s"] == pytest.approx(m["tokens_per_s"], rel=1e-9)
+    measured = [r for r in loaded.records if r.measured_speedup is not None]
+    assert measured and all(r.measured_speedup_lo <= r.measured_speedup <= r.measured_speedup_hi for r in measured)
 
 
 def _replayed(trace: Path):

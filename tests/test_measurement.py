@@ -338,7 +338,9 @@ def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, 
     records = run_measured(decoder, prompt, k, opts, m)
     est = m.estimate()
     assert est is not None and est.measured is not None and est.predicted_speedup is not None
-    assert abs(est.predicted_speedup - est.measured.value) <= TOLERANCE
+    # the prediction falls inside the measured interval (the interval is what the timings support: wide on a
+    # loaded machine, narrow on a quiet one)
+    assert est.measured.lo - TOLERANCE <= est.predicted_speedup <= est.measured.hi + TOLERANCE
     # alpha as measured recovers the drafter's (seeded, so deterministic) probability
     assert est.alpha == pytest.approx(alpha, abs=0.12)
     # the measured costs recover the costs we set (sleeps are lower bounds: compute and contention add)
@@ -346,4 +348,5 @@ def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, 
     assert c.draft_step_ms is not None and c.draft_step_ms >= draft_ms
     assert c.verify_ms_by_len[k + 1] >= base_ms + per_token_ms * (k + 1)
     assert c.plain_step_ms is not None and c.plain_step_ms >= base_ms + per_token_ms
-    assert records[-1].measured_speedup == est.measured.value
+    assert all(r.measured_speedup is None or r.measured_speedup_lo <= r.measured_speedup <= r.measured_speedup_hi
+               for r in records)

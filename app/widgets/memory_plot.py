@@ -22,6 +22,15 @@ def series_label(key: str) -> str:
     return name.replace("_", " ")
 
 
+# Per-record constants and ever-growing counters: in the trace, not on the plot (they would flatten it).
+NOT_PLOTTED = ("_step_read_bytes", "_bandwidth_bytes_per_s", "host_read_bytes", "host_rchar_bytes",
+               "io_rchar_bytes")
+
+
+def plotted(key: str) -> bool:
+    return "bytes" in key and not key.endswith(NOT_PLOTTED)
+
+
 def is_rate(key: str) -> bool:
     return key.endswith("_per_s")
 
@@ -78,7 +87,7 @@ class MemoryPlot(LivePlot):
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
-        keys = [k for k in data.memory if "bytes" in k]
+        keys = [k for k in data.memory if plotted(k)]
         self.empty_note.setVisible(not keys)
         left: list[np.ndarray] = []
         right: list[np.ndarray] = []

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..pair_choice import DEVICES, DRAFTER_KINDS, DTYPES, PairChoice
+from ..pair_choice import DEVICE_MAPS, DEVICES, DRAFTER_KINDS, DTYPES, PairChoice
 
 
 class ModelField(QWidget):
@@ -73,6 +73,34 @@ def _combo(items: tuple[str, ...], editable: bool = False) -> QComboBox:
     return c
 
 
+class PlacementFields:
+    """Device map, max memory and offload folder for one model (transformers/accelerate placement)."""
+
+    def __init__(self, form: QFormLayout) -> None:
+        self.device_map = _combo(DEVICE_MAPS, editable=True)
+        self.device_map.setToolTip("empty: the whole model on its device; auto: accelerate places modules on "
+                                   "the device, host memory and disk under the max memory")
+        self.max_memory = QLineEdit()
+        self.max_memory.setPlaceholderText("e.g. cpu=250MB or cuda:0=10GiB,cpu=30GiB (with auto)")
+        self.offload_folder = QLineEdit()
+        self.offload_folder.setPlaceholderText("where offloaded weights may go (with auto)")
+        form.addRow("device map", self.device_map)
+        form.addRow("max memory", self.max_memory)
+        form.addRow("offload folder", self.offload_folder)
+
+    def widgets(self) -> tuple[QWidget, ...]:
+        return (self.device_map, self.max_memory, self.offload_folder)
+
+    def set(self, device_map: str, max_memory: str, offload_folder: str) -> None:
+        self.device_map.setCurrentText(device_map)
+        self.max_memory.setText(max_memory)
+        self.offload_folder.setText(offload_folder)
+
+    def values(self) -> tuple[str, str, str]:
+        return (self.device_map.currentText().strip(), self.max_memory.text().strip(),
+                self.offload_folder.text().strip())
+
+
 class ModelPicker(QDialog):
     def __init__(self, choice: PairChoice, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -86,6 +114,7 @@ class ModelPicker(QDialog):
         tf.addRow("model", self.target)
         tf.addRow("device", self.target_device)
         tf.addRow("dtype", self.target_dtype)
+        self.target_placement = PlacementFields(tf)
         layout.addWidget(tbox)
         dbox = QGroupBox("Drafter (proposes tokens)")
         df = QFormLayout(dbox)
@@ -97,6 +126,7 @@ class ModelPicker(QDialog):
         df.addRow("draft model", self.draft)
         df.addRow("device", self.draft_device)
         df.addRow("dtype", self.draft_dtype)
+        self.draft_placement = PlacementFields(df)
         self.demo_note = QLabel("The demo brings its own draft model.")
         self.demo_note.setStyleSheet("color:#555")
         df.addRow(self.demo_note)
@@ -118,7 +148,7 @@ class ModelPicker(QDialog):
     def _update_enabled(self) -> None:
         model_drafter = self.drafter.currentText() == "model"
         demo = self.target.value() == "demo"
-        for w in (self.draft, self.draft_device, self.draft_dtype):
+        for w in (self.draft, self.draft_device, self.draft_dtype, *self.draft_placement.widgets()):
             w.setEnabled(model_drafter and not demo)
         self.demo_note.setVisible(demo and model_drafter)
 
@@ -131,12 +161,18 @@ class ModelPicker(QDialog):
             self.draft.set_value(c.draft)
         self.draft_device.setCurrentText(c.draft_device or "same as target")
         self.draft_dtype.setCurrentText(c.draft_dtype)
+        self.target_placement.set(c.target_device_map, c.target_max_memory, c.target_offload_folder)
+        self.draft_placement.set(c.draft_device_map, c.draft_max_memory, c.draft_offload_folder)
         self._update_enabled()
 
     def choice(self) -> PairChoice:
         draft_device = self.draft_device.currentText().strip()
         demo = self.target.value() == "demo"
+        t_map, t_mem, t_off = self.target_placement.values()
+        d_map, d_mem, d_off = ("", "", "") if demo else self.draft_placement.values()
         return PairChoice(
+            target_device_map=t_map, target_max_memory=t_mem, target_offload_folder=t_off,
+            draft_device_map=d_map, draft_max_memory=d_mem, draft_offload_folder=d_off,
             target=self.target.value(), draft="" if demo else self.draft.value(),
             drafter=self.drafter.currentText(), target_device=self.target_device.currentText().strip(),
             draft_device="" if draft_device == "same as target" else draft_device,

@@ -6,6 +6,15 @@ so noise and slow drift never flag and a flagged patch never becomes the new nor
 tokens is compared like with like: a baseline pass of m tokens predicts at most ``t_m * max(1, L/m)`` (a
 pass never costs more than linear in its length, and never less for more tokens), a conservative bound.
 The sentence names the model, the factor and the memory evidence from the record's joined sample.
+
+Offloaded weights leave direct evidence, and then the detector does not wait for a normal past. The session
+joins to each record the bytes accelerate's offload hooks streamed during the draft and the verify phase
+(``{model}_offload_read_bytes``), each model's weight bytes one pass reads (``{model}_step_read_bytes``) and
+its compute device's measured bandwidth (``{model}_bandwidth_bytes_per_s``). A step that streamed a real
+share of its weights and ran well below the measured bandwidth (or well above its recent median) is flagged
+from the first iteration, with the cause: "target: 18 of 30 layers on disk, 255 MB read during the step —
+runs at 0.9 GB/s effective against 9.8 GB/s measured: weights are being streamed from disk". Slowdowns
+without that trail (the OS swapping, a driver evicting) are left to the relative rule above.
 """
 
 from __future__ import annotations
@@ -24,6 +33,11 @@ PCIE_RX_HIGH_BYTES_PER_S = 0.5e9
 FREE_NEAR_ZERO_FRACTION = 0.01
 FREE_NEAR_ZERO_BYTES = 512 * 2**20
 MAJOR_FAULTS_HIGH_PER_S = 100.0
+# Streaming rule: a step that pulled at least this share of its weights through offload hooks, and ran
+# below measured bandwidth / STREAM_BANDWIDTH_FACTOR or above STREAM_MEDIAN_FACTOR x its recent median.
+STREAM_SHARE = 0.02
+STREAM_BANDWIDTH_FACTOR = 1.5
+STREAM_MEDIAN_FACTOR = 1.2
 ACCELERATOR_PREFIXES = ("cuda", "mps", "xpu", "npu")
 
 
@@ -60,7 +74,7 @@ class PagingDetector:
         flags: list[str] = []
         draft = record.draft_step_ms
         if draft is not None and record.mode == "speculative":
-            flags += self._check("draft", "draft step", draft, 1, record)
+            flags += self._check("draft", "draft step", draft, 1, record, passes=record.n_drafted)
         if record.mode == "plain":
             flags += self._check("target", "target step", record.verify_ms, 1, record)
         elif record.n_drafted or record.verify_ms > 0:
@@ -77,12 +91,17 @@ class PagingDetector:
                 out[r.iteration] = flags
         return out
 
-    def _check(self, model: str, label: str, ms: float, length: int, record: IterationRecord) -> list[str]:
+    def _check(self, model: str, label: str, ms: float, length: int, record: IterationRecord,
+               passes: int = 1) -> list[str]:
         series = self._series.setdefault(model, _Series(deque(maxlen=self.baseline_window)))
+        expected: float | None = None
         if len(series.window) >= self.min_baseline:
             expected = statistics.median(t * max(1.0, length / m) for t, m in series.window)
-            if ms >= self.factor * expected and ms - expected >= self.min_excess_ms:
-                return [_sentence(model, label, ms, expected, record.memory)]
+        streaming = streaming_sentence(model, ms, max(1, passes), expected, record.memory)
+        if streaming:
+            return [streaming]
+        if expected is not None and ms >= self.factor * expected and ms - expected >= self.min_excess_ms:
+            return [_sentence(model, label, ms, expected, record.memory)]
         series.window.append((ms, length))
         return []
 
@@ -147,6 +166,70 @@ def memory_evidence(model: str, memory: dict[str, float]) -> tuple[list[str], st
     else:
         cause = "likely host memory paging"
     return evidence, cause
+
+
+def _place_phrase(model: str, memory: dict[str, float]) -> tuple[str, str]:
+    """("18 of 30 layers on disk" or "312 MB of 538 MB on disk", "disk" / "host memory") from residency."""
+    disk = memory.get(f"{model}_weights_disk_bytes", 0.0)
+    place = "disk" if disk > 0 else "cpu"
+    total_layers = memory.get(f"{model}_layers_count", 0.0)
+    off_layers = memory.get(f"{model}_layers_{place}_count", 0.0)
+    on_accel = any(k.startswith(f"{model}_weights_") and k.endswith("_bytes") and v > 0
+                   and k[len(f"{model}_weights_"):].startswith(ACCELERATOR_PREFIXES) for k, v in memory.items())
+    where = "disk" if place == "disk" else "host memory"
+    if total_layers and off_layers and (place == "disk" or on_accel):
+        return f"{off_layers:.0f} of {total_layers:.0f} layers on {place}", where
+    off = memory.get(f"{model}_weights_{place}_bytes", 0.0)
+    total = sum(v for k, v in memory.items() if k.startswith(f"{model}_weights_") and k.endswith("_bytes"))
+    if off and total:
+        return f"{format_bytes(off)} of {format_bytes(total)} of weights on {place}", where
+    return "weights behind offload hooks", where
+
+
+STREAMING_WORDS = "weights are being streamed"
+
+
+def is_streaming_flag(sentence: str) -> bool:
+    """True for a flag backed by measured offload-hook traffic (not inferred from step times)."""
+    return STREAMING_WORDS in sentence
+
+
+def streaming_sentence(model: str, ms: float, passes: int, expected_ms: float | None,
+                       memory: dict[str, float]) -> str:
+    """The flag for a step that streamed its weights through offload hooks, or "" when it did not (or did
+    so without slowing down)."""
+    streamed = memory.get(f"{model}_offload_read_bytes")
+    step_bytes = memory.get(f"{model}_step_read_bytes", 0.0)
+    if not streamed or ms <= 0:
+        return ""
+    per_step = streamed / passes
+    if step_bytes > 0 and per_step < STREAM_SHARE * step_bytes:
+        return ""
+    bandwidth = memory.get(f"{model}_bandwidth_bytes_per_s", 0.0)
+    effective = step_bytes / (ms / 1000.0) if step_bytes > 0 else 0.0
+    below_bandwidth = bandwidth > 0 and effective > 0 and effective * STREAM_BANDWIDTH_FACTOR <= bandwidth
+    above_median = expected_ms is not None and ms >= STREAM_MEDIAN_FACTOR * expected_ms
+    if not (below_bandwidth or above_median):
+        return ""
+    placed, where = _place_phrase(model, memory)
+    head = f"{model}: {placed}, {format_bytes(per_step)} read during the step"
+    if expected_ms is not None:
+        head += f" ({ms / expected_ms:.1f}x its recent median, {_fmt_ms(expected_ms)} → {_fmt_ms(ms)})"
+    if below_bandwidth:
+        source = "from disk" if where == "disk" else "from host memory"
+        tail = (f"{model} runs at {_fmt_rate(effective)} effective against {_fmt_rate(bandwidth)} measured: "
+                f"weights are being streamed {source}")
+    else:
+        tail = "weights are being streamed " + ("from disk" if where == "disk" else "from host memory")
+    extra = []
+    if memory.get("io_read_bytes", 0.0) > 0:
+        extra.append(f"{format_bytes(memory['io_read_bytes'])} from storage")
+    if memory.get("io_major_faults_count", 0.0) > 0:
+        extra.append(f"{memory['io_major_faults_count']:.0f} major faults")
+    rx = max((v for k, v in memory.items() if k.startswith("pcie") and k.endswith("_rx_bytes_per_s")), default=0.0)
+    if rx >= PCIE_RX_HIGH_BYTES_PER_S:
+        extra.append(f"PCIe RX {_fmt_rate(rx)}")
+    return f"{head} — {tail}" + (f" ({', '.join(extra)})." if extra else ".")
 
 
 def _sentence(model: str, label: str, ms: float, expected: float, memory: dict[str, float]) -> str:

@@ -23,6 +23,41 @@ def _major_faults() -> int | None:
         return None
 
 
+def process_io() -> dict[str, int]:
+    """This process's cumulative I/O counters (Linux ``/proc/self/io``): ``read_bytes`` is what it made
+    the kernel fetch from storage (page-cache hits excluded), ``rchar`` every byte its read calls returned;
+    empty where the platform has no such file."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("read_bytes", "rchar"):
+                    out[key] = int(value)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def io_and_faults() -> dict[str, float]:
+    """The cumulative counters a step's evidence is taken from (read bytes, rchar, major faults)."""
+    out: dict[str, float] = {}
+    io = process_io()
+    if "read_bytes" in io:
+        out["host_read_bytes"] = float(io["read_bytes"])
+    if "rchar" in io:
+        out["host_rchar_bytes"] = float(io["rchar"])
+    faults = _major_faults()
+    if faults is not None:
+        out["host_major_faults"] = float(faults)
+    io = process_io()
+    if "read_bytes" in io:
+        out["host_read_bytes"] = float(io["read_bytes"])
+    if "rchar" in io:
+        out["host_rchar_bytes"] = float(io["rchar"])
+    return out
+
+
 def host_memory() -> dict[str, float]:
     """Flat readings in bytes (and a fault count); a key is absent when the platform cannot say."""
     out: dict[str, float] = {}
@@ -46,4 +81,9 @@ def host_memory() -> dict[str, float]:
             faults = None
     if faults is not None:
         out["host_major_faults"] = float(faults)
+    io = process_io()
+    if "read_bytes" in io:
+        out["host_read_bytes"] = float(io["read_bytes"])
+    if "rchar" in io:
+        out["host_rchar_bytes"] = float(io["rchar"])
     return out

@@ -25,6 +25,14 @@ class Residency:
     execution_devices: list[str] = field(default_factory=list)  # where offload hooks run the weights
     device_map: dict[str, str] = field(default_factory=dict)  # hf_device_map, values as strings
     warnings: list[str] = field(default_factory=list)
+    layers_total: int = 0  # decoder layers (the model's block list), 0 when it has none we recognise
+    layers_by_place: dict[str, int] = field(default_factory=dict)  # place -> layers wholly or mostly there
+    step_read_bytes: int = 0  # weight bytes one forward pass reads (an untied input embedding reads one row)
+
+    def layers_off(self, compute_device: str) -> dict[str, int]:
+        """Layers whose weights live somewhere other than ``compute_device`` (e.g. {"disk": 18})."""
+        want = device_key(compute_device)
+        return {p: n for p, n in self.layers_by_place.items() if p != want and n}
 
     @property
     def total_bytes(self) -> int:
@@ -103,11 +111,85 @@ def model_residency(model: nn.Module, expected_device: torch.device | str | None
             else:
                 r.buffer_bytes += nbytes
     r.execution_devices = sorted(exec_devices)
+    r.layers_total, r.layers_by_place = _layer_places(model)
+    r.step_read_bytes = r.param_bytes - _untied_input_embedding_bytes(model)
     dmap = getattr(model, "hf_device_map", None)
     if isinstance(dmap, dict):
         r.device_map = {str(k): device_key(v) if isinstance(v, int) else str(v) for k, v in dmap.items()}
     r.warnings = _warnings(name, r, expected_device)
     return r
+
+
+def compute_device(model: nn.Module, fallback: torch.device) -> torch.device:
+    """Where the model's forward runs: its input embedding's execution device (offload hooks) or weight device."""
+    get_input = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = get_input() if callable(get_input) else None
+    except (AttributeError, NotImplementedError):
+        emb = None
+    hook = getattr(emb, "_hf_hook", None)
+    for h in getattr(hook, "hooks", (hook,)) if hook is not None else ():
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device(device if not isinstance(device, int) else f"cuda:{device}")
+    weight = getattr(emb, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.device.type != "meta":
+        return weight.device
+    return fallback
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The model's list of decoder blocks (``model.layers``, GPT-2's ``transformer.h``...): the longest
+    ModuleList in the model, or None."""
+    best: nn.ModuleList | None = None
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > (len(best) if best is not None else 0):
+            best = module
+    return best
+
+
+def _tensor_place(module: nn.Module, hook: Any, name: str, t: torch.Tensor) -> str:
+    if t.device.type == "meta" and hook is not None:
+        return _offload_location(hook.weights_map, name)
+    return device_key(t.device)
+
+
+def _layer_places(model: nn.Module) -> tuple[int, dict[str, int]]:
+    """How many decoder layers keep most of their weight bytes in each place (cpu, cuda:0, disk...)."""
+    layers = decoder_layers(model)
+    if layers is None:
+        return 0, {}
+    counts: dict[str, int] = {}
+    for layer in layers:
+        by_place: dict[str, int] = {}
+        for module in layer.modules():
+            hook = _offload_hook(module)
+            for tname, t in module.named_parameters(recurse=False):
+                where = _tensor_place(module, hook, tname, t)
+                by_place[where] = by_place.get(where, 0) + t.numel() * t.element_size()
+        if by_place:
+            place = max(by_place.items(), key=lambda kv: kv[1])[0]
+            counts[place] = counts.get(place, 0) + 1
+    return len(layers), counts
+
+
+def _untied_input_embedding_bytes(model: nn.Module) -> int:
+    """Bytes of an input embedding that is not also the output head: a step reads only a row of it."""
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    try:
+        emb = get_in() if callable(get_in) else None
+        head = get_out() if callable(get_out) else None
+    except (AttributeError, NotImplementedError):
+        return 0
+    weight = getattr(emb, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return 0
+    if head is not None and getattr(head, "weight", None) is weight:
+        return 0
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        return 0  # tied, though offloading may have split the two into separate meta tensors
+    return weight.numel() * weight.element_size()
 
 
 def _warnings(name: str, r: Residency, expected: torch.device | str | None) -> list[str]:

@@ -59,6 +59,10 @@ def flatten_nvml(readings: list[NvmlDeviceReading]) -> dict[str, float]:
 def flatten_residency(name: str, r: Residency) -> dict[str, float]:
     out = {f"{name}_weights_{_dev_key(d)}_bytes": float(b) for d, b in r.bytes_by_device.items()}
     out[f"{name}_offloaded_bytes"] = float(r.offloaded_bytes)
+    if r.layers_total:
+        out[f"{name}_layers_count"] = float(r.layers_total)
+        for place, n in r.layers_by_place.items():
+            out[f"{name}_layers_{_dev_key(place)}_count"] = float(n)
     return out
 
 
@@ -136,6 +140,10 @@ class MemorySampler:
     def residencies(self) -> dict[str, Residency]:
         with self._lock:
             return dict(self._residency)
+
+    def refresh_residency(self) -> None:
+        """Recompute residency at the next sample (weights just moved: a drill started or ended)."""
+        self._residency_t = None
 
     def _update_residency(self, now: float) -> dict[str, float]:
         if self._residency_t is not None and now - self._residency_t < self.residency_period_s:
@@ -231,6 +239,10 @@ def _add_rates(previous: MemorySample, current: MemorySample) -> None:
     f0, f1 = previous.values.get("host_major_faults"), current.values.get("host_major_faults")
     if f0 is not None and f1 is not None:
         current.values["host_major_faults_per_s"] = max(0.0, f1 - f0) / dt
+    for key in ("host_read_bytes", "host_rchar_bytes"):
+        b0, b1 = previous.values.get(key), current.values.get(key)
+        if b0 is not None and b1 is not None:
+            current.values[f"{key}_per_s"] = max(0.0, b1 - b0) / dt
 
 
 def _interval_bytes(ring: list[MemorySample], t0: float, t1: float) -> dict[str, float]:

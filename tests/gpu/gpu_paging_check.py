@@ -8,8 +8,13 @@ fp16), runs speculative decoding normally, then again with the draft's weights o
 accelerate's ``cpu_offload`` (copied over PCIe on every step: the reference texts' paging symptom). It
 checks that (1) the loop's phase times cover the GPU work (CUDA events around each forward), (2) NVML
 reports device memory and more PCIe RX while offloaded, (3) the paging detector flags the offloaded
-iterations with a "draft step ... paging over PCIe" sentence and leaves the normal run alone. Prints a
-short report; exits 1 when a check fails, 2 when it cannot run (no CUDA without --dry-run).
+iterations with a "draft step ... paging over PCIe" sentence and leaves the normal run alone. Then, through
+the session as the app and the CLI run it: (4) the paging drill moves the draft's layers to host memory
+with accelerate's CPU offload (to disk on the dry run) and back: its iterations are flagged with the
+streaming sentence and no others, and the greedy tokens equal a run without the drill; (5) a target loaded
+under a GPU memory cap (accelerate's ``infer_auto_device_map`` + ``dispatch_model``, as ``device_map="auto"``
+with ``max_memory`` does) is flagged from iteration 0 against the measured device bandwidth. Prints a short
+report; exits 1 when a check fails, 2 when it cannot run (no CUDA without --dry-run).
 """
 
 from __future__ import annotations
@@ -27,11 +32,15 @@ from accelerate import cpu_offload
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.core.controls import Controls
+from specscope.core.drafters.lookup import PromptLookupDrafter
 from specscope.core.drafters.model import ModelDrafter
+from specscope.core.drill import DrillSpec
 from specscope.core.memory.detector import PagingDetector
 from specscope.core.memory.residency import format_residency, model_residency
 from specscope.core.memory.sampler import MemorySampler
+from specscope.core.pair import LoadedModel, ModelPair
 from specscope.core.records import ControlValues, IterationRecord
+from specscope.core.session import Session, SessionOptions
 from specscope.core.speculative import DecodeOptions, Decoder
 
 TIME_LIMIT_S = 270.0  # leave margin under the 5-minute budget
@@ -131,6 +140,94 @@ def run_phase(name: str, target: Any, draft: Any, device: torch.device, detector
     return phase
 
 
+class IdTokenizer:
+    """Token ids as text: all the session needs from a tokenizer here."""
+
+    chat_template = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return " ".join(str(i) for i in ids)
+
+
+def make_pair(target: Any, draft: Any | None, device: torch.device, dtype: torch.dtype) -> ModelPair:
+    vocab = target.config.vocab_size
+    drafter: Any = ModelDrafter(draft, vocab, device) if draft is not None else PromptLookupDrafter(3, 4)
+    return ModelPair(target=LoadedModel(target, "gpu-check-target", device, dtype), tokenizer=IdTokenizer(),
+                     drafter=drafter, drafter_kind="model" if draft is not None else "lookup",
+                     draft=LoadedModel(draft, "gpu-check-draft", device, dtype) if draft is not None else None,
+                     vocab_size=vocab)
+
+
+PROMPT = [*range(1, 33)]
+DRILL_START, DRILL_END = 8, 24
+
+
+def session_run(pair: ModelPair, tokens: int, drill: DrillSpec | None = None) -> Session:
+    session = Session(pair, Controls(ControlValues(k=4)), SessionOptions(
+        max_new_tokens=tokens, seed=0, baseline_every=0, memory_period_s=0.05, drill=drill))
+    session.run(PROMPT)
+    return session
+
+
+def paging(flags: list[str]) -> list[str]:
+    return [f for f in flags if "streamed" in f or "likely paging" in f]
+
+
+def drill_checks(rep: Report, pair: ModelPair, tokens: int, cuda: bool) -> None:
+    """(4) the drill on the draft, through the session: flagged in the drill only; tokens unchanged."""
+    quiet = session_run(pair, tokens)
+    drilled = session_run(pair, tokens, DrillSpec("draft", None, DRILL_START, DRILL_END))
+    place = "cpu" if cuda else "disk"
+    events = [(e.kind, e.before_iteration, e.place, e.error) for e in drilled.drill_events]
+    rep.check(events == [("start", DRILL_START, place, ""), ("end", DRILL_END, place, "")],
+              f"drill events {events}")
+    assert quiet.result is not None and drilled.result is not None
+    rep.check(quiet.result.token_ids == drilled.result.token_ids, "greedy tokens identical with and without the drill")
+    inside = [r for r in drilled.records if DRILL_START <= r.iteration < DRILL_END and r.n_drafted]
+    outside = [r for r in drilled.records if not DRILL_START <= r.iteration < DRILL_END]
+    hit = [r for r in inside[1:] if any(f.startswith("draft: ") for f in r.flags)]
+    rep.check(len(hit) >= 0.9 * max(1, len(inside) - 1),
+              f"drill: {len(hit)}/{len(inside) - 1} draft iterations after the first flagged")
+    wrong = [f for r in outside + quiet.records for f in paging(r.flags)]
+    rep.check(not wrong, f"no paging flags outside the drill ({len(wrong)})")
+    first = next((f for r in inside for f in r.flags if f.startswith("draft: ")), "")
+    print(f"first drill flag: {first}")
+    where = "host memory" if cuda else "disk"
+    rep.check(f"streamed from {where}" in first, f"the drill's sentence names {where}")
+    steps_in = [r.draft_step_ms for r in inside if r.draft_step_ms is not None]
+    steps_out = [r.draft_step_ms for r in quiet.records if r.draft_step_ms is not None]
+    rep.note(f"draft step in the drill {median(steps_in):.2f} ms vs {median(steps_out):.2f} ms without")
+    if cuda:
+        rx_in = median([r.memory.get("pcie0_rx_bytes_per_s", 0.0) for r in inside])
+        rx_out = median([r.memory.get("pcie0_rx_bytes_per_s", 0.0) for r in quiet.records])
+        rep.check(rx_in > 3 * max(rx_out, 1e6), f"PCIe RX in the drill {rx_in / 1e9:.2f} GB/s vs "
+                                                f"{rx_out / 1e9:.3f} GB/s without")
+
+
+def capped_checks(rep: Report, config: LlamaConfig, device: torch.device, dtype: torch.dtype, tokens: int,
+                  cuda: bool) -> None:
+    """(5) a target loaded with device_map="auto" under a memory cap is flagged from its first iteration."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        model = build(config, torch.device("cpu"), dtype, 0)
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        model.save_pretrained(f"{folder}/model")
+        del model
+        cap: dict[Any, Any] = ({0: int(size * 0.3), "cpu": int(size * 4)} if cuda
+                               else {"cpu": int(size * 0.3)})
+        model = LlamaForCausalLM.from_pretrained(f"{folder}/model", dtype=dtype, device_map="auto",
+                                                 max_memory=cap, offload_folder=f"{folder}/offload").eval()
+        residency = model_residency(model, device, "target")
+        rep.note(f"capped target: {format_residency('target', residency)}")
+        rep.check(residency.offloaded_bytes > 0.3 * residency.param_bytes, "the cap offloaded most weights")
+        session = session_run(make_pair(model, None, device, dtype), max(8, tokens // 4))
+    first = session.records[0].flags if session.records else []
+    print(f"capped target, iteration 0: {first}")
+    rep.check(any(f.startswith("target: ") and "effective against" in f for f in first),
+              "capped target flagged from iteration 0 against the measured bandwidth")
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -180,10 +277,14 @@ def main(argv: list[str] | None = None) -> int:
 
     run_phase("warm-up", target, draft, device, detector, 16, timers, period, observe=False)
     normal = run_phase("normal", target, draft, device, detector, tokens, timers, period)
+    rep = Report()
+    print("drill (session):")
+    drill_checks(rep, make_pair(target, draft, device, dtype), tokens, cuda)
     cpu_offload(draft, execution_device=device)  # weights to host; hooks copy them in on each forward
     offload = run_phase("offloaded", target, draft, device, detector, tokens, timers, period)
+    print("memory cap (session):")
+    capped_checks(rep, t_cfg, device, dtype, tokens, cuda)
 
-    rep = Report()
     for phase in (normal, offload):
         steps = [r.draft_step_ms for r in phase.records if r.draft_step_ms is not None]
         print(f"{phase.name}: {len(phase.records)} iterations in {phase.seconds:.1f} s; draft step median "
