@@ -69,6 +69,10 @@ case "$cmd" in
     test)
         ensure_venv
         lint
+        # The attach tests run a real llama.cpp server: build it once (cached by version; ~1 h on 2 busy cores).
+        if ! scripts/build_llama_server.sh >/dev/null; then
+            echo "[test] WARNING: llama-server could not be built; the attach tests against it will be skipped" >&2
+        fi
         # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
         QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
             "$VENV/bin/python" -m pytest "$@"

@@ -197,6 +197,9 @@ class MainWindow(QMainWindow):
         mb = self.menuBar()
         file_menu = mb.addMenu("&File")
         self._action(file_menu, "&Open trace…", self._open_trace_dialog, QKeySequence.StandardKey.Open)
+        from .attach_dialog import add_attach_action
+
+        add_attach_action(self, file_menu)
         file_menu.addSeparator()
         self._action(file_menu, "Export &trace (CSV + tokens + session JSON)…", self._export_trace_dialog,
                      QKeySequence("Ctrl+E"))

@@ -1,4 +1,4 @@
-"""Headless command line: ``specscope run | bench | verify``.
+"""Headless command line: ``specscope run | bench | verify | attach``.
 
 Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable output path)
 ends with one ``specscope: error: ...`` sentence and exit code 2 before any decoding; a fault during a run
@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
     verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
+    from .attach import command as attach_command
+
+    attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
     return parser
 
 
@@ -458,6 +461,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import verify
 
         return int(verify.main(args))
+    if args.command == "attach":
+        from .attach import command as attach_command
+
+        return attach_command.main(args)
     raise CliError(f"unknown command {args.command}")
 
 

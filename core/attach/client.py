@@ -1,0 +1,441 @@
+"""Attach to an OpenAI-compatible serving engine: stream one completion, scrape its counters, emit records.
+
+``attach(options)`` runs one request and returns an ``AttachResult`` — the records (one per verify pass,
+mode "attached"), the scrapes of ``/metrics`` taken before, during (every ``scrape_interval_s`` on a thread of
+their own, so the stream is never held up) and after the request, the engine's final timings, and the
+session description a trace writes. It never raises for a server problem: the result's ``error`` holds one
+sentence and everything received until then is kept. Bad options raise ``AttachError`` before any I/O.
+
+The API key is read from the environment (``SPECSCOPE_API_KEY``, else ``OPENAI_API_KEY``) and only ever
+put in the request header; the URL recorded anywhere has any user:password removed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from ..records import ControlValues, IterationRecord
+from .chunks import Chunk, ChunkError, parse_sse_data
+from .passes import Pass, PassBuilder, RecordContext, RecordMaker
+from .prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
+
+API_KEY_VARIABLES = ("SPECSCOPE_API_KEY", "OPENAI_API_KEY")
+OnRecord = Callable[[IterationRecord], None]
+
+
+class AttachError(ValueError):
+    """Options that cannot work (a URL that is not http(s), a negative timeout): one sentence."""
+
+
+@dataclass
+class AttachOptions:
+    url: str
+    prompt: str
+    model: str | None = None  # None: the first model the server lists
+    max_tokens: int = 128
+    temperature: float = 0.0
+    timeout_s: float = 60.0  # connect and per-read timeout
+    scrape_interval_s: float = 0.5
+    metrics_path: str = "/metrics"
+    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"speculative": false} for a plain run
+
+
+@dataclass
+class AttachResult:
+    records: list[IterationRecord]
+    text: str
+    session: dict[str, Any]
+    scrapes: list[CounterSnapshot]
+    final_timings: dict[str, Any] | None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    ttft_ms: float | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def engine_totals(self) -> dict[str, int | None]:
+        """The server's own counter increments over the request (last scrape minus the first)."""
+        if len(self.scrapes) < 2:
+            return {"drafts": None, "draft_tokens": None, "accepted_tokens": None}
+        d = self.scrapes[-1].minus(self.scrapes[0])
+        return {"drafts": d.drafts, "draft_tokens": d.draft_tokens, "accepted_tokens": d.accepted_tokens}
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password (and without a query, where tokens are sometimes passed)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def api_key_from_env() -> str | None:
+    for name in API_KEY_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def base_url(url: str) -> str:
+    """The server root: a trailing ``/v1`` (as OpenAI clients are often given) is dropped."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise AttachError(f"{url!r} is not an http:// or https:// URL")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _auth_from_url(url: str) -> httpx.BasicAuth | None:
+    parts = urlsplit(url)
+    if parts.username:
+        return httpx.BasicAuth(parts.username, parts.password or "")
+    return None
+
+
+def _strip_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def describe_http_error(exc: Exception, url: str) -> str:
+    """One sentence for a transport failure."""
+    where = redact_url(url)
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot reach a server at {where}: the connection was refused or the host is unknown"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"cannot reach a server at {where}: connecting timed out"
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"the server at {where} stopped answering (no data within the timeout)"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return f"the connection to {where} dropped mid-stream; what arrived before is kept"
+    return f"talking to {where} failed: {exc}"
+
+
+class _Scraper:
+    """Scrapes ``/metrics`` on its own thread every ``interval_s`` until stopped (the stream never waits)."""
+
+    def __init__(self, client: httpx.Client, url: str, interval_s: float):
+        self.client, self.url, self.interval_s = client, url, interval_s
+        self.snapshots: list[CounterSnapshot] = []
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="specscope-attach-scraper", daemon=True)
+
+    def scrape(self) -> CounterSnapshot | None:
+        try:
+            response = self.client.get(self.url)
+        except httpx.HTTPError as exc:
+            self.problem = describe_http_error(exc, self.url)
+            return None
+        t = time.monotonic()
+        if response.status_code != 200:
+            self.problem = (f"{redact_url(self.url)} answered {response.status_code}: the engine exposes no "
+                            "metrics there (llama.cpp's server needs --metrics)")
+            return None
+        try:
+            snap = parse_counters(response.text, t)
+        except MetricsError as exc:
+            self.problem = str(exc)
+            return None
+        with self._lock:
+            self.snapshots.append(snap)
+        return snap
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.scrape()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval_s + 10.0)
+
+
+def _server_info(client: httpx.Client, root: str) -> dict[str, Any]:
+    """What the engine says about itself (version, model, speculative settings); {} parts where it says nothing."""
+    info: dict[str, Any] = {}
+
+    def get_json(path: str) -> Any:
+        try:
+            r = client.get(root + path)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            return None
+
+    models = get_json("/v1/models")
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        info["models"] = [m.get("id") for m in models["data"] if isinstance(m, dict)]
+    version = get_json("/version")  # vLLM
+    if isinstance(version, dict) and "version" in version:
+        info["vllm_version"] = version["version"]
+    props = get_json("/props")  # llama.cpp
+    if isinstance(props, dict) and "build_info" in props:
+        info["llama_cpp_build"] = props.get("build_info")
+        params = (props.get("default_generation_settings") or {}).get("params") or {}
+        info["speculative"] = {k: v for k, v in params.items() if str(k).startswith("speculative")}
+        info["model_path"] = props.get("model_path")
+        # /props shows the request defaults ("speculative.types": "none" even with -md); /slots says whether
+        # each slot really speculates.
+        slots = get_json("/slots")
+        if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+            info["speculative"]["slots_speculative"] = bool(slots[0]["speculative"])
+    server_info = get_json("/get_server_info")  # SGLang
+    if isinstance(server_info, dict) and ("speculative_algorithm" in server_info or "version" in server_info):
+        info["sglang_version"] = server_info.get("version")
+        info["speculative"] = {k: v for k, v in server_info.items() if str(k).startswith("speculative")}
+    return info
+
+
+def _engine_from_info(info: dict[str, Any]) -> Engine:
+    if "llama_cpp_build" in info:
+        return Engine.LLAMA_CPP
+    if "sglang_version" in info:
+        return Engine.SGLANG
+    if "vllm_version" in info:
+        return Engine.VLLM
+    return Engine.UNKNOWN
+
+
+def _request_body(options: AttachOptions, model: str | None, engine: Engine) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt": options.prompt,
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "stream": True,
+        # vLLM (and others that follow OpenAI): cumulative token counts on every chunk.
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if model:
+        body["model"] = model
+    if engine is Engine.LLAMA_CPP:
+        body["timings_per_token"] = True  # cumulative draft_n / draft_n_accepted on every chunk
+        body["cache_prompt"] = False  # every request processes its prompt: requests are comparable
+    body.update(options.extra_body)
+    return body
+
+
+def attach(options: AttachOptions, on_record: OnRecord | None = None,
+           cancel: threading.Event | None = None) -> AttachResult:
+    """Run one attached request (see the module docstring). ``cancel`` set → the stream is closed early."""
+    if options.timeout_s <= 0:
+        raise AttachError("the timeout must be a positive number of seconds")
+    if options.max_tokens < 1:
+        raise AttachError("max tokens must be at least 1")
+    root = base_url(options.url)
+    clean_root = _strip_userinfo(root)
+    headers = {"Accept": "text/event-stream"}
+    key = api_key_from_env()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    timeout = httpx.Timeout(options.timeout_s, connect=min(options.timeout_s, 10.0))
+    auth = _auth_from_url(root)
+    started = time.monotonic()
+    result = AttachResult(records=[], text="", session={}, scrapes=[], final_timings=None)
+    with httpx.Client(headers=headers, timeout=timeout, auth=auth) as client, \
+            httpx.Client(headers=headers, timeout=timeout, auth=auth) as scrape_client:
+        # Reachability first: one sentence for "nothing there" before anything else is tried.
+        try:
+            probe = client.get(clean_root + "/v1/models")
+        except httpx.HTTPError as exc:
+            result.error = describe_http_error(exc, root)
+            result.session = _session(options, root, Engine.UNKNOWN, {}, None)
+            return result
+        if probe.status_code in (401, 403):
+            result.error = (f"{redact_url(root)} refused the request ({probe.status_code}): set SPECSCOPE_API_KEY "
+                            "or OPENAI_API_KEY to the server's API key")
+            result.session = _session(options, root, Engine.UNKNOWN, {}, None)
+            return result
+        info = _server_info(client, clean_root)
+        scraper = _Scraper(scrape_client, clean_root + options.metrics_path, options.scrape_interval_s)
+        before = scraper.scrape()
+        engine = before.engine if before is not None and before.engine is not Engine.UNKNOWN \
+            else _engine_from_info(info)
+        model = options.model or (info.get("models") or [None])[0]
+        if before is None and scraper.problem:
+            result.warnings.append(scraper.problem)
+        elif before is not None and not before.has_speculation_counters and engine is not Engine.LLAMA_CPP:
+            # llama.cpp always lists its speculative counters; vLLM/SGLang only when speculation is on.
+            result.warnings.append(f"the {engine.value} server exposes no speculative-decoding metrics: "
+                                   "speculation looks disabled there")
+        draft_len = _draft_len(before, info)
+        session = _session(options, root, engine, info, model)
+        session["draft_len"] = draft_len
+        result.session = session
+        controls = ControlValues(k=draft_len or 0, temperature=options.temperature)
+        context = RecordContext(drafter=_drafter_name(engine, info), controls=controls,
+                                prompt_tokens=None, t_request_s=time.monotonic())
+        maker = RecordMaker(context)
+        builder = PassBuilder(draft_len=draft_len)
+        texts: list[str] = []
+
+        def emit(passes: list[Pass], finished: bool = False, reason: str = "") -> None:
+            for i, p in enumerate(passes):
+                last = finished and i == len(passes) - 1
+                rec = maker.record(p, finished=last, finish_reason=reason if last else "")
+                result.records.append(rec)
+                if on_record is not None:
+                    on_record(rec)
+
+        scraper.start()
+        finish_reason = ""
+        last_chunk: Chunk | None = None
+        try:
+            with client.stream("POST", clean_root + "/v1/completions",
+                               json=_request_body(options, model, engine)) as response:
+                if response.status_code != 200:
+                    response.read()
+                    result.error = _status_sentence(response, root)
+                else:
+                    for line in response.iter_lines():
+                        if cancel is not None and cancel.is_set():
+                            finish_reason = "stop"
+                            result.warnings.append("cancelled: the stream was closed early")
+                            break
+                        if not line.startswith("data:"):
+                            continue
+                        t = time.monotonic()
+                        chunk = parse_sse_data(line[len("data:"):].strip(), t)
+                        if chunk is None:
+                            break
+                        if result.ttft_ms is None and (chunk.text or chunk.completion_tokens):
+                            result.ttft_ms = (t - context.t_request_s) * 1000.0
+                        last_chunk = chunk
+                        texts.append(chunk.text)
+                        if chunk.timings is not None:
+                            result.final_timings = chunk.timings
+                        if chunk.finish_reason:
+                            finish_reason = _finish_reason(chunk.finish_reason)
+                        emit(builder.add(chunk))
+        except httpx.HTTPError as exc:
+            result.error = describe_http_error(exc, root)
+            finish_reason = "error"
+        except ChunkError as exc:
+            result.error = str(exc)
+            finish_reason = "error"
+        finally:
+            scraper.stop()
+        if result.error and not finish_reason:
+            finish_reason = "error"
+        emit(builder.finish(), finished=True, reason=finish_reason or "stop")
+        if result.records and not result.records[-1].finished:
+            result.records[-1].finished = True
+            result.records[-1].finish_reason = finish_reason or "stop"
+        result.text = "".join(texts)
+        if last_chunk is not None and last_chunk.fingerprint and "llama_cpp_build" not in info:
+            session["system_fingerprint"] = last_chunk.fingerprint
+        if result.error is None or "dropped" not in result.error:
+            scraper.scrape()  # the counters after the request (llama.cpp folds them in at its end)
+        result.scrapes = list(scraper.snapshots)
+        if session.get("draft_len") is None and result.scrapes:
+            # llama.cpp lists its per-position counters only once a request has drafted: k is known afterwards.
+            session["draft_len"] = _draft_len(result.scrapes[-1], info)
+        if result.error is None:
+            problem = _speculation_problem(result, engine)
+            if problem:
+                result.error = problem
+    result.elapsed_s = time.monotonic() - started
+    result.session["scrapes"] = [_snapshot_dict(s) for s in result.scrapes]
+    result.session["error"] = result.error
+    result.session["warnings"] = result.warnings
+    return result
+
+
+def _finish_reason(reason: str) -> str:
+    return {"length": "max_new_tokens", "stop": "eos"}.get(reason, reason)
+
+
+def _status_sentence(response: httpx.Response, root: str) -> str:
+    where = redact_url(root)
+    if response.status_code == 404:
+        return f"{where} has no /v1/completions: it is not an OpenAI-compatible server (or the URL is wrong)"
+    if response.status_code in (401, 403):
+        return f"{where} refused the request ({response.status_code}): set SPECSCOPE_API_KEY or OPENAI_API_KEY"
+    detail = ""
+    try:
+        body = response.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        detail = str(err.get("message") if isinstance(err, dict) else (err or body))[:200]
+    except ValueError:
+        detail = response.text[:200]
+    return f"{where} answered {response.status_code} to the completion request: {detail}"
+
+
+def _speculation_problem(result: AttachResult, engine: Engine) -> str | None:
+    """A sentence when the request ran without speculation (nothing drafted anywhere we can see)."""
+    if not result.records:
+        return None
+    drafted = sum(r.n_drafted for r in result.records)
+    counters = result.engine_totals
+    if engine is Engine.LLAMA_CPP and drafted == 0 and not counters.get("draft_tokens"):
+        return ("the server generated without speculative decoding (nothing was drafted): start llama-server "
+                "with a draft model (-md) or a --spec-type")
+    if engine in (Engine.VLLM, Engine.SGLANG) and result.scrapes and \
+            not any(s.has_speculation_counters for s in result.scrapes):
+        return (f"the {engine.value} server reports no speculative-decoding counters: start it with a "
+                "speculative config")
+    return None
+
+
+def _draft_len(snapshot: CounterSnapshot | None, info: dict[str, Any]) -> int | None:
+    """k as the engine reports it: vLLM creates one per-position series per draft position at start."""
+    spec = info.get("speculative") or {}
+    for key in ("speculative_num_steps", "num_speculative_tokens"):
+        if isinstance(spec.get(key), int):
+            return int(spec[key])
+    if snapshot is not None and snapshot.accepted_per_pos:
+        return len(snapshot.accepted_per_pos)
+    return None
+
+
+def _drafter_name(engine: Engine, info: dict[str, Any]) -> str:
+    spec = info.get("speculative") or {}
+    kind = spec.get("speculative.types") or spec.get("speculative_algorithm")
+    return f"{engine.value} {kind}" if kind else engine.value
+
+
+def _session(options: AttachOptions, root: str, engine: Engine, info: dict[str, Any],
+             model: str | None) -> dict[str, Any]:
+    version = info.get("vllm_version") or info.get("llama_cpp_build") or info.get("sglang_version")
+    return {
+        "command": "attach",
+        "source": "attached",
+        "engine": engine.value,
+        "engine_version": version,
+        "url": redact_url(root),
+        "model": model,
+        "speculative_config": info.get("speculative") or {},
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "timeout_s": options.timeout_s,
+        "scrape_interval_s": options.scrape_interval_s,
+        "api_key": "from environment" if api_key_from_env() else None,  # never the key itself
+    }
+
+
+def _snapshot_dict(s: CounterSnapshot) -> dict[str, Any]:
+    return {"t_s": s.t_s, "drafts": s.drafts, "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens,
+            "accepted_per_pos": s.accepted_per_pos, "accept_length": s.accept_length, "accept_rate": s.accept_rate}

@@ -1,0 +1,48 @@
+"""The numbers of an attached request, read through the one owner of every derived number, ``core.measurement``.
+
+``measurement.run_summary`` reads speculative numbers from records with mode "speculative"; attached records carry mode
+"attached" so that nothing that fits local step costs (verify-cost fits, adaptive k, the live baseline)
+mistakes a client-side pass time for a verify time. ``judged_view`` relabels copies of the attached records
+for the summary only, so α here *is* the measurement's α: accepted / judged, judged = accepted + the first
+rejected proposal of each pass (one record = one verify pass, see ``passes``).
+
+accepted / drafted is reported as ``acceptance_rate`` (vLLM's "draft acceptance rate"), never as α.
+tokens/s is the summary's tokens/s over the decode passes (the prompt pass, whose time includes
+prompt processing, is left out — the engines' own generation rate leaves it out too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from .. import measurement
+from ..records import IterationRecord
+from .passes import ATTACHED_MODE, PROMPT_PASS_FLAG
+
+
+def judged_view(records: Sequence[IterationRecord]) -> list[IterationRecord]:
+    """Copies of the attached records relabelled "speculative", for ``metrics``' acceptance functions."""
+    return [replace(r, mode="speculative") if r.mode == ATTACHED_MODE else r for r in records]
+
+
+def decode_records(records: Sequence[IterationRecord]) -> list[IterationRecord]:
+    """The verify passes: every record but the prompt pass."""
+    return [r for r in records if PROMPT_PASS_FLAG not in r.flags]
+
+
+ATTACHED_KEYS = ("tokens", "drafted", "accepted", "judged", "alpha", "acceptance_rate", "mean_acceptance_length",
+                 "tokens_per_iteration", "per_position_acceptance", "conditional_position_acceptance",
+                 "tokens_per_s", "itl_p50_ms", "itl_p95_ms")
+
+
+def summarize_attached(records: Sequence[IterationRecord]) -> dict[str, Any]:
+    """The measurement's run summary over the decode passes, limited to what an engine lets us know
+    (no draft/verify split, no cost fit); ``tokens`` counts the prompt pass's token too."""
+    decode = judged_view(decode_records(records))
+    full = measurement.run_summary(decode)
+    out = {key: full[key] for key in ATTACHED_KEYS}
+    out["passes"] = len(decode)
+    out["tokens"] = sum(r.n_emitted for r in records)
+    return out
