@@ -82,6 +82,18 @@ class AppSettings:
     def set_run_options(self, max_new_tokens: int, seed: int) -> None:
         self._set_json("run", {"max_new_tokens": max_new_tokens, "seed": seed})
 
+    def keep_sessions(self) -> int:
+        """How many autosaved session folders to keep (0 = all); older finished ones are pruned."""
+        from .session_folders import DEFAULT_KEEP_SESSIONS
+
+        try:
+            return max(0, int(str(self.qs.value("keep_sessions", DEFAULT_KEEP_SESSIONS))))
+        except (TypeError, ValueError):
+            return DEFAULT_KEEP_SESSIONS
+
+    def set_keep_sessions(self, n: int) -> None:
+        self.qs.setValue("keep_sessions", max(0, int(n)))
+
     def last_dir(self) -> str:
         return str(self.qs.value("last_dir") or "")
 

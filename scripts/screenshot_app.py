@@ -66,7 +66,7 @@ def main() -> int:
 
     def replay_synthetic(reason: str) -> None:
         from specscope.core.trace import write_trace
-        from tests.test_app_support import synthetic_records
+        from tests.app_helpers import synthetic_records
 
         print(f"demo unavailable ({reason}); replaying a synthetic trace", flush=True)
         events = synthetic_records(400, k=4, accept=lambda i: (i * 7) % 5, flag_every=97)
@@ -80,7 +80,7 @@ def main() -> int:
         if not state["k_changed"] and n >= args.change_k_at and window.state == "running":
             window.panel.k_spin.setValue(6)
             state["k_changed"] = True
-        ended = window.state in ("idle", "replay") and n > 0
+        ended = not window.state.active and n > 0
         if (n >= args.iterations or ended) and not state["done"]:
             state["done"] = True
             window.tick()

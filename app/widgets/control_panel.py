@@ -27,6 +27,8 @@ from PySide6.QtWidgets import (
 from specscope.core.controls import K_MAX, K_MIN
 from specscope.core.records import ControlValues
 
+from ..run_controller import RunState
+
 COALESCE_MS = 100
 
 FALLBACK_PROMPTS = {
@@ -172,7 +174,7 @@ class ControlPanel(QWidget):
         self.set_values(ControlValues())
         self._fill_prompts(self.set_combo.currentText())
         self._pick_prompt(0)
-        self.set_state("no_model")
+        self.set_state(RunState.NO_MODEL, False)
 
     # ---- prompt ----------------------------------------------------------------------------------------
     def _fill_prompts(self, set_name: str) -> None:
@@ -225,15 +227,19 @@ class ControlPanel(QWidget):
             self._coalesce.stop()
             self._emit_controls()
 
+    def stop_timers(self) -> None:
+        """Closing: a pending coalesced change has nowhere to go."""
+        self._coalesce.stop()
+
     def _pause_toggled(self, paused: bool) -> None:
         self.pause_button.setText("Resume" if paused else "Pause")
         self.pause_toggled.emit(paused)
 
     # ---- state -----------------------------------------------------------------------------------------
-    def set_state(self, state: str) -> None:
-        """'no_model', 'loading', 'idle', 'running' or 'paused'."""
-        running = state in ("running", "paused")
-        self.start_button.setEnabled(state == "idle")
+    def set_state(self, state: RunState, can_start: bool) -> None:
+        """Enable what the run's state allows."""
+        running = state.active
+        self.start_button.setEnabled(can_start)
         self.pause_button.setEnabled(running)
         self.stop_button.setEnabled(running)
         self.baseline_button.setEnabled(running)

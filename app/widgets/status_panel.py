@@ -77,6 +77,9 @@ class StatusPanel:
         else:
             self._clear.stop()
 
+    def stop_timers(self) -> None:
+        self._clear.stop()
+
     def show_progress(self, message: str, fraction: float) -> None:
         self.progress.show()
         if fraction < 0:
