@@ -73,7 +73,7 @@ _TOKEN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("position", "tokens", "index in the generated continuation (0 = first new token)"),
     ("token_id", "", "vocabulary id"),
     ("text", "", "decoded text; '\\', newline, CR, tab and other control characters are backslash-escaped"),
-    ("status", "", "accepted, rejected, correction, bonus or plain"),
+    ("status", "", "accepted, rejected, correction, bonus, target (no proposals) or plain"),
     ("p", "", "target probability of the token (processed)"),
     ("q", "", "drafter probability of the token (empty for target-supplied tokens)"),
     ("accept_prob", "", "min(1, p/q) (derived; empty for target-supplied tokens)"),

@@ -20,26 +20,23 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     """Fail a Qt test that leaves a QThread running or a QTimer active once its widgets are closed (as
     napari's suite does): a leftover thread or timer fires into the next test or aborts the process at exit.
 
-    Autouse, so it is set up before ``qtbot`` and torn down after pytest-qt has closed the test's widgets."""
+    Autouse, so it is set up before ``qtbot`` and torn down after pytest-qt has closed the test's widgets.
+    Threads are caught where they start; timers are found as children of every top-level widget (patching
+    QTimer.start as napari does crashes PySide6 6.11 in paint events here)."""
     if "qtbot" not in request.fixturenames:
         yield
         return
     from PySide6.QtCore import QCoreApplication, QThread, QTimer
+    from PySide6.QtWidgets import QApplication
 
     threads: list[QThread] = []
-    timers: list[QTimer] = []
-    thread_start, timer_start = QThread.start, QTimer.start
+    thread_start = QThread.start
 
     def start_thread(self, *args):
         threads.append(self)
         return thread_start(self, *args)
 
-    def start_timer(self, *args):
-        timers.append(self)
-        return timer_start(self, *args)
-
     monkeypatch.setattr(QThread, "start", start_thread)
-    monkeypatch.setattr(QTimer, "start", start_timer)
     yield
     QCoreApplication.processEvents()  # let the last queued signals run
     running, active = [], []
@@ -47,9 +44,10 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
         with contextlib.suppress(RuntimeError):  # the C++ object is gone: it ended
             if t.isRunning():
                 running.append(t.objectName() or repr(t))
-    for t in timers:
+    for top in QApplication.topLevelWidgets():
         with contextlib.suppress(RuntimeError):
-            if t.isActive():
-                active.append(t.objectName() or f"{t!r} every {t.interval()} ms")
+            for t in top.findChildren(QTimer):
+                if t.isActive():
+                    active.append(f"{t.objectName() or 'QTimer'} every {t.interval()} ms in {type(top).__name__}")
     assert not running, f"QThread(s) still running after the test: {running}"
     assert not active, f"QTimer(s) still active after the test: {active}"

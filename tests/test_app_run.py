@@ -44,7 +44,7 @@ def statuses(window) -> set[str]:
 def test_perfect_draft_shows_only_accepted_and_bonus(qtbot, window):
     load_tiny(qtbot, window, "perfect")
     assert run_to_end(qtbot, window) == "finished:max_new_tokens"
-    assert statuses(window) <= {"accepted", "bonus"}
+    assert statuses(window) <= {"accepted", "bonus", "target"}
     assert "accepted" in statuses(window)
     assert window.data.alpha == 1.0
     assert window.data.records[-1].generated_len == 24
@@ -54,8 +54,8 @@ def test_perfect_draft_shows_only_accepted_and_bonus(qtbot, window):
 def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     load_tiny(qtbot, window, "useless")
     run_to_end(qtbot, window, max_new=16)
-    # The last iteration has room for one token only, so it drafts nothing and the target's token is a
-    # bonus by definition; every iteration that drafted was rejected at its first proposal.
+    # The last iteration has room for one token only, so it drafts nothing and the target's token is its
+    # own plain step ("target"); every iteration that drafted was rejected at its first proposal.
     drafted = {r.iteration for r in window.data.records if r.n_drafted}
     assert drafted == {r.iteration for r in window.data.records[:-1]}
     assert {t.status.value for it, t in window.token_view.shown_tokens() if it in drafted} == {
@@ -63,7 +63,8 @@ def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     assert window.data.alpha == 0.0
     # Hiding rejected tokens leaves exactly the committed output.
     window.legend.show_rejected.setChecked(False)
-    assert statuses(window) <= {"correction", "bonus"}
+    assert statuses(window) <= {"correction", "target"}
+    assert window.legend.counts.text().endswith("target 1")
     assert len(window.token_view.shown_tokens()) == 16
 
 

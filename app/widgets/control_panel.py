@@ -30,6 +30,7 @@ from specscope.core.records import ControlValues
 from ..run_controller import RunState
 
 COALESCE_MS = 100
+CUSTOM = "custom"  # the preset list's entry for the user's own text
 
 FALLBACK_PROMPTS = {
     "examples": [
@@ -90,8 +91,10 @@ class ControlPanel(QWidget):
         self.prompt_edit.setMaximumHeight(110)
         pl.addWidget(self.prompt_edit)
         layout.addWidget(prompt_box)
-        self.set_combo.currentTextChanged.connect(self._fill_prompts)
+        self.set_combo.activated.connect(self._pick_set)
         self.prompt_combo.activated.connect(self._pick_prompt)
+        self.prompt_edit.textChanged.connect(self._follow_text)
+        self._custom_text = ""  # what the user typed last, restored by choosing "custom"
 
         spec_box = QGroupBox("Speculation (live)")
         form = QFormLayout(spec_box)
@@ -173,19 +176,50 @@ class ControlPanel(QWidget):
         self.baseline_button.clicked.connect(self.baseline_clicked)
         self.set_values(ControlValues())
         self._fill_prompts(self.set_combo.currentText())
-        self._pick_prompt(0)
+        self._pick_prompt(1 if self.prompt_combo.count() > 1 else 0)
         self.set_state(RunState.NO_MODEL, False)
 
     # ---- prompt ----------------------------------------------------------------------------------------
+    # What is decoded is always the box's text; the two lists follow it. A kind lists its prompts under a
+    # first entry "custom" (the user's own text); choosing a kind loads its first prompt, choosing "custom"
+    # brings back what was typed, and typing or pasting selects the preset the text matches, or "custom".
     def _fill_prompts(self, set_name: str) -> None:
+        self.prompt_combo.blockSignals(True)
         self.prompt_combo.clear()
+        self.prompt_combo.addItem(CUSTOM, None)
         for p in self.prompt_sets.get(set_name, []):
             self.prompt_combo.addItem(p.title, p.text)
+        self.prompt_combo.blockSignals(False)
+
+    def _pick_set(self, index: int) -> None:
+        self._fill_prompts(self.set_combo.itemText(index))
+        self._pick_prompt(1 if self.prompt_combo.count() > 1 else 0)
 
     def _pick_prompt(self, index: int) -> None:
         text = self.prompt_combo.itemData(index)
-        if text:
-            self.prompt_edit.setPlainText(str(text))
+        self.prompt_edit.setPlainText(str(text) if text else self._custom_text)
+
+    def _follow_text(self) -> None:
+        text = self.prompt_edit.toPlainText()
+        found = self.find_preset(text)
+        if found is None:
+            self._custom_text = text
+            self.prompt_combo.setCurrentIndex(0)
+            return
+        set_name, index = found
+        if self.set_combo.currentText() != set_name:
+            self.set_combo.setCurrentText(set_name)
+            self._fill_prompts(set_name)
+        self.prompt_combo.setCurrentIndex(index + 1)
+
+    def find_preset(self, text: str) -> tuple[str, int] | None:
+        """(kind, index) of the preset whose text this is (ignoring surrounding blanks), or None."""
+        wanted = text.strip()
+        for set_name, prompts in self.prompt_sets.items():
+            for i, p in enumerate(prompts):
+                if p.text.strip() == wanted:
+                    return set_name, i
+        return None
 
     def prompt_text(self) -> str:
         return self.prompt_edit.toPlainText().strip()

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..estimates import Advice
 from ..theme import PLOT_COLOURS
-from .plot_base import cache_axes, pen
+from .plot_base import EmptyNote, cache_axes, pen, plain_axes
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -20,6 +20,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.setLabel("bottom", "k")
         pi.setLabel("left", "×")
         pi.showGrid(x=True, y=True, alpha=0.2)
+        plain_axes(pi)
         cache_axes(pi)
         self.setMinimumHeight(150)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
@@ -34,8 +35,7 @@ class KAdvisorPlot(pg.PlotWidget):
                                        label="current k", labelOpts={"position": 0.1, "color": "#555"})
         self.current.setVisible(False)
         pi.addItem(self.current)
-        self.note = pg.TextItem("needs a baseline and a few iterations", color="#777", anchor=(0.5, 0.5))
-        pi.addItem(self.note, ignoreBounds=True)
+        self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
         self.advice: Advice | None = None
 
     def show_advice(self, advice: Advice | None) -> None:

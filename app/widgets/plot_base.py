@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGraphicsItem, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import ControlChange, RunData
 from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
@@ -21,6 +21,50 @@ PEN_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot
 
 def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
+
+
+def plain_axes(plot_item: pg.PlotItem) -> None:
+    """No automatic SI prefix: the axis label already gives the unit, and pyqtgraph would turn ×0.5 into
+    "500 (x0.001)"."""
+    for axis in plot_item.axes.values():
+        axis["item"].enableAutoSIPrefix(False)
+
+
+class EmptyNote(QLabel):
+    """A readable sentence over the middle of an empty plot ("no data yet"), in place of bare axes.
+
+    A widget on top of the plot, not a scene item, so it stays centred and unclipped whatever the view range
+    and ignores the mouse."""
+
+    STYLE = "color:#555; background:rgba(255,255,255,215); padding:6px 10px; border:1px solid #ccc;"
+
+    def __init__(self, plot: QWidget, text: str) -> None:
+        super().__init__(text, plot)
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setStyleSheet(self.STYLE)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        plot.installEventFilter(self)
+        self._place()
+
+    def set_text(self, text: str) -> None:
+        if text != self.text():
+            self.setText(text)
+            self._place()
+
+    def _place(self) -> None:
+        parent = self.parentWidget()
+        if parent is None:
+            return
+        width = min(max(160, parent.width() - 40), 420)
+        self.setFixedWidth(width)
+        self.adjustSize()
+        self.move((parent.width() - self.width()) // 2, (parent.height() - self.height()) // 2)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            self._place()
+        return False
 
 
 def cache_axes(plot_item: pg.PlotItem) -> None:
@@ -120,6 +164,7 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setLabel("bottom", x_label)
         self.plot_item.setDownsampling(auto=True, mode="peak")
         self.plot_item.setClipToView(True)
+        plain_axes(self.plot_item)
         cache_axes(self.plot_item)
         self.plot_item.addLegend(offset=(5, 5), labelTextSize="8pt", verSpacing=-6,
                                  brush=(255, 255, 255, 190))
@@ -127,6 +172,17 @@ class LivePlot(pg.PlotWidget):
         self.markers: list[pg.InfiniteLine] = []
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
+        self.empty = EmptyNote(self, self.empty_text(None) or "")
+
+    def empty_text(self, data: RunData | None) -> str | None:
+        """The sentence the plot shows while it has nothing to draw, or None once it has data."""
+        return "no data yet: press Start" if data is None or not len(data) else None
+
+    def show_empty(self, data: RunData | None) -> None:
+        text = self.empty_text(data)
+        self.empty.setVisible(bool(text))
+        if text:
+            self.empty.set_text(text)
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         item = self.plot_item.plot([], [], name=name, pen=pen(colour, width, style), **kw)
@@ -154,12 +210,14 @@ class LivePlot(pg.PlotWidget):
         self.markers.clear()
         self._version = -1
         self.follower.reset()
+        self.show_empty(None)
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:
             return
         self._version = data.version
         self.update_from(data)
+        self.show_empty(data)
         self.sync_markers(data.control_changes)
         x = data.col("iteration")
         self.follower.apply(float(x[-1]) if len(x) else 0.0)

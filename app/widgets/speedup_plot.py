@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
 
@@ -23,6 +24,11 @@ class SpeedupPlot(LivePlot):
         self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
         self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)
         self.measured.setZValue(1)  # on top: when the model predicts well the two curves coincide
+
+    def empty_text(self, data: RunData | None) -> str | None:
+        if data is not None and len(data) and not np.isfinite(data.col("measured_speedup")).any():
+            return "no speed-up yet: it needs a plain-step baseline to compare with"
+        return super().empty_text(data)
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")

@@ -18,7 +18,9 @@ from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.core.records import IterationRecord, TokenRecord
 
-from ..theme import style_for
+from ..theme import STATUS_STYLES, style_for
+
+STATUS_NAMES = tuple(STATUS_STYLES)
 
 TokenDecoder = Callable[[int], str]
 # QPlainTextEdit lays out text per block (paragraph); one endless block makes every append O(length).
@@ -76,7 +78,7 @@ class TokenView(QPlainTextEdit):
         font.setStyleHint(QFont.StyleHint.Monospace)
         font.setPointSize(10)
         self.document().setDefaultFont(font)
-        self._formats = {s: char_format(s) for s in ("accepted", "rejected", "correction", "bonus", "plain")}
+        self._formats = {s: char_format(s) for s in STATUS_NAMES}
         self._starts: list[int] = []  # document offset where each shown token starts
         self._shown: list[tuple[int, TokenRecord]] = []  # (iteration, token) for each shown token
         self._all: list[tuple[int, TokenRecord]] = []
