@@ -26,7 +26,7 @@ from specscope.core.controls import InvalidControl
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 
 from .estimates import Advice, advise
-from .run_data import RunData
+from .run_data import ControlChange, RunData
 from .worker import LoadRequest, RunRequest, WorkerHost
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class RunController(QObject):
         self.recorder: SessionRecorder | None = None
         self.replay_path: str | None = None
         self.run_started_at: float | None = None
+        self._baseline_wanted = False  # the user asked for one: mark where it lands
         self._pending: deque[Event] = deque()  # drained from the worker, not yet ingested
         self._advice_at = 0.0
         self._closed = False
@@ -188,6 +189,7 @@ class RunController(QObject):
         if not self.state.active:
             return
         self.host.controls.request_baseline()
+        self._baseline_wanted = True
         after = self.data.records[-1].iteration if self.data.records else 0
         self.baseline_requested.emit(after)
 
@@ -278,6 +280,8 @@ class RunController(QObject):
     def ingest(self, events: list[Event], record: bool = False) -> int:
         """Add events to the run's data; returns how many were iterations."""
         n_before = len(self.data.records)
+        if self._baseline_wanted:
+            self._mark_requested_baseline(events)
         self.data.extend(events)
         new_records = self.data.records[n_before:]
         if record and self.recorder is not None:
@@ -291,8 +295,20 @@ class RunController(QObject):
             self.records_added.emit(new_records)
         return len(new_records)
 
+    def _mark_requested_baseline(self, events: list[Event]) -> None:
+        """The first baseline after the user's request gets a marker on the plots and a message."""
+        for e in events:
+            if isinstance(e, BaselineRecord):
+                self._baseline_wanted = False
+                label = f"baseline {e.median_step_ms:.1f} ms"
+                self.data.control_changes.append(ControlChange(e.after_iteration, label))
+                self.message.emit(f"Baseline measured after iteration {e.after_iteration}: plain step "
+                                  f"{e.median_step_ms:.1f} ms (median of {len(e.step_ms)})", 8000)
+                return
+
     def reset_data(self) -> None:
         self._pending.clear()
+        self._baseline_wanted = False
         self.data = RunData()
         self.advice = None
         self.data_reset.emit()

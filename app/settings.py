@@ -113,5 +113,17 @@ class AppSettings:
         self.qs.setValue("window/geometry", geometry)
         self.qs.setValue("window/state", state)
 
+    def token_layout(self) -> tuple[bool, list[int]]:
+        """(tokens beside the plots?, splitter sizes; empty = the default split)."""
+        d = self._json("window/tokens") or {}
+        try:
+            sizes = [int(x) for x in d.get("sizes", [])]
+            return bool(d.get("beside", False)), sizes if len(sizes) == 2 and min(sizes) > 0 else []
+        except (TypeError, ValueError, AttributeError):
+            return False, []
+
+    def set_token_layout(self, beside: bool, sizes: list[int]) -> None:
+        self._set_json("window/tokens", {"beside": beside, "sizes": list(sizes)})
+
     def sync(self) -> None:
         self.qs.sync()

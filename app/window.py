@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,13 +34,14 @@ from specscope.core.records import ControlValues, IterationRecord
 
 from .estimates import Advice
 from .pair_choice import PairChoice
-from .run_controller import RunController, RunState
+from .run_controller import FINISH_WORDS, RunController, RunState
 from .run_data import RunData
 from .settings import AppSettings
 from .widgets.control_panel import ControlPanel
 from .widgets.legend import TokenLegend
 from .widgets.model_picker import ModelPicker
 from .widgets.plots_panel import PlotsPanel
+from .widgets.run_panel import RunPanel
 from .widgets.status_panel import StatusPanel
 from .widgets.token_view import TokenView
 from .worker import Event, PairFactory, RunRequest, WorkerHost
@@ -131,13 +133,26 @@ class MainWindow(QMainWindow):
         bl.addWidget(self.banner)
         bl.addWidget(self.legend)
         bl.addWidget(self.token_view, 1)
+        # Watching the prompt decode is the first thing users do: the token stream gets a real share of the
+        # window (40% below the plots, or a column beside them) and a handle wide enough to find.
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("main_splitter")
+        self.splitter.setHandleWidth(8)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStyleSheet("QSplitter::handle { background:#D0D0D0; border:1px solid #B8B8B8; }"
+                                    "QSplitter::handle:hover { background:#A8C8E8; }")
         self.splitter.addWidget(self.plots)
         self.splitter.addWidget(bottom)
         self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 1)
-        self.setCentralWidget(self.splitter)
+        self.splitter.setStretchFactor(1, 2)
+        self.run_panel = RunPanel()
+        central = QWidget()
+        cl = QVBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(2)
+        cl.addWidget(self.run_panel)
+        cl.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
         self.status = StatusPanel(self.statusBar())
         self._build_menus()
         self._connect()
@@ -154,6 +169,7 @@ class MainWindow(QMainWindow):
         self.panel.pause_toggled.connect(self.set_paused)
         self.panel.baseline_clicked.connect(self.request_baseline)
         self.panel.controls_changed.connect(c.update_controls)
+        self.panel.drafter_changed.connect(self.change_drafter)
         self.legend.show_rejected_changed.connect(self.token_view.set_show_rejected)
         c.state_changed.connect(self._render_state)
         c.progress.connect(self.status.show_progress)
@@ -184,9 +200,21 @@ class MainWindow(QMainWindow):
         self.models_menu = models
         self._action(models, "&Choose models…", self.choose_models, QKeySequence("Ctrl+M"))
         self._action(models, "Load the embedded &demo", self.load_demo)
+        run = mb.addMenu("&Run")
+        self.run_menu = run
+        self.start_action = self._action(run, "&Start", self.start_run, QKeySequence("F5"))
+        self.pause_action = self._action(run, "&Pause / resume", self.panel.pause_button.click, QKeySequence("F6"))
+        self.stop_action = self._action(run, "S&top", self.stop_run, QKeySequence("Shift+F5"))
+        run.addSeparator()
+        self.baseline_action = self._action(run, "Measure &baseline now", self.request_baseline, QKeySequence("F7"))
         view = mb.addMenu("&View")
         self.view_menu = view
         view.addAction(self.controls_dock.toggleViewAction())
+        self.beside_action = self._action(view, "Tokens &beside the plots", self._toggle_tokens_beside)
+        self.beside_action.setCheckable(True)
+        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen,
+                                               QKeySequence(QKeySequence.StandardKey.FullScreen))
+        self.full_screen_action.setCheckable(True)
 
     def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
                 shortcut: QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
@@ -213,6 +241,30 @@ class MainWindow(QMainWindow):
             self.resize(1400, 900)
         if state is not None:
             self.restoreState(state)
+        beside, sizes = s.token_layout()
+        self.set_tokens_beside(beside)
+        # Once the window is laid out: sizes given to a splitter without its final size get rescaled.
+        QTimer.singleShot(0, (lambda: self.splitter.setSizes(sizes)) if sizes else self._default_split)
+
+    def _default_split(self) -> None:
+        total = sum(self.splitter.sizes()) or 1000
+        self.splitter.setSizes([int(total * 0.6), int(total * 0.4)])
+
+    def set_tokens_beside(self, beside: bool) -> None:
+        """Tokens in a column right of the plots (wide screens) or in a band below them."""
+        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        self.beside_action.setChecked(beside)
+
+    def _toggle_tokens_beside(self) -> None:
+        self.set_tokens_beside(self.beside_action.isChecked())
+        self._default_split()
+
+    def _toggle_full_screen(self) -> None:
+        if self.isFullScreen():
+            self.showNormal()
+        else:
+            self.showFullScreen()
+        self.full_screen_action.setChecked(self.isFullScreen())
 
     def save_settings(self) -> None:
         s = self.settings
@@ -221,6 +273,7 @@ class MainWindow(QMainWindow):
         s.set_run_options(self.panel.max_new.value(), self.panel.seed.value())
         s.set_pair_choice(self.pair_choice)
         s.set_layout(self.saveGeometry(), self.saveState())
+        s.set_token_layout(self.splitter.orientation() == Qt.Orientation.Horizontal, self.splitter.sizes())
         s.sync()
 
     # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
@@ -262,7 +315,16 @@ class MainWindow(QMainWindow):
 
     # ---- rendering what the controller says -------------------------------------------------------------
     def _render_state(self, state: RunState) -> None:
-        self.panel.set_state(state, self.controller.can_start)
+        c = self.controller
+        self.panel.set_state(state, c.can_start)
+        for action, on in ((self.start_action, c.can_start), (self.pause_action, state.active),
+                           (self.stop_action, state.active), (self.baseline_action, state.active)):
+            action.setEnabled(on)
+        detail = FINISH_WORDS.get(c.finish_reason, "") if state == RunState.FINISHED else ""
+        self.run_panel.show_state(state, detail)
+        drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
+        self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
+        self.panel.set_drafter(self.pair_choice.drafter)
         self._update_title()
 
     def _update_title(self) -> None:
@@ -277,7 +339,7 @@ class MainWindow(QMainWindow):
         self.token_view.clear_tokens()
         self.legend.set_counts({})
         self.plots.reset()
-        self.status.update(self.data, None)
+        self._render_numbers()
 
     def _show_records(self, records: list[IterationRecord]) -> None:
         self.token_view.append_records(records)
@@ -291,17 +353,35 @@ class MainWindow(QMainWindow):
                 self.plots.refresh_one(data, self.advice)
         elif self.plots.stale(data):
             self.plots.refresh(data, self.advice)
-        self.status.update(data, self.advice)
+        self._render_numbers()
+
+    def _render_numbers(self) -> None:
+        data, advice = self.data, self.advice
+        self.status.update(data, advice)
+        last = data.records[-1] if data.records else None
+        self.run_panel.show_k(last.controls.k if last else None, bool(last and last.controls.adaptive_k))
+        self.panel.show_k_in_use(last.controls.k if last and last.controls.adaptive_k else None)
+        self.run_panel.show_verdict(advice.verdict if advice is not None else None)
+        band = data.flag_bands[-1] if data.flag_bands else None
+        self.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
+                                    band.end if band else None)
 
     def redraw_all(self) -> None:
         self.plots.refresh(self.data, self.advice)
-        self.status.update(self.data, self.advice)
+        self._render_numbers()
 
     # ---- models ----------------------------------------------------------------------------------------
     def choose_models(self) -> None:
         dialog = ModelPicker(self.pair_choice, self)
         if dialog.exec():
             self.load_pair(dialog.choice())
+
+    def change_drafter(self, kind: str) -> None:
+        """The control panel's drafter list: reload the current pair with another drafter kind."""
+        if kind == self.pair_choice.drafter and self.controller.has_pair:
+            return
+        self.load_pair(replace(self.pair_choice, drafter=kind))
+        self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
 
     def load_demo(self) -> None:
         self.load_pair(PairChoice())
@@ -372,7 +452,8 @@ class MainWindow(QMainWindow):
         self.controller.request_baseline()
 
     def _on_baseline_requested(self, after: int) -> None:
-        self.status.show_message(f"Plain-step baseline requested: it runs after iteration {after}", 5000)
+        self.status.show_message(f"Baseline requested: plain target steps run after iteration {after}; "
+                                 "a 'baseline' marker shows where", 6000)
 
     def _on_run_ended(self, how: str) -> None:
         self.redraw_all()

@@ -146,7 +146,8 @@ def test_plots_show_memory_flags_and_advice(qtbot, tmp_path):
     assert "paging" in w.plots.memory.bands[0].toolTip()
     assert w.plots.k_advisor.advice is not None
     assert "tok/s" in w.status.metrics.text() and w.status.memory.text() == "gpu0 used 1.86 GiB"
-    assert "paging" in w.status.warning.toolTip()
+    warning = w.run_panel.warning
+    assert warning.isVisible() and "paging" in warning.text() and warning.wordWrap()
 
 
 @needs_qt

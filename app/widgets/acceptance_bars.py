@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..run_data import RunData
 from ..theme import PLOT_COLOURS
-from .plot_base import EmptyNote, cache_axes, plain_axes
+from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
 BAR_WIDTH = 0.7
@@ -38,7 +38,7 @@ class AcceptanceBars(pg.PlotWidget):
         pi.setMouseEnabled(x=False, y=False)
         plain_axes(pi)
         cache_axes(pi)
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=PLOT_COLOURS["bars"], pen=None)
         thin = pg.mkColor(PLOT_COLOURS["bars"])
         self.thin_bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH,

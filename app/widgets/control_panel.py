@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSlider,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.core.controls import K_MAX, K_MIN
+from specscope.core.kinds import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues
 
 from ..run_controller import RunState
@@ -68,6 +70,7 @@ class ControlPanel(QWidget):
     pause_toggled = Signal(bool)
     stop_clicked = Signal()
     baseline_clicked = Signal()
+    drafter_changed = Signal(str)  # a drafter kind the user picked
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -96,8 +99,22 @@ class ControlPanel(QWidget):
         self.prompt_edit.textChanged.connect(self._follow_text)
         self._custom_text = ""  # what the user typed last, restored by choosing "custom"
 
-        spec_box = QGroupBox("Speculation (live)")
+        spec_box = QGroupBox("Speculation")
         form = QFormLayout(spec_box)
+        # The drafter kinds come from core.kinds (declared once); a new kind appears here by itself.
+        self.drafter = QComboBox()
+        for kind in DRAFTER_KINDS:
+            self.drafter.addItem(kind, kind)
+            self.drafter.setItemData(self.drafter.count() - 1, DRAFTER_HELP.get(kind, ""),
+                                     Qt.ItemDataRole.ToolTipRole)
+        self.drafter.setToolTip("How proposals are made; changing it reloads the pair (not during a run)")
+        self.drafter_help = QLabel("")
+        self.drafter_help.setWordWrap(True)
+        self.drafter_help.setStyleSheet("color:#555")
+        form.addRow("drafter", self.drafter)
+        form.addRow(self.drafter_help)
+        self.drafter.activated.connect(lambda i: self.drafter_changed.emit(self.drafter.itemData(i)))
+        self.drafter.currentIndexChanged.connect(self._show_drafter_help)
         self.k_slider = QSlider(Qt.Orientation.Horizontal)
         self.k_slider.setRange(K_MIN, K_MAX)
         self.k_spin = QSpinBox()
@@ -108,6 +125,9 @@ class ControlPanel(QWidget):
         form.addRow("k (draft tokens)", k_row)
         self.adaptive = QCheckBox("adaptive k (cost model picks k)")
         form.addRow(self.adaptive)
+        self.k_in_use = QLabel("")
+        self.k_in_use.setStyleSheet("color:#0072B2")
+        form.addRow(self.k_in_use)
         self.temp_slider = QSlider(Qt.Orientation.Horizontal)
         self.temp_slider.setRange(0, 200)
         self.temp_spin = QDoubleSpinBox()
@@ -170,6 +190,7 @@ class ControlPanel(QWidget):
         self.top_k.valueChanged.connect(self._changed)
         self.top_p.valueChanged.connect(self._changed)
         self.adaptive.toggled.connect(self._changed)
+        self.adaptive.toggled.connect(self._adaptive_toggled)
         self.start_button.clicked.connect(self.start_clicked)
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(self.stop_clicked)
@@ -261,6 +282,26 @@ class ControlPanel(QWidget):
             self._coalesce.stop()
             self._emit_controls()
 
+    def _adaptive_toggled(self, on: bool) -> None:
+        self.k_slider.setEnabled(not on)
+        self.k_spin.setEnabled(not on)
+
+    def _show_drafter_help(self) -> None:
+        self.drafter_help.setText(DRAFTER_HELP.get(str(self.drafter.currentData()), ""))
+
+    def set_drafter(self, kind: str) -> None:
+        """Show the drafter in use (no signal: only a user's pick asks for a reload)."""
+        i = self.drafter.findData(kind)
+        if i >= 0 and i != self.drafter.currentIndex():
+            self.drafter.setCurrentIndex(i)
+        self._show_drafter_help()
+
+    def show_k_in_use(self, k: int | None) -> None:
+        """With adaptive k on, the slider is not what runs: say what the controller chose."""
+        text = f"adaptive k is using k = {k} (the slider applies when adaptive is off)"
+        self.k_in_use.setText("" if k is None else text)
+        self.k_in_use.setVisible(k is not None)
+
     def stop_timers(self) -> None:
         """Closing: a pending coalesced change has nowhere to go."""
         self._coalesce.stop()
@@ -279,6 +320,7 @@ class ControlPanel(QWidget):
         self.baseline_button.setEnabled(running)
         self.max_new.setEnabled(not running)
         self.seed.setEnabled(not running)
+        self.drafter.setEnabled(not running and state != RunState.LOADING)
         if not running and self.pause_button.isChecked():
             self.pause_button.blockSignals(True)
             self.pause_button.setChecked(False)

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..estimates import Advice
 from ..theme import PLOT_COLOURS
-from .plot_base import EmptyNote, cache_axes, pen, plain_axes
+from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -22,7 +22,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.showGrid(x=True, y=True, alpha=0.2)
         plain_axes(pi)
         cache_axes(pi)
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
                              symbolBrush=PLOT_COLOURS["predicted_speedup"])
         self.one = pg.InfiniteLine(pos=1.0, angle=0, movable=False,

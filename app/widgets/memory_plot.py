@@ -52,7 +52,6 @@ class MemoryPlot(LivePlot):
         self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
         self.band_item.setZValue(-10)
         pi.addItem(self.band_item, ignoreBounds=True)
-        pi.legend.setColumnCount(3)  # many series: keep the legend short
         pi.hideAxis("right")  # shown once a rate series (PCIe MB/s) exists: on CPU there is none
 
     def empty_text(self, data: RunData | None) -> str | None:
@@ -75,7 +74,7 @@ class MemoryPlot(LivePlot):
                 item.setDownsampling(auto=True, method="peak")
                 item.setClipToView(True)
                 self.right.addItem(item)
-                self.plot_item.legend.addItem(item, label)
+                self.add_key(label, colour, style)
             else:
                 item = self.curve(label, colour, width=1.5, style=style)
             self.series[key] = item

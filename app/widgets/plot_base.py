@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -16,11 +17,26 @@ pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT
 
 
 PEN_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
-              "dashdot": Qt.PenStyle.DashDotLine}
+              "dashdot": Qt.PenStyle.DashDotLine, "fill": Qt.PenStyle.SolidLine}
 
 
 def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
+
+
+PLOT_MIN_HEIGHT = 100  # three rows of plots must leave the token view a real share at 1280x720
+KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "fill": "■"}
+KEYS_PER_LINE = 4
+
+
+def title_html(title: str, keys: list[tuple[str, str, str]]) -> str:
+    """The plot's title with its key on the next line(s): a coloured line sample and the series name."""
+    if not keys:
+        return html.escape(title)
+    parts = [f'<span style="color:{c}">{KEY_GLYPHS.get(s, "━━")}</span>&nbsp;{html.escape(n)}'
+             for n, c, s in keys]
+    lines = ["&nbsp;&nbsp;&nbsp;".join(parts[i:i + KEYS_PER_LINE]) for i in range(0, len(parts), KEYS_PER_LINE)]
+    return f"<b>{html.escape(title)}</b><br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
 
 
 def plain_axes(plot_item: pg.PlotItem) -> None:
@@ -166,9 +182,10 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setClipToView(True)
         plain_axes(self.plot_item)
         cache_axes(self.plot_item)
-        self.plot_item.addLegend(offset=(5, 5), labelTextSize="8pt", verSpacing=-6,
-                                 brush=(255, 255, 255, 190))
-        self.setMinimumHeight(150)
+        # The key sits under the title, outside the data: a legend box inside the view covered the first
+        # bars, the host-available line and the control-change labels.
+        self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
+        self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.markers: list[pg.InfiniteLine] = []
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
@@ -184,8 +201,13 @@ class LivePlot(pg.PlotWidget):
         if text:
             self.empty.set_text(text)
 
+    def add_key(self, name: str, colour: str, style: str = "solid") -> None:
+        self.keys.append((name, colour, style))
+        self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
+
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
-        item = self.plot_item.plot([], [], name=name, pen=pen(colour, width, style), **kw)
+        self.add_key(name, colour, style)
+        item = self.plot_item.plot([], [], pen=pen(colour, width, style), **kw)
         item.setDownsampling(auto=True, method="peak")
         item.setClipToView(True)
         return item
