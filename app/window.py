@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFileSystemModel,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -90,6 +91,33 @@ class Banner(QWidget):
         self.hide()
         if cb is not None:
             cb()
+
+
+TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
+
+
+def is_openable_trace(name: str) -> bool:
+    """A file Open trace lists: an iteration CSV or a session sidecar, not a trace's sibling CSVs, a Chrome
+    trace or a PNG (an export writes all of those next to each other)."""
+    lower = name.lower()
+    return (lower.endswith(".csv") and not lower.endswith(TRACE_SIBLINGS)) or lower.endswith(".session.json")
+
+
+class TraceFileFilter(QSortFilterProxyModel):
+    def filterAcceptsRow(self, row: int, parent: QModelIndex | QPersistentModelIndex) -> bool:
+        model = self.sourceModel()
+        index = model.index(row, 0, parent)
+        if not isinstance(model, QFileSystemModel) or model.isDir(index):
+            return True
+        return is_openable_trace(model.fileName(index))
+
+
+def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
+    dialog = QFileDialog(parent, "Open trace", folder, "specscope trace (*.csv *.session.json)")
+    dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # a proxy model needs Qt's own dialog
+    dialog.setProxyModel(TraceFileFilter(dialog))
+    return dialog
 
 
 class MainWindow(QMainWindow):
@@ -416,7 +444,11 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         self.status.hide_progress()
-        self.show_error(f"Could not load the models: {message}")
+        self.last_error = f"Could not load the models: {message}"
+        # The way back, in the error itself: the demo always loads. (Models ▸ Choose models… reopens the
+        # dialog with what was typed, to correct it.)
+        self.banner.show_message(self.last_error + " Correct it in Models ▸ Choose models… (Ctrl+M), or:",
+                                 "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
 
     # ---- running ---------------------------------------------------------------------------------------
@@ -556,9 +588,9 @@ class MainWindow(QMainWindow):
         return True
 
     def _open_trace_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open trace", self.settings.last_dir(),
-                                              "specscope trace (*.csv *.json);;All files (*)")
-        if path:
+        dialog = trace_file_dialog(self, self.settings.last_dir())
+        if dialog.exec() and dialog.selectedFiles():
+            path = dialog.selectedFiles()[0]
             self.settings.set_last_dir(str(Path(path).parent))
             self.open_trace(path)
 

@@ -193,7 +193,7 @@ class LivePlot(pg.PlotWidget):
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
-        return "no data yet: press Start" if data is None or not len(data) else None
+        return "no data yet: press Start (F5) to decode the prompt" if data is None or not len(data) else None
 
     def show_empty(self, data: RunData | None) -> None:
         text = self.empty_text(data)
