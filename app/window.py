@@ -13,8 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import (
+    QModelIndex,
+    QPersistentModelIndex,
+    QSize,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -266,13 +274,21 @@ class MainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1400, 900)
+            self.resize(self._first_size())
         if state is not None:
             self.restoreState(state)
         beside, sizes = s.token_layout()
         self.set_tokens_beside(beside)
         # Once the window is laid out: sizes given to a splitter without its final size get rescaled.
         QTimer.singleShot(0, (lambda: self.splitter.setSizes(sizes)) if sizes else self._default_split)
+
+    def _first_size(self) -> QSize:
+        """1400x900, or 95% of a smaller screen (a window larger than the screen hides the status bar)."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return QSize(1400, 900)
+        room = screen.availableGeometry().size()
+        return QSize(min(1400, int(room.width() * 0.95)), min(900, int(room.height() * 0.95)))
 
     def _default_split(self) -> None:
         total = sum(self.splitter.sizes()) or 1000

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+SHOWCASE_PROMPT_ID = "struct-list-field"  # structured ▸ "Repeat a list, adding a field"
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
@@ -46,12 +49,11 @@ def main() -> int:
                         check_interrupted=False)
     window.resize(1600, 1000)
     window.panel.max_new.setValue(400)
-    window.panel.set_prompt_text(
-        "Repeat this list exactly, adding a field 'status': 'active' to every entry:\n"
-        "- name: Alice, role: engineer, team: compilers\n- name: Carol, role: manager, team: runtime\n"
-        "- name: Bob, role: engineer, team: runtime\n- name: Dave, role: intern, team: compilers\n"
-        "- name: Erin, role: engineer, team: kernels\n- name: Frank, role: manager, team: kernels\n"
-        "- name: Grace, role: researcher, team: runtime\n- name: Heidi, role: engineer, team: compilers")
+    # The README's showcase is the shipped preset itself, so the presets give what the screenshot shows.
+    from specscope.core.prompts import load_prompt_sets
+
+    showcase = next(p for p in load_prompt_sets()["structured"] if p.id == SHOWCASE_PROMPT_ID)
+    window.panel.set_prompt_text(showcase.text)
     window.show()
     state: dict[str, bool] = {"k_changed": False, "done": False}
 
