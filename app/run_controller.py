@@ -25,7 +25,6 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from specscope.core.controls import InvalidControl
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 
-from .estimates import Advice, advise
 from .run_data import ControlChange, RunData
 from .worker import LoadRequest, RunRequest, WorkerHost
 
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK_MS = 33  # ~30 Hz drain
-ADVICE_EVERY_S = 0.5  # the cost-model curve changes slowly; recompute it twice a second during a run
 INGEST_CHUNK = 32  # records per RunData.extend call
 TICK_BUDGET_S = 0.012  # ingest time after which a tick takes no more records and asks for no redraw
 
@@ -99,7 +97,6 @@ class RunController(QObject):
         self._keep_sessions = keep_sessions or (lambda: 0)
         self.host = WorkerHost(self)
         self.data = RunData()
-        self.advice: Advice | None = None
         self.state = RunState.NO_MODEL
         self.has_pair = False
         self.pair_description = ""
@@ -109,7 +106,6 @@ class RunController(QObject):
         self.run_started_at: float | None = None
         self._baseline_wanted = False  # the user asked for one: mark where it lands
         self._pending: deque[Event] = deque()  # drained from the worker, not yet ingested
-        self._advice_at = 0.0
         self._closed = False
         w = self.host.worker
         # Slots belong to a QObject on the GUI thread, so Qt queues the worker's emissions.
@@ -274,8 +270,6 @@ class RunController(QObject):
 
     def catch_up(self) -> None:
         self.drain_all()
-        self.advice = advise(self.data)
-        self._advice_at = time.monotonic()
 
     def ingest(self, events: list[Event], record: bool = False) -> int:
         """Add events to the run's data; returns how many were iterations."""
@@ -287,10 +281,6 @@ class RunController(QObject):
         if record and self.recorder is not None:
             for e in events:
                 self.recorder.append(e)
-        now = time.monotonic()
-        if now - self._advice_at >= ADVICE_EVERY_S or not self.state.active:
-            self._advice_at = now
-            self.advice = advise(self.data)
         if new_records:
             self.records_added.emit(new_records)
         return len(new_records)
@@ -310,15 +300,17 @@ class RunController(QObject):
         self._pending.clear()
         self._baseline_wanted = False
         self.data = RunData()
-        self.advice = None
         self.data_reset.emit()
 
     def replay(self, records: list[IterationRecord], baselines: list[BaselineRecord], path: str) -> None:
         """Show a saved trace: a new RunData from its events; the run state (and any pair) is untouched."""
+        from specscope.core.measurement import replay
+
         self.reset_data()
         self.replay_path = path
-        self.ingest(merge_events(records, baselines))
-        self.advice = advise(self.data)
+        events = merge_events(records, baselines)
+        replay(events)  # the measurement owner fills every record's numbers, as in a live run
+        self.ingest(events)
 
     # ---- closing ---------------------------------------------------------------------------------------
     def shutdown(self) -> bool:

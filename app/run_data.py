@@ -2,25 +2,20 @@
 
 Records arrive in batches (a timer drains the worker's buffer); each batch extends preallocated numpy
 columns that grow by doubling, so a redraw is one ``setData`` per curve over array views, never a rebuild
-from Python lists. Values the measurement layer put on the record are used as they are; when a record lacks
-them (a replayed trace from an older version, or no measurement layer) a simple running value is derived
-from the record's own counts so the plots still show something truthful.
+from Python lists. Every derived number (α, speed-ups, tokens/s, acceptance by position, best k) is the
+measurement owner's (``core.measurement``): it arrives on the records (their fields, and ``record.estimate``);
+a replayed trace is passed through ``core.measurement.replay`` before it gets here. Nothing is estimated here.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.core.controls import K_MAX
-from specscope.core.live import LiveMeasurement
-from specscope.core.metrics import checked_proposals
+from specscope.core.measurement import Estimate
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
-
-FALLBACK_WINDOW = 32  # iterations, for windowed α / speed-up when the record carries none
 
 
 class GrowingArray:
@@ -56,7 +51,8 @@ class GrowingArray:
 
 COLUMNS = (
     "iteration", "k", "draft_ms", "verify_ms", "rollback_ms", "iteration_ms", "plain_step_ms",
-    "alpha_window", "alpha_cumulative", "tokens_per_iteration", "measured_speedup", "predicted_speedup",
+    "alpha_window", "alpha_cumulative", "tokens_per_iteration", "measured_speedup", "measured_speedup_lo",
+    "measured_speedup_hi", "predicted_speedup",
 )
 
 
@@ -109,27 +105,16 @@ class RunData:
     def __post_init__(self) -> None:
         self.columns: dict[str, GrowingArray] = {name: GrowingArray() for name in COLUMNS}
         self.memory: dict[str, GrowingArray] = {}
-        self.position_reached = np.zeros(K_MAX + 1, dtype=np.int64)
-        self.position_accepted = np.zeros(K_MAX + 1, dtype=np.int64)
-        self.n_drafted = 0
-        self.n_checked = 0
-        self.n_accepted = 0
-        self.n_emitted = 0
-        self.decode_ms = 0.0
-        self._window: deque[tuple[int, int, int, float]] = deque(maxlen=FALLBACK_WINDOW)
         self._last_controls: ControlValues | None = None
-        self._last_plain_ms: float | None = None
-        # The GUI's own window of estimates (costs, alpha) for the "which k" curve and the status verdict:
-        # the same class the session uses, so live runs and replayed traces read alike.
-        self.live = LiveMeasurement(window=FALLBACK_WINDOW)
+        self.estimate: Estimate | None = None  # the measurement's, after the last record
 
     # ---- ingest ----------------------------------------------------------------------------------------
     def extend(self, events: list[IterationRecord | BaselineRecord]) -> None:
         for e in events:
             if isinstance(e, BaselineRecord):
                 self.baselines.append(e)
-                self._last_plain_ms = e.median_step_ms
-                self.live.observe_baseline(e)
+                if e.estimate is not None:  # a baseline closing a block updates the measured speed-up
+                    self.estimate = e.estimate
             else:
                 self._add(e)
         if events:
@@ -143,28 +128,8 @@ class RunData:
             if label:
                 self.control_changes.append(ControlChange(r.iteration, label))
         self._last_controls = r.controls
-        self.live.observe(r)
-        self.n_drafted += r.n_drafted
-        self.n_checked += checked_proposals(r)
-        self.n_accepted += r.n_accepted
-        self.n_emitted += r.n_emitted
-        self.decode_ms += r.iteration_ms
-        for i in range(min(r.n_drafted, K_MAX + 1)):
-            if i > r.n_accepted:
-                break
-            self.position_reached[i] += 1
-            if i < r.n_accepted:
-                self.position_accepted[i] += 1
-        self._window.append((checked_proposals(r), r.n_accepted, r.n_emitted, r.iteration_ms))
-
-        plain_ms = r.plain_step_ms if r.plain_step_ms is not None else self._last_plain_ms
-        alpha_w = r.alpha_window if r.alpha_window is not None else self._window_alpha()
-        alpha_c = r.alpha_cumulative
-        if alpha_c is None and self.n_checked:
-            alpha_c = self.n_accepted / self.n_checked
-        speedup = r.measured_speedup
-        if speedup is None and plain_ms:
-            speedup = self._window_speedup(plain_ms)
+        if r.estimate is not None:
+            self.estimate = r.estimate
         c = self.columns
         c["iteration"].append(r.iteration)
         c["k"].append(r.controls.k)
@@ -172,11 +137,13 @@ class RunData:
         c["verify_ms"].append(r.verify_ms)
         c["rollback_ms"].append(r.rollback_ms)
         c["iteration_ms"].append(r.iteration_ms)
-        c["plain_step_ms"].append(_num(plain_ms))
-        c["alpha_window"].append(_num(alpha_w))
-        c["alpha_cumulative"].append(_num(alpha_c))
+        c["plain_step_ms"].append(_num(r.plain_step_ms))
+        c["alpha_window"].append(_num(r.alpha_window))
+        c["alpha_cumulative"].append(_num(r.alpha_cumulative))
         c["tokens_per_iteration"].append(r.n_emitted)
-        c["measured_speedup"].append(_num(speedup))
+        c["measured_speedup"].append(_num(r.measured_speedup))
+        c["measured_speedup_lo"].append(_num(r.measured_speedup_lo))
+        c["measured_speedup_hi"].append(_num(r.measured_speedup_hi))
         c["predicted_speedup"].append(_num(r.predicted_speedup))
         for key, value in r.memory.items():
             arr = self.memory.get(key)
@@ -195,15 +162,6 @@ class RunData:
             else:
                 self.flag_bands.append(FlagBand(r.iteration, r.iteration, sentence, 1, sentence))
 
-    def _window_alpha(self) -> float | None:
-        checked = sum(w[0] for w in self._window)
-        return sum(w[1] for w in self._window) / checked if checked else None
-
-    def _window_speedup(self, plain_ms: float) -> float | None:
-        ms = sum(w[3] for w in self._window)
-        emitted = sum(w[2] for w in self._window)
-        return (emitted / ms) * plain_ms if ms > 0 else None
-
     # ---- summaries --------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.records)
@@ -217,26 +175,6 @@ class RunData:
             return None
         x = float(v[-1])
         return None if math.isnan(x) else x
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self.n_emitted / (self.decode_ms / 1000.0) if self.decode_ms > 0 else None
-
-    @property
-    def tokens_per_iteration(self) -> float | None:
-        return self.n_emitted / len(self.records) if self.records else None
-
-    @property
-    def alpha(self) -> float | None:
-        """Cumulative α as the cost model defines it: accepted / checked proposals."""
-        return self.n_accepted / self.n_checked if self.n_checked else None
-
-    def per_position_acceptance(self) -> np.ndarray:
-        """P(accept at position i | position i was reached), NaN where never reached; trimmed to used k."""
-        used = int(np.max(np.nonzero(self.position_reached)[0]) + 1) if self.position_reached.any() else 0
-        reached = self.position_reached[:used].astype(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(reached > 0, self.position_accepted[:used] / reached, np.nan)
 
     @property
     def nbytes(self) -> int:

@@ -41,7 +41,6 @@ from PySide6.QtWidgets import (
 
 from specscope.core.records import ControlValues, IterationRecord
 
-from .estimates import Advice
 from .pair_choice import PairChoice
 from .run_controller import FINISH_WORDS, RunController, RunState
 from .run_data import RunData
@@ -330,10 +329,6 @@ class MainWindow(QMainWindow):
         return self.controller.data
 
     @property
-    def advice(self) -> Advice | None:
-        return self.controller.advice
-
-    @property
     def host(self) -> WorkerHost:
         return self.controller.host
 
@@ -394,24 +389,24 @@ class MainWindow(QMainWindow):
         data = self.data
         if self.state.active:
             if time_left and self.plots.stale(data):
-                self.plots.refresh_one(data, self.advice)
+                self.plots.refresh_one(data)
         elif self.plots.stale(data):
-            self.plots.refresh(data, self.advice)
+            self.plots.refresh(data)
         self._render_numbers()
 
     def _render_numbers(self) -> None:
-        data, advice = self.data, self.advice
-        self.status.update(data, advice)
+        data = self.data
+        self.status.update(data)
         last = data.records[-1] if data.records else None
         self.run_panel.show_k(last.controls.k if last else None, bool(last and last.controls.adaptive_k))
         self.panel.show_k_in_use(last.controls.k if last and last.controls.adaptive_k else None)
-        self.run_panel.show_verdict(advice.verdict if advice is not None else None)
+        self.run_panel.show_verdict(data.estimate.verdict() if data.estimate is not None else None)
         band = data.flag_bands[-1] if data.flag_bands else None
         self.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
                                     band.end if band else None)
 
     def redraw_all(self) -> None:
-        self.plots.refresh(self.data, self.advice)
+        self.plots.refresh(self.data)
         self._render_numbers()
 
     # ---- models ----------------------------------------------------------------------------------------

@@ -1,108 +1,15 @@
 """Adaptive k: policies that choose the number of proposals for the next iteration.
 
-``CostModelKPolicy`` maximises the cost model's predicted speed-up with the live window's measured costs
-and position-by-position acceptance. ``HeuristicKPolicy`` is transformers' schedule, for comparison.
-Both implement ``speculative.KPolicy``.
+``CostModelKPolicy`` maximises the predicted speed-up that ``core.measurement`` gives for each k (the same
+curve, verify fit and acceptance by position the app and the CLI show); it adds only the policy: when to
+explore, probe and switch. ``HeuristicKPolicy`` is transformers' schedule, for comparison. Both implement
+``speculative.KPolicy``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from . import costmodel
-from .live import LiveMeasurement
+from .measurement import Measurement
 from .records import BaselineRecord, IterationRecord
-
-
-def monotone_verify_costs(verify_ms_by_len: dict[int, float]) -> dict[int, float]:
-    """The verify curve made non-decreasing in pass length (pool-adjacent-violators, equal weights).
-
-    A longer pass never costs less; noisy timings that say otherwise would make the policy flap between
-    lengths, so violating neighbours are replaced by their mean.
-    """
-    blocks: list[list[float]] = []  # [sum, count]
-    lengths = sorted(verify_ms_by_len)
-    for n in lengths:
-        blocks.append([verify_ms_by_len[n], 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    values = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
-    return dict(zip(lengths, values, strict=True))
-
-
-class PositionCounts:
-    """Per-position acceptance counts, exponentially forgotten: position i was *reached* when proposals
-    0..i-1 were accepted and i was drafted (so it was judged), and *accepted* when i was accepted too.
-
-    Counting only iterations that reached a position keeps the estimate free of the bias of the k each
-    iteration used (proposals after a rejection are never judged). ``decay`` < 1 forgets old iterations
-    (memory of about 1/(1-decay) iterations), so the estimate follows the text as it changes.
-    """
-
-    def __init__(self, decay: float = 1.0):
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
-        self.decay = decay
-        self.reached: list[float] = []
-        self.accepted: list[float] = []
-
-    def add(self, record: IterationRecord) -> None:
-        if record.mode != "speculative":
-            return
-        if self.decay < 1.0:
-            self.reached = [x * self.decay for x in self.reached]
-            self.accepted = [x * self.decay for x in self.accepted]
-        judged = min(record.n_drafted, record.n_accepted + 1)
-        while len(self.reached) < judged:
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        for i in range(judged):
-            self.reached[i] += 1.0
-            if i < record.n_accepted:
-                self.accepted[i] += 1.0
-
-    @property
-    def judged(self) -> float:
-        """Proposals judged, all positions together (forgotten ones weigh less)."""
-        return sum(self.reached)
-
-    @property
-    def pooled(self) -> float | None:
-        """Accepted over judged, all positions together (the iid alpha)."""
-        judged = sum(self.reached)
-        return sum(self.accepted) / judged if judged > 0 else None
-
-    def depth(self, min_trials: float) -> int:
-        """How many leading positions were reached at least ``min_trials`` times."""
-        d = 0
-        while d < len(self.reached) and self.reached[d] >= min_trials:
-            d += 1
-        return d
-
-    def conditional(self, depth: int, prior: float, prior_weight: float) -> list[float]:
-        """P(accept i | 0..i-1 accepted) for i < depth, each shrunk toward the position before it.
-
-        Position 0 shrinks toward ``prior``; a position never reached takes the value of the one before
-        (the iid model beyond the data).
-        """
-        out: list[float] = []
-        previous = prior
-        for i in range(depth):
-            reached = self.reached[i] if i < len(self.reached) else 0.0
-            accepted = self.accepted[i] if i < len(self.accepted) else 0.0
-            c = (accepted + prior_weight * previous) / (reached + prior_weight)
-            out.append(c)
-            previous = c
-        return out
-
-
-def position_counts(records: list[IterationRecord]) -> PositionCounts:
-    counts = PositionCounts()
-    for r in records:
-        counts.add(r)
-    return counts
 
 
 class CostModelKPolicy:
@@ -114,10 +21,9 @@ class CostModelKPolicy:
       step), so it comes back when acceptance rises. A probe costs little: k = 1 is near break-even then.
       It stops drafting only once ``skip_after`` proposals were judged: one unlucky first iteration must
       not stop the measuring.
-    - E(k) uses per-position conditional acceptance (acceptance comes in runs, so the iid alpha
-      under-predicts what the positions after an accepted one are worth), counted by the policy itself with
-      exponential forgetting (``decay``), a longer memory than the live window: deep positions are judged
-      rarely. Costs (draft step, verify by pass length, fixed per-iteration) come from the live window.
+    - The scores are ``Measurement.scores``: E(k) from per-position conditional acceptance (acceptance comes
+      in runs, so the iid alpha under-predicts what the positions after an accepted one are worth) and the
+      one verify-cost fit; k with no verify data has no score and is never chosen.
     - Every ``explore_every`` choices it tries one more proposal than its choice, so the acceptance at the
       next position and the verify cost at the next length keep being measured; but only when that k is
       predicted to lose at most ``explore_margin`` (relative): where drafting is dear, a deeper probe
@@ -134,7 +40,7 @@ class CostModelKPolicy:
 
     def __init__(
         self,
-        live: LiveMeasurement,
+        measurement: Measurement,
         k_min: int = 0,
         k_max: int = 16,
         initial_k: int = 2,
@@ -144,17 +50,15 @@ class CostModelKPolicy:
         explore_margin: float = 0.1,
         skip_after: float = 8.0,
         hysteresis: float = 0.03,
-        prior_weight: float = 2.0,
         min_trials: float = 1.0,
-        decay: float = 0.98,
         reach: int = 2,
     ):
         if not 0 <= k_min <= k_max or k_max < 1:
             raise ValueError(f"need 0 <= k_min <= k_max and k_max >= 1, got k_min={k_min}, k_max={k_max}")
-        if min(hysteresis, prior_weight, explore_every, probe_every, explore_margin, skip_after) < 0 or reach < 1:
-            raise ValueError("hysteresis, prior_weight, explore_every, probe_every, explore_margin and "
-                             "skip_after must be >= 0, reach >= 1")
-        self.live = live
+        if min(hysteresis, explore_every, probe_every, explore_margin, skip_after) < 0 or reach < 1:
+            raise ValueError("hysteresis, explore_every, probe_every, explore_margin and skip_after must be >= 0, "
+                             "reach >= 1")
+        self.measurement = measurement
         self.k_min, self.k_max = k_min, k_max
         self.initial_k = min(max(initial_k, k_min, 1), k_max)  # it cannot measure anything without drafting
         self.min_iterations = min_iterations
@@ -163,10 +67,8 @@ class CostModelKPolicy:
         self.explore_margin = explore_margin
         self.skip_after = skip_after
         self.hysteresis = hysteresis
-        self.prior_weight = prior_weight
         self.min_trials = min_trials
         self.reach = reach
-        self.counts = PositionCounts(decay)
         self.k = self.initial_k
         self.scores: dict[int, float] = {}  # last predicted speed-up over plain per k, for display
         self._choices = 0
@@ -175,51 +77,22 @@ class CostModelKPolicy:
         self.k = self.initial_k
         self.scores = {}
         self._choices = 0
-        self.counts = PositionCounts(self.counts.decay)
 
     def observe(self, record: IterationRecord) -> None:
-        self.live.observe(record)
-        self.counts.add(record)
+        self.measurement.observe(record)  # idempotent: the session feeds the same record
 
     def observe_baseline(self, baseline: BaselineRecord) -> None:
-        self.live.observe_baseline(baseline)
-
-    def _costs(self) -> tuple[Callable[[int], float], float, float, float] | None:
-        """(verify by pass length, draft step, fixed, plain step) in ms; None before any verify timing.
-
-        A k = 0 iteration is a pass of length 1; its cost is the curve's (the sweep's) where measured, else
-        the baseline's plain step, else the shortest measured pass's: never extrapolated below it, so an
-        early, noisy slope cannot make not drafting look cheap. The plain step (the unit of the scores)
-        is the baseline's, else the cost of a pass of length 1.
-        """
-        by_len = self.live.verify_ms_by_len
-        if not by_len:
-            return None
-        plain_step = self.live.plain_step_ms
-        if 1 not in by_len:
-            by_len = {**by_len, 1: plain_step if plain_step is not None else by_len[min(by_len)]}
-        verify = costmodel.verify_cost_function(monotone_verify_costs(by_len))
-        draft, fixed = self.live.draft_step_ms or 0.0, self.live.fixed_ms or 0.0
-        return verify, draft, fixed, plain_step or verify(1)
+        self.measurement.observe_baseline(baseline)
 
     def predicted_scores(self, hi: int) -> dict[int, float] | None:
-        """Predicted speed-up over plain decoding for k in k_min..hi (and ``reach`` past measured positions)."""
-        records = self.live.window_records()
-        alpha = self.counts.pooled
-        costs = self._costs()
-        if len(records) < self.min_iterations or alpha is None or costs is None:
+        """The measurement's predicted speed-up for k in k_min..hi, at most ``reach`` past measured positions."""
+        counts = self.measurement.counts
+        if len(self.measurement.window_records()) < self.min_iterations or counts.pooled is None:
             return None
-        verify, draft, fixed, plain = costs
-        hi = max(self.k_min, min(hi, self.counts.depth(self.min_trials) + self.reach))
-        cond = self.counts.conditional(max(hi, 1), alpha, self.prior_weight)
-        scores: dict[int, float] = {}
+        hi = max(self.k_min, min(hi, counts.depth(self.min_trials) + self.reach))
         # not drafting stops the measuring: only on the evidence of enough judged proposals
-        lo = self.k_min if self.counts.judged >= self.skip_after else max(self.k_min, 1)
-        for k in range(lo, hi + 1):
-            cost = k * draft + verify(k + 1) + fixed
-            if cost > 0:
-                scores[k] = plain * costmodel.expected_tokens_from_positions(cond, k) / cost
-        return scores or None
+        lo = self.k_min if counts.judged >= self.skip_after else max(self.k_min, 1)
+        return self.measurement.scores(lo, hi) or None
 
     def choose_k(self, k_max: int) -> int:
         hi = max(self.k_min, min(self.k_max, k_max))

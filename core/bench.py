@@ -26,12 +26,10 @@ from typing import Any
 
 import torch
 
-from . import costmodel
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .controls import K_MAX, Controls
 from .kinds import DRAFTER_KINDS
-from .live import LiveMeasurement
-from .metrics import acceptance_rate, alpha_estimate
+from .measurement import Measurement, RatioInterval, paired_ratio, run_summary
 from .pair import ModelPair
 from .records import ControlValues, IterationRecord
 from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
@@ -70,11 +68,11 @@ class RunRow:
     acceptance_rate: float | None = None  # accepted / drafted
     mean_k: float | None = None
     decode_ms: float | None = None  # the loop's own time, without prefill (specscope runs)
-    expected_tokens: float | None = None  # sum over iterations of E(alpha, k_i) (specscope runs)
     ratio_to_plain: float | None = None  # tokens/s over the adjacent plain run's
-    predicted_speedup: float | None = None  # cost model, decode only, against the adjacent plain run
-    measured_decode_speedup: float | None = None  # the same quantity measured
+    predicted_speedup: float | None = None  # the measurement's cost model at this k, decode only
+    measured_decode_speedup: float | None = None  # the same quantity measured against the adjacent plain run
     matches_plain: bool | None = None
+    records: list[IterationRecord] = field(repr=False, default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -113,7 +111,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
 # ---- running one method ---------------------------------------------------------------------------
 def _policy(method: Method) -> KPolicy | None:
     if method.kind == "adaptive":
-        return CostModelKPolicy(LiveMeasurement(window=32))
+        return CostModelKPolicy(Measurement())
     if method.kind == "heuristic":
         return HeuristicKPolicy()
     return None
@@ -139,19 +137,17 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     decode_ms = sum(r.iteration_ms for r in records)
     row = RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
                  tokens=len(result.token_ids), seconds=(decoder.prefill_ms + decode_ms) / 1000.0,
-                 token_ids=list(result.token_ids), target_passes=len(records), decode_ms=decode_ms)
+                 token_ids=list(result.token_ids), target_passes=len(records), decode_ms=decode_ms,
+                 records=list(records))
     if not plain:
-        _fill_acceptance(row, records)
+        fill_acceptance(row, records)
     return row
 
 
-def _fill_acceptance(row: RunRow, records: list[IterationRecord]) -> None:
-    row.alpha = alpha_estimate(records)
-    row.acceptance_rate = acceptance_rate(records)
-    row.mean_k = statistics.fmean(r.n_drafted for r in records) if records else None
-    if row.alpha is not None:
-        row.expected_tokens = sum(costmodel.expected_tokens_per_iteration(row.alpha, r.n_drafted)
-                                  for r in records)
+def fill_acceptance(row: RunRow, records: Sequence[IterationRecord]) -> None:
+    """α, acceptance rate and mean k of a run, from the measurement's run summary (as the CLI prints them)."""
+    summary = run_summary(records)
+    row.alpha, row.acceptance_rate, row.mean_k = summary["alpha"], summary["acceptance_rate"], summary["mean_k"]
 
 
 class _PassCounter:
@@ -258,9 +254,24 @@ def compare_with_plain(rows: list[RunRow]) -> None:
             continue
         plain_ms_per_token = p.decode_ms / p.tokens
         r.measured_decode_speedup = r.tokens * plain_ms_per_token / r.decode_ms
-        if r.expected_tokens is not None:
-            # the cost model with this run's alpha and its measured phase costs (their sum is decode_ms)
-            r.predicted_speedup = r.expected_tokens * plain_ms_per_token / r.decode_ms
+        if r.records and p.records:
+            r.predicted_speedup = predicted_against(p.records, r.records)
+
+
+def predicted_against(plain: Sequence[IterationRecord], speculative: Sequence[IterationRecord]) -> float | None:
+    """The measurement's predicted speed-up for a speculative run, its plain step taken from the adjacent plain
+    run (each plain step is a verify pass of length 1 in the one cost fit); at the run's mean k."""
+    m = Measurement()
+    for r in plain:
+        m.observe(r)
+    est = None
+    for r in speculative:
+        est = m.enrich(r)
+    if est is None:
+        return None
+    spec = [r for r in speculative if r.mode == "speculative"]
+    k = round(sum(r.n_drafted for r in spec) / len(spec)) if spec else 0
+    return est.speedup_at(k)
 
 
 def find_mismatches(rows: Sequence[RunRow], pair: ModelPair | None = None,
@@ -301,14 +312,12 @@ class MethodSummary:
     tps_median: float
     tps_min: float
     tps_max: float
-    ratio_median: float | None
-    ratio_min: float | None
-    ratio_max: float | None
+    ratio: RatioInterval | None  # paired ratio over (prompt, round) pairs with its interval
     alpha: float | None
     tokens_per_pass: float | None
     mean_k: float | None
     predicted_median: float | None
-    measured_decode_median: float | None
+    measured_decode: RatioInterval | None
     identical: str  # "yes", "no (n of m)" or "—"
 
 
@@ -333,12 +342,13 @@ def summarize_methods(rows: Sequence[RunRow], kind: str | None = None) -> list[M
         passes = sum(r.target_passes or 0 for r in rs)
         out.append(MethodSummary(
             method=name, runs=len(rs), tps_median=float(statistics.median(tps)), tps_min=min(tps),
-            tps_max=max(tps), ratio_median=_median(ratios), ratio_min=min(ratios) if ratios else None,
-            ratio_max=max(ratios) if ratios else None, alpha=_median([r.alpha for r in rs]),
+            tps_max=max(tps), ratio=paired_ratio(ratios, min_pairs=1), alpha=_median([r.alpha for r in rs]),
             tokens_per_pass=sum(r.tokens for r in rs) / passes if passes else None,
             mean_k=_median([r.mean_k for r in rs]),
             predicted_median=_median([r.predicted_speedup for r in rs]),
-            measured_decode_median=_median([r.measured_decode_speedup for r in rs]), identical=identical,
+            measured_decode=paired_ratio([r.measured_decode_speedup for r in rs
+                                          if r.measured_decode_speedup is not None], min_pairs=1),
+            identical=identical,
         ))
     return out
 
@@ -366,6 +376,12 @@ def _f(v: float | None, digits: int = 2) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
+def _ratio_cell(s: MethodSummary | None) -> str:
+    if s is None or s.ratio is None:
+        return "—"
+    return f"{s.ratio.value:.2f} ({s.ratio.lo:.2f}–{s.ratio.hi:.2f})"
+
+
 def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
                     command: str, rounds: int, max_new_tokens: int) -> str:
     kinds = list(dict.fromkeys(r.prompt_kind for r in rows))
@@ -381,27 +397,29 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
         "greedy",
         "- Methods run back to back per prompt, order rotating per round; ratios are to the plain run of the "
         "same prompt in the same round. Speeds include the prefill.",
-        "- α = accepted / judged proposals (the cost model's α); predicted = cost model with the run's α and "
-        "measured costs vs the adjacent plain run, decode only; measured = the same ratio measured.",
+        "- × plain: the paired ratio over (prompt, round) pairs, Hodges-Lehmann centre with a 95% bootstrap "
+        "interval (specscope.core.measurement.paired_ratio).",
+        "- α = accepted / judged proposals (the cost model's α); predicted = the measurement's cost model at the "
+        "run's mean k, its plain step from the adjacent plain run, decode only; measured = the same ratio "
+        "measured, paired like × plain.",
         "",
-        "| method | tok/s median (min–max) | × plain median (min–max) | α | tokens/pass | mean k "
+        "| method | tok/s median (min–max) | × plain (95% interval) | α | tokens/pass | mean k "
         "| predicted | measured | identical to plain |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summarize_methods(rows):
-        ratio = "—" if s.ratio_median is None else \
-            f"{s.ratio_median:.2f} ({_f(s.ratio_min)}–{_f(s.ratio_max)})"
+        ratio = "—" if s.method == "plain" else _ratio_cell(s)
         lines.append(
             f"| {s.method} | {s.tps_median:.1f} ({s.tps_min:.1f}–{s.tps_max:.1f}) | {ratio} | {_f(s.alpha)} "
             f"| {_f(s.tokens_per_pass)} | {_f(s.mean_k, 1)} | {_f(s.predicted_median)} "
-            f"| {_f(s.measured_decode_median)} | {s.identical} |"
+            f"| {_f(s.measured_decode.value if s.measured_decode else None)} | {s.identical} |"
         )
     if len(kinds) > 1:
-        lines += ["", "## × plain (median) by prompt kind", "",
+        lines += ["", "## × plain (paired ratio) by prompt kind", "",
                   "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
         per_kind = {k: {s.method: s for s in summarize_methods(rows, k)} for k in kinds}
         for name in dict.fromkeys(r.method for r in rows):
-            cells = [_f(per_kind[k][name].ratio_median) if name in per_kind[k] else "—" for k in kinds]
+            cells = [_ratio_cell(per_kind[k].get(name)) for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "## Greedy outputs", ""]
     if not mismatches:

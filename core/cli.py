@@ -52,8 +52,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", type=_positive_int, default=128)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
-    g.add_argument("--baseline-every", type=int, default=16,
-                   help="measure plain target steps on the live context every N iterations (0 = never)")
+    g.add_argument("--baseline-every", type=int, default=6,
+                   help="time 3 plain target steps on the live context every N iterations: the blocks the measured "
+                        "speed-up and its interval are paired over (0 = never: no measured speed-up)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,8 +146,9 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
+    from .busy import BUSY_PREFIX
+    from .measurement import run_summary
     from .memory.residency import model_residency
-    from .metrics import summarize
     from .models import ModelLoadError, load_pair, spec_from_args
     from .session import Session, SessionOptions
 
@@ -179,7 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if pair.draft is not None:
         residency["draft"] = model_residency(pair.draft.model, pair.draft.device, "draft")
     flags = [(r.iteration, f) for r in records for f in r.flags]
-    summary = summarize(records, prefill_ms=session.decoder.prefill_ms)
+    estimate = session.measurement.estimate()
+    summary = run_summary(records, prefill_ms=session.decoder.prefill_ms, estimate=estimate)
 
     trace_error: str | None = None
     if args.trace is not None or args.chrome_trace is not None:
@@ -190,22 +193,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             "token_ids": result.token_ids,
             "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
             "finish_reason": result.finish_reason if error is None else "error",
-            "iterations": len(records),
-            "alpha": result.alpha,
-            "tokens_per_iteration": result.tokens_per_iteration,
-            "tokens_per_second": result.tokens_per_second,
-            "prefill_ms": session.decoder.prefill_ms,
             "metrics": summary,
             "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
                           for name, r in residency.items()},
-            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags],
+            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
+            "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
             "error": error or trace_error,
         }
         print(json.dumps(out, indent=None, default=str))
     else:
         print(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True))
         print()
-        print(_summary_text(args, pair, result, records, summary, residency, flags))
+        print(_summary_text(args, pair, result, summary, estimate, residency, flags))
     if error is not None:
         print(f"specscope: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
@@ -232,43 +231,55 @@ def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[
     return None
 
 
-def _summary_text(args: argparse.Namespace, pair: Any, result: Any, records: list[Any], summary: dict[str, Any],
+def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
                   residency: dict[str, Any], flags: list[tuple[int, str]]) -> str:
+    """The run in words; every number is ``run_summary``'s or the measurement's estimate's."""
+    from .busy import BUSY_PREFIX
     from .memory.residency import format_residency
 
+    s = summary
     lines = ["── specscope run " + "─" * 50]
     mode = "plain decoding (target only)" if args.plain else f"speculative, drafter {pair.drafter_kind}"
     lines.append(f"mode          {mode}; finish: {result.finish_reason}")
-    lines.append(f"tokens        {len(result.token_ids)} in {len(records)} iterations "
-                 f"({_fmt(result.tokens_per_iteration, '.2f')} per iteration); prefill "
-                 f"{_fmt(summary.get('prefill_ms'), '.1f', ' ms')}")
-    lines.append(f"speed         {_fmt(result.tokens_per_second, '.1f', ' tok/s')} over the decode loop")
+    lines.append(f"tokens        {s['tokens']} in {s['iterations']} iterations "
+                 f"({_fmt(s['tokens_per_iteration'], '.2f')} per iteration); prefill "
+                 f"{_fmt(s['prefill_ms'], '.1f', ' ms')}")
+    lines.append(f"speed         {_fmt(s['tokens_per_s'], '.1f', ' tok/s')} over the decode loop")
     if not args.plain:
-        lines.append(f"acceptance    α = {_fmt(result.alpha)} ({result.n_accepted}/{result.n_drafted}); "
-                     f"mean acceptance length {_fmt(summary.get('mean_acceptance_length'), '.2f')}")
-        lines.append(f"costs         draft step {_fmt(summary.get('draft_step_ms_median'), '.2f', ' ms')}, "
-                     f"verify {_fmt(summary.get('verify_ms_median'), '.2f', ' ms')}, "
-                     f"rollback {_fmt(summary.get('rollback_ms_median'), '.3f', ' ms')} (medians)")
-        last = next((r for r in reversed(records) if r.plain_step_ms is not None), None)
-        if last is not None:
-            lines.append(f"vs plain      plain step {last.plain_step_ms:.2f} ms (adjacent); speed-up measured "
-                         f"{_fmt(last.measured_speedup, '.2f', 'x')}, predicted "
-                         f"{_fmt(last.predicted_speedup, '.2f', 'x')} (last window)")
-            if last.measured_speedup is not None and last.measured_speedup < 1.0:
-                lines.append("              speculation is losing to plain decoding here: a draft step costs "
-                             f"{_fmt(summary.get('draft_step_ms_median'), '.2f', ' ms')} against a plain "
-                             f"step of {last.plain_step_ms:.2f} ms at α {_fmt(last.alpha_window, '.2f')}")
+        lines.append(f"acceptance    α = {_fmt(s['alpha'])} ({s['accepted']} accepted of {s['judged']} judged, "
+                     f"{s['drafted']} drafted); mean acceptance length {_fmt(s['mean_acceptance_length'], '.2f')}")
+        draft = (f"draft step {_fmt(s['draft_step_ms'], '.2f', ' ms')}" if s["draft_step_ms"] is not None
+                 else f"draft {_fmt(s['draft_iteration_ms'], '.2f', ' ms')} per iteration")
+        lines.append(f"costs         {draft}, plain step {_fmt(s['plain_step_ms'], '.2f', ' ms')}, "
+                     f"verify {_fmt(s['verify_ms_median'], '.2f', ' ms')}, "
+                     f"rollback {_fmt(s['rollback_ms_median'], '.3f', ' ms')} (medians)")
+        if estimate is not None:
+            measured = (f"measured {estimate.measured.text()} over {estimate.blocks} interleaved plain/speculative "
+                        f"blocks" if estimate.measured else f"measured: {estimate.measured_reason}")
+            lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
+                         f"at k={estimate.k}")
+            if estimate.best_k is not None and estimate.best_speedup is not None:
+                best = ("do not speculate (plain decoding is predicted fastest)" if estimate.best_k == 0
+                        else f"k={estimate.best_k} (predicted ×{estimate.best_speedup:.2f})")
+                lines.append(f"best k        {best}")
+            verdict = estimate.verdict()
+            if verdict:
+                lines.append(f"              {verdict}")
     for name, r in residency.items():
         lines.append(f"residency     {format_residency(name, r)}")
         for w in r.warnings:
             lines.append(f"  warning     {w}")
-    if flags:
-        lines.append(f"paging        {len(flags)} flagged iteration(s):")
-        for it, sentence in flags[:8]:
+    busy = [(it, f) for it, f in flags if f.startswith(BUSY_PREFIX)]
+    paging = [(it, f) for it, f in flags if not f.startswith(BUSY_PREFIX)]
+    for label, flagged in (("machine busy", busy), ("paging", paging)):
+        if not flagged:
+            continue
+        lines.append(f"{label:<14}{len(flagged)} flagged iteration(s):")
+        for it, sentence in flagged[:8]:
             lines.append(f"  iter {it:>4}   {sentence}")
-        if len(flags) > 8:
-            lines.append(f"  … and {len(flags) - 8} more (see the trace's flags column)")
-    else:
+        if len(flagged) > 8:
+            lines.append(f"  … and {len(flagged) - 8} more (see the trace's flags column)")
+    if not paging:
         lines.append("paging        no slow iterations flagged")
     return "\n".join(lines)
 

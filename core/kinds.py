@@ -14,3 +14,10 @@ DRAFTER_HELP = {
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",
     "early-exit": "the target's first layers and its head propose (self-speculation)",
 }
+# Drafters whose cost does not grow with the number of proposals (a lookup finds a whole continuation at
+# once): the cost model charges them per iteration, not per proposal.
+DRAFT_COST_PER_ITERATION: frozenset[str] = frozenset({"lookup"})
+
+
+def draft_cost_per_token(drafter: str) -> bool:
+    return drafter not in DRAFT_COST_PER_ITERATION

@@ -1,4 +1,7 @@
-"""Acceptance and timing metrics over iteration records, with the serving engines' definitions.
+"""The definitions: acceptance and timing metrics over iteration records, with the serving engines' meanings.
+
+Pure functions of records. ``core.measurement`` is the one owner that applies them to a run (and adds costs,
+speed-ups and best k); consumers read its estimates and ``run_summary``, not these functions directly.
 
 Speculative metrics read only speculative records (plain records have nothing drafted); token timing reads
 every record. Positions are 0-based: position i is the (i+1)-th proposal of an iteration.
@@ -8,8 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from statistics import median
-from typing import Any
 
 from .records import IterationRecord
 
@@ -128,40 +129,3 @@ def tokens_per_second(records: Sequence[IterationRecord]) -> float | None:
     """Emitted tokens over the loop's own time (sum of iteration_ms)."""
     ms = sum(r.iteration_ms for r in records)
     return sum(r.n_emitted for r in records) * 1000.0 / ms if ms > 0 else None
-
-
-def _median_or_none(values: Sequence[float]) -> float | None:
-    return float(median(values)) if values else None
-
-
-def summarize(records: Sequence[IterationRecord], prefill_ms: float = 0.0) -> dict[str, Any]:
-    """Every metric above in one JSON-ready dict (CLI ``--json``, per-prompt-kind tables)."""
-    spec = _speculative(records)
-    intervals = inter_token_intervals_ms(records)
-    draft_steps = [r.draft_ms / r.n_drafted for r in spec if r.n_drafted]
-    last = records[-1] if records else None
-    return {
-        "iterations": len(records),
-        "speculative_iterations": len(spec),
-        "tokens": sum(r.n_emitted for r in records),
-        "drafted": sum(r.n_drafted for r in spec),
-        "accepted": sum(r.n_accepted for r in spec),
-        "acceptance_rate": acceptance_rate(records),
-        "alpha": alpha_estimate(records),
-        "mean_acceptance_length": mean_acceptance_length(records),
-        "tokens_per_iteration": (sum(r.n_emitted for r in records) / len(records)) if records else None,
-        "per_position_acceptance": per_position_acceptance(records),
-        "conditional_position_acceptance": conditional_position_acceptance(records),
-        "accepted_histogram": accepted_histogram(records),
-        "tokens_per_s": tokens_per_second(records),
-        "prefill_ms": prefill_ms,
-        "ttft_ms": time_to_first_token_ms(records, prefill_ms),
-        "itl_p50_ms": percentile(intervals, 50.0),
-        "itl_p95_ms": percentile(intervals, 95.0),
-        "draft_step_ms_median": _median_or_none(draft_steps),
-        "verify_ms_median": _median_or_none([r.verify_ms for r in records]),
-        "rollback_ms_median": _median_or_none([r.rollback_ms for r in spec]),
-        "plain_step_ms": last.plain_step_ms if last else None,
-        "measured_speedup": last.measured_speedup if last else None,
-        "predicted_speedup": last.predicted_speedup if last else None,
-    }

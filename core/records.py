@@ -7,9 +7,12 @@ reads these; nothing recomputes what the loop already measured.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .measurement import Estimate
 
 
 class TokenStatus(str, Enum):
@@ -95,10 +98,18 @@ class IterationRecord:
     plain_step_ms: float | None = None  # adjacent plain-decoding step time of the target
     alpha_window: float | None = None
     alpha_cumulative: float | None = None
-    measured_speedup: float | None = None
+    measured_speedup: float | None = None  # paired ratio over plain/speculative blocks (measurement.py)
+    measured_speedup_lo: float | None = None  # its confidence interval
+    measured_speedup_hi: float | None = None
     predicted_speedup: float | None = None
     memory: dict[str, float] = field(default_factory=dict)  # joined memory sample (flat, units in names)
-    flags: list[str] = field(default_factory=list)  # paging-detector sentences
+    flags: list[str] = field(default_factory=list)  # paging-detector and machine-busy sentences
+    # Process CPU time during the iteration (all threads) and involuntary context switches: a step that got
+    # far less CPU than its wall time while being preempted ran on a busy machine (see core/busy.py).
+    cpu_ms: float | None = None
+    preempted: int | None = None
+    # The measurement owner's estimate after this record (shared, immutable; not part of the trace's columns).
+    estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property
     def k(self) -> int:
@@ -113,8 +124,9 @@ class IterationRecord:
         return [t for t in self.tokens if t.status.committed]
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "estimate"}
         d["controls"] = asdict(self.controls)
+        d["tokens"] = [asdict(t) for t in self.tokens]
         return d
 
 
@@ -127,6 +139,9 @@ class BaselineRecord:
     step_ms: list[float]  # one plain step each
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
     t_s: float = 0.0
+    # The measurement's estimate once this baseline closed a block (the closing baseline after the last
+    # iteration completes the run's numbers); not part of the trace's columns.
+    estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_step_ms(self) -> float:
@@ -157,17 +172,4 @@ class RunResult:
     def n_accepted(self) -> int:
         return sum(r.n_accepted for r in self.iterations)
 
-    @property
-    def alpha(self) -> float | None:
-        d = self.n_drafted
-        return self.n_accepted / d if d else None
-
-    @property
-    def tokens_per_iteration(self) -> float | None:
-        n = len(self.iterations)
-        return len(self.token_ids) / n if n else None
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        decode_s = sum(r.iteration_ms for r in self.iterations) / 1000.0
-        return len(self.token_ids) / decode_s if decode_s > 0 else None
+    # Rates (α, tokens/s, speed-ups) are not here: core/measurement.py owns every derived number.

@@ -1,8 +1,9 @@
 """A session: one pair, one prompt, the loop's records enriched with measurement and memory.
 
 The loop (``speculative.Decoder``) measures; the session joins what the loop cannot know by itself:
-the adjacent plain-step baseline and speed-ups (``live.LiveMeasurement``), the nearest memory sample
-(``memory.sampler.MemorySampler``, its own thread) and paging flags (``memory.detector.PagingDetector``).
+every derived number (``measurement.Measurement``, the one owner: α, costs, speed-ups with their interval,
+best k), the nearest memory sample (``memory.sampler.MemorySampler``, its own thread), machine-busy flags
+(``busy.BusyDetector``) and paging flags (``memory.detector.PagingDetector``).
 The CLI and the GUI worker both consume ``Session.stream``.
 """
 
@@ -12,8 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .adaptive import CostModelKPolicy
-from .controls import Controls
-from .live import LiveMeasurement
+from .busy import BusyDetector
+from .controls import K_MAX, Controls
+from .measurement import Measurement
 from .memory.detector import PagingDetector
 from .memory.sampler import MemorySampler
 from .pair import ModelPair
@@ -27,10 +29,13 @@ class SessionOptions:
     seed: int | None = None
     plain: bool = False
     record_tokens: bool = True
-    baseline_every: int = 16  # plain steps on the live context every N iterations (adjacent baseline)
+    # Plain steps on the live context every N iterations: short blocks of plain and speculative decoding,
+    # interleaved, make the measured speed-up a paired ratio robust to the machine drifting.
+    baseline_every: int = 6
     baseline_steps: int = 3
-    verify_sweep: bool = True  # with each baseline, time passes of length 1..sweep_k_max+1
-    sweep_k_max: int = 8
+    verify_sweep: bool = True  # with a baseline, time passes of length 1..sweep_k_max+1 (the verify fit)
+    sweep_k_max: int = K_MAX  # so every k the curve offers has a measured pass length
+    sweep_every: int = 4
     alpha_window: int = 32
     memory_period_s: float = 0.25  # 0 disables the sampler
     paging_factor: float = 3.0
@@ -41,8 +46,9 @@ class Session:
         self.pair = pair
         self.controls = controls or Controls()
         self.options = options or SessionOptions()
-        self.live = LiveMeasurement(window=self.options.alpha_window)
-        self.k_policy = CostModelKPolicy(self.live)
+        self.measurement = Measurement(window=self.options.alpha_window)
+        self.k_policy = CostModelKPolicy(self.measurement)
+        self.busy = BusyDetector.for_device(pair.target.device)
         self.detector = PagingDetector(factor=self.options.paging_factor)
         self.sampler: MemorySampler | None = None
         if self.options.memory_period_s > 0:
@@ -92,6 +98,7 @@ class Session:
             baseline_steps=o.baseline_steps,
             verify_sweep=o.verify_sweep,
             sweep_k_max=o.sweep_k_max,
+            sweep_every=o.sweep_every,
         )
 
     def stream(self, prompt_ids: list[int]) -> Iterator[IterationRecord | BaselineRecord]:
@@ -102,14 +109,17 @@ class Session:
                 prompt_ids, self.controls, self.decode_options(), plain=self.options.plain
             ):
                 if isinstance(event, BaselineRecord):
-                    self.live.observe_baseline(event)
+                    self.measurement.observe_baseline(event)
                     self.baselines.append(event)
                     yield event
                     continue
-                self.live.enrich(event)
                 if self.sampler is not None:
                     event.memory = self.sampler.sample_near(event.t_start_s, event.t_end_s)
-                event.flags = self.detector.observe(event)
+                # A preempted step is slow for a reason that is not memory: name it, and do not call it paging.
+                busy = self.busy.observe(event)
+                paging = self.detector.observe(event)
+                event.flags = busy or paging
+                self.measurement.enrich(event)
                 self.records.append(event)
                 yield event
         finally:

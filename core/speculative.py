@@ -22,6 +22,11 @@ from .drafters.base import Drafter, Proposal
 from .records import BaselineRecord, ControlValues, IterationRecord, RunResult, TokenRecord, TokenStatus
 from .sampling import processed_probs, sample_from
 
+try:
+    import resource as _resource
+except ImportError:  # Windows: CPU time without the preemption count
+    _resource = None  # type: ignore[assignment]
+
 
 class KPolicy(Protocol):
     """Chooses k for the next iteration (adaptive k). Fed every record and baseline of the run."""
@@ -31,6 +36,21 @@ class KPolicy(Protocol):
     def observe(self, record: IterationRecord) -> None: ...
 
     def observe_baseline(self, baseline: BaselineRecord) -> None: ...
+
+
+def sweep_lengths(longest: int) -> list[int]:
+    """Pass lengths a sweep times: every length up to 8, then every other one, and the longest (the verify
+    fit interpolates between them)."""
+    return sorted({*range(1, min(longest, 8) + 1), *range(9, longest + 1, 2), longest})
+
+
+def cpu_snapshot() -> tuple[float, int]:
+    """(process CPU seconds over all threads, involuntary context switches so far): read at each end of a step
+    so the busy-machine detector can tell a step that was preempted from one that waited for I/O."""
+    if _resource is None:
+        return time.process_time(), 0
+    ru = _resource.getrusage(_resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, int(ru.ru_nivcsw)
 
 
 def synchronize(device: torch.device) -> None:
@@ -49,8 +69,9 @@ class DecodeOptions:
     record_tokens: bool = True  # per-token p, q and top-5; off only to measure instrumentation overhead
     baseline_every: int = 0  # measure plain steps on the live context every N iterations (0 = only on request)
     baseline_steps: int = 3
-    verify_sweep: bool = False  # with each baseline, time target passes of length 1..k_max+1
+    verify_sweep: bool = False  # with a baseline, time target passes of length 1..sweep_k_max+1
     sweep_k_max: int = 8
+    sweep_every: int = 1  # sweep with every N-th baseline (the first always): the verify fit keeps what it saw
 
 
 class TargetRunner:
@@ -155,7 +176,7 @@ class Decoder:
         self.target.crop_to(base_len)
         sweep: dict[int, float] = {}
         if opts.verify_sweep:
-            for n in range(1, opts.sweep_k_max + 2):
+            for n in sweep_lengths(opts.sweep_k_max + 1):
                 t0 = time.perf_counter()
                 self.target.forward([ids[-1]] * n, keep=n)
                 self._sync()
@@ -213,7 +234,8 @@ class Decoder:
                 if controls.take_baseline_request() or (
                     opts.baseline_every and iteration % opts.baseline_every == 0
                 ):
-                    b = self.measure_baseline(ids, iteration, opts)
+                    sweep = opts.verify_sweep and len(baselines) % max(1, opts.sweep_every) == 0
+                    b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=sweep))
                     baselines.append(b)
                     if self.k_policy is not None:
                         self.k_policy.observe_baseline(b)
@@ -231,6 +253,14 @@ class Decoder:
                     yield rec
                     break
                 yield rec
+            if opts.baseline_every and records and not plain:
+                # A closing baseline, so the last block of speculative iterations is bracketed by plain steps
+                # on both sides like every other (the measured speed-up is a paired ratio over blocks).
+                b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=False))
+                baselines.append(b)
+                if self.k_policy is not None:
+                    self.k_policy.observe_baseline(b)
+                yield b
         finally:
             gen_ids = ids[n_prompt:]
             self.result = RunResult(
@@ -273,6 +303,7 @@ class Decoder:
         opts: DecodeOptions,
     ) -> IterationRecord:
         t_start = time.monotonic()
+        cpu0, pre0 = cpu_snapshot()
         t0 = time.perf_counter()
         logits = self.target.forward(ids[self.target.cache_len :], keep=1)[-1]
         token = self._choose(logits, values, gen)
@@ -286,12 +317,14 @@ class Decoder:
                                       p=float(probs[token]), top5=self._top5(probs)))
         ids.extend(new)
         t2 = time.perf_counter()
+        cpu1, pre1 = cpu_snapshot()
         return IterationRecord(
             iteration=iteration, mode="plain", drafter="none", controls=values, tokens=tokens,
             n_drafted=0, n_accepted=0, n_emitted=len(new), draft_ms=0.0,
             verify_ms=(t1 - t0) * 1000.0, rollback_ms=0.0, iteration_ms=(t2 - t0) * 1000.0,
             context_len=len(ids), generated_len=len(ids) - n_prompt, t_start_s=t_start,
             t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
+            cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0,
         )
 
     def _speculative_step(
@@ -309,6 +342,7 @@ class Decoder:
         remaining = opts.max_new_tokens - (len(ids) - n_prompt)
         k = max(0, min(values.k, remaining - 1))  # never draft past max_new_tokens
         t_start = time.monotonic()
+        cpu0, pre0 = cpu_snapshot()
         t0 = time.perf_counter()
         # 1. draft
         if k > 0:
@@ -362,10 +396,12 @@ class Decoder:
                 tokens.append(TokenRecord(next_token, self.text(next_token), status, position0 + n_acc,
                                           p=float(p_rows[n_acc, next_token]), top5=self._top5(p_rows[n_acc])))
         t4 = time.perf_counter()
+        cpu1, pre1 = cpu_snapshot()
         return IterationRecord(
             iteration=iteration, mode="speculative", drafter=self.drafter.name, controls=values,
             tokens=tokens, n_drafted=k, n_accepted=n_acc, n_emitted=len(new),
             draft_ms=(t1 - t0) * 1000.0, verify_ms=(t2 - t1) * 1000.0, rollback_ms=(t3 - t2) * 1000.0,
             iteration_ms=(t4 - t0) * 1000.0, context_len=len(ids), generated_len=len(ids) - n_prompt,
             t_start_s=t_start, t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
+            cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0,
         )

@@ -55,10 +55,14 @@ _ITERATION_HEAD: tuple[tuple[str, str, str], ...] = (
     ("t_start_s", "s", "iteration start, time.monotonic() of the recording process"),
     ("t_end_s", "s", "iteration end, time.monotonic() of the recording process"),
     ("plain_step_ms", "ms", "adjacent plain-decoding step time of the target (empty if unmeasured)"),
-    ("alpha_window", "", "acceptance rate over the recent window"),
-    ("alpha_cumulative", "", "acceptance rate since the start"),
-    ("measured_speedup", "x", "measured speed-up over plain decoding"),
-    ("predicted_speedup", "x", "cost-model speed-up at the current alpha and costs"),
+    ("alpha_window", "", "α = accepted / judged proposals over the recent window"),
+    ("alpha_cumulative", "", "α = accepted / judged proposals since the last change of sampling controls"),
+    ("measured_speedup", "x", "measured speed-up over plain decoding: paired blocks, Hodges-Lehmann centre"),
+    ("measured_speedup_lo", "x", "lower end of the measured speed-up's 95% interval"),
+    ("measured_speedup_hi", "x", "upper end of the measured speed-up's 95% interval"),
+    ("predicted_speedup", "x", "the cost model's speed-up at this k (acceptance by position, the verify fit)"),
+    ("cpu_ms", "ms", "process CPU time during the iteration, all threads"),
+    ("preempted", "count", "involuntary context switches of the process during the iteration"),
     ("flags", "", "paging-detector sentences joined with ' | ' (a '|' or '\\' inside one is '\\'-escaped)"),
 )
 _ITERATION_TAIL: tuple[tuple[str, str, str], ...] = (
@@ -308,7 +312,8 @@ def iteration_row(r: IterationRecord, memory_keys: Sequence[str] | None) -> list
         fmt_num(r.draft_step_ms), fmt_num(r.verify_ms), fmt_num(r.rollback_ms), fmt_num(r.iteration_ms),
         str(r.context_len), str(r.generated_len), fmt_num(r.t_start_s), fmt_num(r.t_end_s),
         fmt_num(r.plain_step_ms), fmt_num(r.alpha_window), fmt_num(r.alpha_cumulative),
-        fmt_num(r.measured_speedup), fmt_num(r.predicted_speedup), join_flags(r.flags),
+        fmt_num(r.measured_speedup), fmt_num(r.measured_speedup_lo), fmt_num(r.measured_speedup_hi),
+        fmt_num(r.predicted_speedup), fmt_num(r.cpu_ms), fmt_num(r.preempted), join_flags(r.flags),
     ]
     if memory_keys is None:
         row.append(compact_json(r.memory) if r.memory else "")
@@ -583,6 +588,10 @@ def _parse_rows(
     return out
 
 
+def _opt_int(x: float | None) -> int | None:
+    return None if x is None else int(x)
+
+
 def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
     memory: dict[str, float] = {}
     if MEMORY_JSON_COLUMN in row.index:
@@ -623,7 +632,11 @@ def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
         alpha_window=row.opt_float("alpha_window"),
         alpha_cumulative=row.opt_float("alpha_cumulative"),
         measured_speedup=row.opt_float("measured_speedup"),
+        measured_speedup_lo=row.opt_float("measured_speedup_lo"),
+        measured_speedup_hi=row.opt_float("measured_speedup_hi"),
         predicted_speedup=row.opt_float("predicted_speedup"),
+        cpu_ms=row.opt_float("cpu_ms"),
+        preempted=_opt_int(row.opt_float("preempted")),
         memory=memory,
         flags=split_flags(row.raw("flags")),
     )

@@ -126,10 +126,9 @@ def kind_table(rows: list[bench.RunRow], fixed: list[str]) -> tuple[list[str], b
     ok = True
     for kind in dict.fromkeys(r.prompt_kind for r in rows):
         s = {m.method: m for m in bench.summarize_methods(rows, kind)}
-        best = max(fixed, key=lambda name: s[name].ratio_median or 0.0)
-        b = s[best].ratio_median or float("nan")
-        a = s["adaptive"].ratio_median or float("nan")
-        h = s["heuristic"].ratio_median or float("nan")
+        centre = {name: (m.ratio.value if m.ratio is not None else float("nan")) for name, m in s.items()}
+        best = max(fixed, key=lambda name: centre[name] if s[name].ratio else 0.0)
+        b, a, h = centre[best], centre["adaptive"], centre["heuristic"]
         ok = ok and a >= 0.95 * b and a > h
         lines.append(f"| {kind} | {best} ({b:.2f}) | {a:.2f} ({a / b - 1:+.1%}) "
                      f"| {h:.2f} ({h / b - 1:+.1%}) |")

@@ -451,6 +451,7 @@ def step_costs(pair: Any, reps: int) -> dict[str, float]:
 def measure(args: argparse.Namespace) -> None:
     from specscope.core.controls import Controls
     from specscope.core.demo import load_demo_pair
+    from specscope.core.measurement import run_summary
     from specscope.core.records import ControlValues
     from specscope.core.speculative import DecodeOptions, Decoder
 
@@ -479,8 +480,9 @@ def measure(args: argparse.Namespace) -> None:
                 res = spec_dec.run(ids, Controls(ControlValues(k=k)), opts)
                 if res.token_ids != plain.token_ids:
                     mismatches.append(f"{p.get('id')} k={k}")
-                row[f"alpha_{k}"] = res.alpha
-                row[f"tpi_{k}"] = res.tokens_per_iteration
+                summary = run_summary(res.iterations)  # the measurement owner's α (accepted / judged)
+                row[f"alpha_{k}"] = summary["alpha"]
+                row[f"tpi_{k}"] = summary["tokens_per_iteration"]
                 row[f"s_{k}"] = res.elapsed_s
                 row[f"draft_step_ms_{k}"] = sum(r.draft_ms for r in res.iterations) / max(res.n_drafted, 1)
                 row[f"verify_ms_{k}"] = median([r.verify_ms for r in res.iterations])

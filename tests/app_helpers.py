@@ -104,8 +104,10 @@ def load_tiny(qtbot: Any, window: Any, kind: str = "perfect", **kw: Any) -> None
 
 
 def synthetic_records(n: int, k: int = 4, accept: Callable[[int], int] | None = None, draft_ms: float = 1.0,
-                      verify_ms: float = 10.0, memory: bool = True, flag_every: int = 0) -> list[Any]:
-    """Iteration records (plus a baseline first) without a model: for view tests and the GUI benchmark."""
+                      verify_ms: float = 10.0, memory: bool = True, flag_every: int = 0,
+                      baseline_every: int = 0) -> list[Any]:
+    """Iteration records (plus a baseline first, and every ``baseline_every`` iterations if set) without a
+    model: for view tests, measurement tests and the GUI benchmark."""
     from specscope.core.records import (
         BaselineRecord,
         ControlValues,
@@ -119,6 +121,8 @@ def synthetic_records(n: int, k: int = 4, accept: Callable[[int], int] | None = 
                                      verify_ms_by_len={n_: 9.0 + 0.5 * n_ for n_ in range(1, 10)})]
     generated = 0
     for i in range(n):
+        if baseline_every and i and i % baseline_every == 0:
+            out.append(BaselineRecord(after_iteration=i, context_len=8 + generated, step_ms=[9.0, 9.5, 10.0]))
         n_acc = min(k, accept(i))
         tokens = [TokenRecord(10 + j, f" w{j}", TokenStatus.ACCEPTED, generated + j, p=0.9, q=0.8,
                               top5=[(10 + j, 0.9), (3, 0.05)]) for j in range(n_acc)]

@@ -6,16 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from specscope.core.adaptive import (
-    CostModelKPolicy,
-    HeuristicKPolicy,
-    PositionCounts,
-    monotone_verify_costs,
-    position_counts,
-)
+from specscope.core.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.controls import Controls
 from specscope.core.drafters.model import ModelDrafter
-from specscope.core.live import LiveMeasurement
+from specscope.core.measurement import Measurement, PositionCounts, monotone_fit
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
@@ -37,9 +31,9 @@ def rec(drafted: int, accepted: int, draft_step_ms: float = 1.0) -> IterationRec
 def policy_fed(records: list[IterationRecord], **kw: object) -> CostModelKPolicy:
     """A policy whose live window has seen these records (copies: live counts each object once)."""
     records = [replace(r) for r in records]
-    live = LiveMeasurement(window=64)
-    live.observe_baseline(BaselineRecord(0, 10, [10.0, 10.0, 10.0], verify_ms_by_len=dict(SWEEP)))
-    policy = CostModelKPolicy(live, explore_every=0, **kw)  # type: ignore[arg-type]
+    measurement = Measurement(window=64)
+    measurement.observe_baseline(BaselineRecord(0, 10, [10.0, 10.0, 10.0], verify_ms_by_len=dict(SWEEP)))
+    policy = CostModelKPolicy(measurement, explore_every=0, **kw)  # type: ignore[arg-type]
     for r in records:
         policy.observe(r)
     return policy
@@ -95,16 +89,16 @@ def test_a_dear_draft_makes_every_k_lose_and_rising_acceptance_brings_drafting_b
 def test_k_zero_costs_a_plain_step_when_the_sweep_has_no_length_one():
     # a baseline without a sweep: the cost of not drafting is its plain step (12 ms, dear) ...
     records = [rec(1, 1, draft_step_ms=4.0), rec(1, 0, draft_step_ms=4.0)] * 6
-    live = LiveMeasurement(window=64)
-    live.observe_baseline(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
-    policy = CostModelKPolicy(live, explore_every=0)
+    measurement = Measurement(window=64)
+    measurement.observe_baseline(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
+    policy = CostModelKPolicy(measurement, explore_every=0)
     for r in records:
         policy.observe(replace(r))
     assert policy.choose_k(16) >= 1
     # ... and with a cheap plain step (6 ms) drafting does not pay at the same acceptance
-    live = LiveMeasurement(window=64)
-    live.observe_baseline(BaselineRecord(0, 10, [6.0, 6.0, 6.0]))
-    policy = CostModelKPolicy(live, explore_every=0)
+    measurement = Measurement(window=64)
+    measurement.observe_baseline(BaselineRecord(0, 10, [6.0, 6.0, 6.0]))
+    policy = CostModelKPolicy(measurement, explore_every=0)
     for r in records:
         policy.observe(replace(r))
     assert policy.choose_k(16) == 0
@@ -120,7 +114,9 @@ def test_dear_draft_at_middling_alpha_prefers_small_k():
 def test_bursty_acceptance_predicts_more_than_iid():
     # half the iterations reject at once, half accept all four: conditional acceptance is 0.5 then 1
     records = [rec(4, 0), rec(4, 4)] * 8
-    counts = position_counts(records)
+    counts = PositionCounts()
+    for r in records:
+        counts.add(r)
     assert counts.reached == [16, 8, 8, 8] and counts.accepted == [8, 8, 8, 8]
     assert counts.pooled == pytest.approx(32 / 40)
     cond = counts.conditional(6, prior=0.8, prior_weight=2.0)
@@ -151,24 +147,29 @@ def test_hysteresis_keeps_k_when_the_gain_is_small():
 
 def unswept_policy(records: list[IterationRecord]) -> CostModelKPolicy:
     """A policy that has seen these records and no baseline: verify costs only from the window."""
-    policy = CostModelKPolicy(LiveMeasurement(window=64), explore_every=0, hysteresis=0.0)
+    policy = CostModelKPolicy(Measurement(window=64), explore_every=0, hysteresis=0.0)
     for r in records:
         policy.observe(replace(r))
     return policy
 
 
-def test_before_a_sweep_not_drafting_costs_at_least_the_shortest_measured_pass():
-    # passes of 2 and 4 timed (10.5, 11.5 ms): the line through them would put a pass of 1 at 10 ms
+def test_before_any_plain_step_nothing_is_predicted_and_k_stays():
+    # passes of 2 and 4 timed, but no pass of length 1 (a plain step): the unit of every speed-up is unknown,
+    # so there is no score to act on (never an extrapolated plain step)
     policy = unswept_policy([rec(1, 0), rec(3, 0)] * 6)
-    policy.choose_k(16)
-    assert policy.scores[0] == pytest.approx(10.5 / (10.5 + 0.2))  # plain unit = a pass of 1 = 10.5 ms
+    assert policy.choose_k(16) == policy.initial_k and policy.scores == {}
+    records = [replace(r) for r in [rec(1, 0), rec(3, 0)] * 6]
+    m = Measurement()
+    for r in records:
+        est = m.enrich(r)
+    assert est.curve[2].speedup is None and "plain step" in est.curve[2].reason
 
 
 def explorer(draft_step_ms: float) -> CostModelKPolicy:
     """A policy at k=1 with acceptance 0.5 at position 0 and position 1 never judged."""
-    live = LiveMeasurement(window=64)
-    live.observe_baseline(BaselineRecord(0, 10, [10.0], verify_ms_by_len=dict(SWEEP)))
-    policy = CostModelKPolicy(live, explore_every=3, initial_k=1, reach=1)
+    measurement = Measurement(window=64)
+    measurement.observe_baseline(BaselineRecord(0, 10, [10.0], verify_ms_by_len=dict(SWEEP)))
+    policy = CostModelKPolicy(measurement, explore_every=3, initial_k=1, reach=1)
     for r in [rec(1, 1, draft_step_ms), rec(1, 0, draft_step_ms)] * 4:
         policy.observe(r)
     return policy
@@ -189,13 +190,13 @@ def test_does_not_explore_deeper_when_predicted_to_lose_more_than_the_margin():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
-        CostModelKPolicy(LiveMeasurement(), k_min=5, k_max=2)
+        CostModelKPolicy(Measurement(), k_min=5, k_max=2)
     with pytest.raises(ValueError):
-        CostModelKPolicy(LiveMeasurement(), k_min=0, k_max=0)
+        CostModelKPolicy(Measurement(), k_min=0, k_max=0)
     with pytest.raises(ValueError):
-        CostModelKPolicy(LiveMeasurement(), probe_every=-1)
+        CostModelKPolicy(Measurement(), probe_every=-1)
     with pytest.raises(ValueError):
-        CostModelKPolicy(LiveMeasurement(), skip_after=-1.0)
+        CostModelKPolicy(Measurement(), skip_after=-1.0)
     with pytest.raises(ValueError):
         HeuristicKPolicy(k_min=0)
 
@@ -216,25 +217,27 @@ def test_heuristic_is_transformers_schedule():
 
 
 def test_verify_curve_is_made_monotone():
-    assert monotone_verify_costs({1: 10.0, 2: 14.0, 3: 12.0, 4: 15.0}) == {1: 10.0, 2: 13.0, 3: 13.0, 4: 15.0}
-    assert monotone_verify_costs({1: 5.0, 3: 7.0}) == {1: 5.0, 3: 7.0}
+    assert monotone_fit({1: 10.0, 2: 14.0, 3: 12.0, 4: 15.0}) == {1: 10.0, 2: 13.0, 3: 13.0, 4: 15.0}
+    assert monotone_fit({1: 5.0, 3: 7.0}) == {1: 5.0, 3: 7.0}
+    # weighted by how many passes each length has: the better-measured length moves less
+    assert monotone_fit({1: 10.0, 2: 7.0}, {1: 3.0, 2: 1.0}) == {1: 9.25, 2: 9.25}
 
 
 class ScriptedPolicy:
     """Chooses k from a fixed cycle (0 = do not draft), feeding the live measurement like the real one."""
 
     def __init__(self, cycle: list[int]):
-        self.cycle, self.i, self.live = cycle, 0, LiveMeasurement(window=64)
+        self.cycle, self.i, self.measurement = cycle, 0, Measurement(window=64)
 
     def choose_k(self, k_max: int) -> int:
         self.i += 1
         return self.cycle[(self.i - 1) % len(self.cycle)]
 
     def observe(self, record: IterationRecord) -> None:
-        self.live.observe(record)
+        self.measurement.enrich(record)
 
     def observe_baseline(self, baseline: BaselineRecord) -> None:
-        self.live.observe_baseline(baseline)
+        self.measurement.observe_baseline(baseline)
 
 
 def test_iterations_without_a_draft_keep_the_output_and_the_measurements_right():
@@ -251,10 +254,10 @@ def test_iterations_without_a_draft_keep_the_output_and_the_measurements_right()
     skipped = [r for r in result.iterations if r.controls.k == 0]
     assert skipped and all(r.n_drafted == 0 and r.n_accepted == 0 and r.n_emitted == 1 for r in skipped)
     assert sum(r.n_accepted for r in result.iterations) > 0
-    live = policy.live
-    assert live.alpha is not None and 0.0 < live.alpha <= 1.0
-    assert live.draft_step_ms is not None and live.draft_step_ms > 0.0  # from the iterations that drafted
-    assert 1 in live.verify_ms_by_len and live.measured_speedup is not None
+    est = policy.measurement.estimate()
+    assert est is not None and est.alpha is not None and 0.0 < est.alpha <= 1.0
+    assert est.costs.draft_step_ms is not None and est.costs.draft_step_ms > 0.0  # from the iterations that drafted
+    assert 1 in est.costs.verify_ms_by_len and est.measured is not None
 
 
 def test_the_cost_model_policy_drives_the_loop_with_k_zero_allowed():
@@ -262,7 +265,7 @@ def test_the_cost_model_policy_drives_the_loop_with_k_zero_allowed():
     useless = tiny_model(1, vocab_size=64, logit_scale=3.0)  # nearly never agrees: drafting cannot pay
     prompt = [1, 2, 3]
     plain = Decoder(target, 64).run(prompt, options=DecodeOptions(max_new_tokens=48), plain=True).token_ids
-    policy = CostModelKPolicy(LiveMeasurement(window=32))
+    policy = CostModelKPolicy(Measurement(window=32))
     decoder = Decoder(target, 64, drafter=ModelDrafter(useless, 64), k_policy=policy)
     result = decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=True)),
                          DecodeOptions(max_new_tokens=48, baseline_every=16, verify_sweep=True, sweep_k_max=4))

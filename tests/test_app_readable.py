@@ -26,12 +26,16 @@ LONG_WARNING = ("target verify 5x its recent median with host memory nearly full
 def test_verdict_and_warning_wrap_in_full_and_messages_stay_visible(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)
-    events = synthetic_records(60, k=8, accept=lambda i: 0, draft_ms=4.0, flag_every=30)
+    from specscope.core.measurement import replay
+
+    events = synthetic_records(60, k=8, accept=lambda i: 0, draft_ms=4.0, flag_every=30, baseline_every=6)
     events[-1].flags = [LONG_WARNING]
+    replay(events)  # the measurement's numbers, as a live session puts them on the records
     w.ingest(events)
     panel = w.run_panel
-    assert w.advice is not None and w.advice.verdict
-    assert panel.verdict.isVisible() and panel.verdict.text() == w.advice.verdict  # the whole sentence
+    verdict = w.data.estimate.verdict() if w.data.estimate is not None else None
+    assert verdict
+    assert panel.verdict.isVisible() and panel.verdict.text() == verdict  # the whole sentence
     assert panel.verdict.wordWrap() and panel.warning.wordWrap()
     assert LONG_WARNING in panel.warning.text()
     qtbot.waitUntil(lambda: panel.warning.height() > panel.warning.fontMetrics().height() * 1.5

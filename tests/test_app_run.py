@@ -46,7 +46,7 @@ def test_perfect_draft_shows_only_accepted_and_bonus(qtbot, window):
     assert run_to_end(qtbot, window) == "finished:max_new_tokens"
     assert statuses(window) <= {"accepted", "bonus", "target"}
     assert "accepted" in statuses(window)
-    assert window.data.alpha == 1.0
+    assert window.data.estimate is not None and window.data.estimate.alpha == 1.0
     assert window.data.records[-1].generated_len == 24
     assert window.state == "finished"
 
@@ -60,7 +60,7 @@ def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     assert drafted == {r.iteration for r in window.data.records[:-1]}
     assert {t.status.value for it, t in window.token_view.shown_tokens() if it in drafted} == {
         "rejected", "correction"}
-    assert window.data.alpha == 0.0
+    assert window.data.estimate is not None and window.data.estimate.alpha == 0.0
     # Hiding rejected tokens leaves exactly the committed output.
     window.legend.show_rejected.setChecked(False)
     assert statuses(window) <= {"correction", "target"}

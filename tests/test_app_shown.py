@@ -3,6 +3,8 @@ so, iterations without proposals have their own token status, and acceptance bar
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -75,7 +77,11 @@ def test_every_empty_plot_says_so_until_it_has_data(qtbot, tmp_path):
     assert all(p.empty.isVisible() for p in plots)
     assert w.plots.k_advisor.note.isVisible()
     assert "no data yet" in w.plots.timing.empty.text()
-    w.ingest(synthetic_records(50, k=4, memory=False))
+    from specscope.core.measurement import replay
+
+    events = synthetic_records(50, k=4, memory=False, baseline_every=6)
+    replay(events)
+    w.ingest(events)
     assert not any(p.empty.isVisible() for p in (w.plots.timing, w.plots.alpha, w.plots.speedup,
                                                    w.plots.positions))
     # Records without memory samples: the memory plot says that, in full, not "…les in these records".
@@ -118,8 +124,12 @@ def test_acceptance_bars_have_integer_ticks_and_a_sample_size(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     # Every iteration accepts 3 of 4: positions 1-3 reached 30 times, position 4 reached 30 times, rejected.
     # One iteration at k=6 reaches positions 5 and 6 once (n=1): those bars are hatched and carry no rate.
+    from specscope.core.measurement import replay
+
     events = synthetic_records(30, k=4, accept=lambda i: 3)
-    events += synthetic_records(1, k=6, accept=lambda i: 6)[1:]
+    last = synthetic_records(1, k=6, accept=lambda i: 6)[1]
+    events.append(replace(last, iteration=30))
+    replay(events)  # acceptance by position comes from the measurement
     w.ingest(events)
     bars = w.plots.positions
     ticks = bars.getPlotItem().getAxis("bottom")._tickLevels[0]

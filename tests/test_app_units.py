@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.app.estimates import advise
 from specscope.app.pair_choice import PairChoice
 from specscope.app.run_data import RunData, describe_change
+from specscope.core.measurement import replay
 from specscope.core.records import ControlValues, IterationRecord
 
 from .app_helpers import make_window, qt_binding_broken, synthetic_records
@@ -73,11 +73,8 @@ def test_run_data_columns_changes_bands_and_positions():
     # A memory key first seen at iteration 5 is NaN before it.
     rx = data.memory["pcie0_rx_bytes_per_s"].view()
     assert len(rx) == 6 and all(x != x for x in rx[:5]) and rx[5] == 1e6
-    # Position 1 reached 6 times, accepted 5 (all but iteration 1); position 2 reached 5, accepted 4...
-    rates = data.per_position_acceptance()
-    assert rates[0] == pytest.approx(5 / 6) and rates[1] == pytest.approx(4 / 5)
-    assert data.alpha == pytest.approx(14 / (14 + 4))  # accepted / checked (4 iterations rejected one)
-    assert data.col("plain_step_ms")[0] == pytest.approx(9.5)  # from the baseline when records lack it
+    # RunData estimates nothing: what it plots is what the measurement put on the records (none here).
+    assert data.estimate is None and all(x != x for x in data.col("measured_speedup"))
 
 
 def test_describe_change_labels():
@@ -86,20 +83,21 @@ def test_describe_change_labels():
     assert describe_change(a, replace(a, adaptive_k=True)) == "adaptive k on"
 
 
-def test_advice_says_plainly_when_speculation_loses():
+def test_the_verdict_says_plainly_when_speculation_loses():
     # Drafting 8 ms per token against a 9.5 ms plain step, nothing accepted: speculation must lose.
+    events = synthetic_records(64, k=4, accept=lambda i: 0, draft_ms=8.0, baseline_every=8)
+    est = replay(events).estimate()
+    assert est is not None and est.measured is not None and est.measured.hi < 1
+    verdict = est.verdict()
+    assert verdict is not None and "slower than plain decoding (×0.2" in verdict
+    assert "a draft step costs 84% of a target step" in verdict and "plain decoding wins at every k" in verdict
+    # What the status bar shows is the record's estimate: RunData only carries it.
     data = RunData()
-    data.extend(synthetic_records(64, k=4, accept=lambda i: 0, draft_ms=8.0))
-    advice = advise(data)
-    assert advice is not None and advice.measured_speedup is not None and advice.measured_speedup < 1
-    assert advice.verdict is not None
-    assert "slower than plain decoding" in advice.verdict
-    assert "drafting costs 84% of a target step" in advice.verdict
+    data.extend(events)
+    assert data.estimate is est
     # A cheap draft that is always accepted wins: no verdict, best k above 1.
-    good = RunData()
-    good.extend(synthetic_records(64, k=4, accept=lambda i: 4, draft_ms=0.5))
-    a2 = advise(good)
-    assert a2 is not None and a2.verdict is None and a2.best_k > 1
+    good = replay(synthetic_records(64, k=4, accept=lambda i: 4, draft_ms=0.5, baseline_every=8)).estimate()
+    assert good is not None and good.verdict() is None and good.best_k is not None and good.best_k > 1
 
 
 @needs_qt
@@ -140,13 +138,18 @@ def test_token_view_styles_hover_and_hide(qtbot, tmp_path):
 @needs_qt
 def test_plots_show_memory_flags_and_advice(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
-    w.ingest(synthetic_records(80, k=4, flag_every=20))
+    events = synthetic_records(80, k=4, flag_every=20, baseline_every=8)
+    est = replay(events).estimate()  # what the session puts on live records
+    w.ingest(events)
     assert set(w.plots.memory.series) == {"host_rss_bytes", "gpu0_used_bytes"}
     assert len(w.plots.memory.bands) == 4
     assert "paging" in w.plots.memory.bands[0].toolTip()
-    assert w.plots.k_advisor.advice is not None
-    assert "tok/s" in w.status.metrics.text() and w.status.memory.text() == "gpu0 used 1.86 GiB"
-    warning = w.run_panel.warning
+    assert w.plots.k_advisor.estimate is est and est is not None and est.measured is not None
+    # the status bar shows the estimate's numbers, the measured speed-up with its interval
+    assert f"{est.tokens_per_s:.1f} tok/s" in w.status.metrics.text()
+    assert est.measured.text() in w.status.metrics.text() and f"α {est.alpha:.2f}" in w.status.metrics.text()
+    assert w.status.memory.text() == "gpu0 used 1.86 GiB"
+    warning = w.run_panel.warning  # the last warning in full, wrapping, in the run panel
     assert warning.isVisible() and "paging" in warning.text() and warning.wordWrap()
 
 

@@ -99,7 +99,9 @@ def test_reports(rows: list[bench.RunRow], tmp_path):
     summary = bench.summarize_methods(rows)
     assert [s.method for s in summary] == list(dict.fromkeys(r.method for r in rows))
     plain = next(s for s in summary if s.method == "plain")
-    assert plain.ratio_median == 1.0 and plain.runs == 4
+    assert plain.ratio is not None and plain.ratio.value == pytest.approx(1.0) and plain.runs == 4
+    k3 = next(s for s in summary if s.method == "k=3")
+    assert k3.ratio is not None and k3.ratio.lo <= k3.ratio.value <= k3.ratio.hi and k3.ratio.n == 4
     assert plain.tps_min <= plain.tps_median <= plain.tps_max
     text = bench.markdown_report(rows, [], "tiny random pair", "specscope bench --rounds 2", 2, 12)
     assert "| adaptive |" in text and "prose | code" in text and "identical to plain decoding" in text

@@ -116,8 +116,11 @@ def test_baseline_measurement_restores_the_cache(target) -> None:
     opts = DecodeOptions(max_new_tokens=30, baseline_every=2, verify_sweep=True, sweep_k_max=4)
     events = list(dec.stream([1, 2, 3], Controls(ControlValues(k=3)), opts))
     baselines = [e for e in events if isinstance(e, BaselineRecord)]
-    assert baselines and all(len(b.step_ms) == 3 and sorted(b.verify_ms_by_len) == [1, 2, 3, 4, 5]
-                             for b in baselines)
+    *periodic, closing = baselines
+    assert periodic and all(len(b.step_ms) == 3 and sorted(b.verify_ms_by_len) == [1, 2, 3, 4, 5]
+                            for b in periodic)
+    # a closing baseline after the last iteration brackets the last block (no sweep: the fit has them)
+    assert events[-1] is closing and len(closing.step_ms) == 3 and not closing.verify_ms_by_len
     assert dec.result is not None and dec.result.token_ids == _plain(target, [1, 2, 3])
 
 

@@ -62,8 +62,10 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        rates = data.per_position_acceptance()
-        reached = data.position_reached[: len(rates)]
+        # The measurement's acceptance by position (core.measurement), with its sample sizes.
+        positions = data.estimate.positions if data.estimate is not None else ()
+        rates = np.array([np.nan if p.rate is None else p.rate for p in positions])
+        reached = np.array([p.reached for p in positions], dtype=np.int64)
         x = np.arange(1, len(rates) + 1)
         ok = ~np.isnan(rates)
         solid = ok & (reached >= MIN_SAMPLES)

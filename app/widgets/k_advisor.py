@@ -1,13 +1,15 @@
-"""'What k should I use': the cost model's predicted speed-up versus k at the window's α and measured
-costs, with the best k and the current k marked."""
+"""'What k should I use': the measurement's predicted speed-up versus k (one cost model: the verify fit, the
+draft step and acceptance by position), with the best k and the current k marked. k=0 is plain decoding."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
-from ..estimates import Advice
+from specscope.core.measurement import Estimate
+
 from ..theme import PLOT_COLOURS
 from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes
 
@@ -36,25 +38,38 @@ class KAdvisorPlot(pg.PlotWidget):
         self.current.setVisible(False)
         pi.addItem(self.current)
         self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
-        self.advice: Advice | None = None
+        self.estimate: Estimate | None = None
 
-    def show_advice(self, advice: Advice | None) -> None:
-        if advice == self.advice:
-            return  # unchanged (advice is recomputed twice a second; redrawing it costs a full repaint)
-        self.advice = advice
-        self.note.setVisible(advice is None)
-        if advice is None:
+    def show_estimate(self, est: Estimate | None) -> None:
+        """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""
+        if est is self.estimate:
+            return  # unchanged: redrawing costs a full repaint
+        self.estimate = est
+        pi = self.getPlotItem()
+        known = [p for p in est.curve if p.speedup is not None] if est is not None else []
+        self.note.setVisible(not known)
+        if est is None or not known:
             self.curve.setData([], [])
             self.best.setData([], [])
             self.current.setVisible(False)
+            reason = next((p.reason for p in est.curve if p.reason), "") if est is not None else ""
+            self.note.set_text(f"no prediction yet: {reason}" if reason else
+                               "no data yet: the curve needs a baseline and a few iterations")
+            pi.setTitle("Predicted speed-up vs k (cost model)", size="9pt")
             return
-        ks = [k for k, _ in advice.curve]
-        self.curve.setData(ks, [s for _, s in advice.curve])
-        self.best.setData([advice.best_k], [advice.best_speedup])
-        self.best.setToolTip(
-            f"best k = {advice.best_k}: ×{advice.best_speedup:.2f} at α = {advice.alpha:.2f}")
-        self.current.setPos(advice.k)
+        ks = np.array([p.k for p in est.curve], dtype=float)
+        ys = np.array([np.nan if p.speedup is None else p.speedup for p in est.curve])
+        self.curve.setData(ks, ys, connect="finite")
+        gaps = [p for p in est.curve if p.speedup is None]
+        tip = "; ".join(f"k={p.k}: {p.reason}" for p in gaps[:1] + gaps[-1:]) if gaps else ""
+        self.setToolTip(f"no prediction where the curve stops — {tip}" if tip else "")
+        if est.best_k is not None and est.best_speedup is not None:
+            self.best.setData([est.best_k], [est.best_speedup])
+            best = "plain decoding (k=0)" if est.best_k == 0 else f"k={est.best_k}"
+            self.best.setToolTip(f"best {best}: ×{est.best_speedup:.2f}")
+        alpha = f"α={est.alpha:.2f}" if est.alpha is not None else "α —"
+        best_text = ("best: do not speculate" if est.best_k == 0 else
+                     f"best k={est.best_k} (×{est.best_speedup:.2f})" if est.best_speedup is not None else "")
+        self.current.setPos(est.k)
         self.current.setVisible(True)
-        self.getPlotItem().setTitle(
-            f"Predicted speed-up vs k at α={advice.alpha:.2f} — best k={advice.best_k} "
-            f"(×{advice.best_speedup:.2f})", size="9pt")
+        pi.setTitle(f"Predicted speed-up vs k at {alpha} — {best_text}", size="9pt")

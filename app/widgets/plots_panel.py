@@ -5,7 +5,6 @@ from __future__ import annotations
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QGridLayout, QWidget
 
-from ..estimates import Advice
 from ..run_data import RunData
 from .acceptance_bars import AcceptanceBars
 from .alpha_plot import AlphaPlot
@@ -52,7 +51,7 @@ class PlotsPanel(QWidget):
         return self.positions._version != data.version or any(
             p._version != data.version for p in self.live_plots)
 
-    def refresh_one(self, data: RunData, advice: Advice | None) -> None:
+    def refresh_one(self, data: RunData) -> None:
         """Redraw the next plot in turn (the k advisor counts as one turn)."""
         turn = self._turn % 6
         self._turn += 1
@@ -61,19 +60,19 @@ class PlotsPanel(QWidget):
         elif turn == 4:
             self.positions.refresh(data)
         else:
-            self.k_advisor.show_advice(advice)
+            self.k_advisor.show_estimate(data.estimate)
 
-    def refresh(self, data: RunData, advice: Advice | None) -> None:
+    def refresh(self, data: RunData) -> None:
         for plot in self.live_plots:
             plot.refresh(data)
         self.positions.refresh(data)
-        self.k_advisor.show_advice(advice)
+        self.k_advisor.show_estimate(data.estimate)
 
     def reset(self) -> None:
         for plot in self.live_plots:
             plot.reset()
         self.positions.reset()
-        self.k_advisor.show_advice(None)
+        self.k_advisor.show_estimate(None)
         empty = RunData()
         for plot in self.live_plots:
             plot.refresh(empty)

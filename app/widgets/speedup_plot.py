@@ -1,4 +1,5 @@
-"""Plot 4: measured versus predicted speed-up over plain decoding; above the 1.0 line speculation pays."""
+"""Plot 4: measured (with its confidence band) versus predicted speed-up over plain decoding; above the 1.0
+line speculation pays."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ class SpeedupPlot(LivePlot):
         self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
         self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)
         self.measured.setZValue(1)  # on top: when the model predicts well the two curves coincide
+        # The measured speed-up's confidence interval as a band (paired blocks of plain and speculative steps).
+        self.band_lo = pg.PlotDataItem([], [], pen=None)
+        self.band_hi = pg.PlotDataItem([], [], pen=None)
+        colour = pg.mkColor(PLOT_COLOURS["measured_speedup"])
+        colour.setAlpha(50)
+        self.band = pg.FillBetweenItem(self.band_lo, self.band_hi, brush=pg.mkBrush(colour))
+        self.plot_item.addItem(self.band)
 
     def empty_text(self, data: RunData | None) -> str | None:
         if data is not None and len(data) and not np.isfinite(data.col("measured_speedup")).any():
@@ -33,5 +41,9 @@ class SpeedupPlot(LivePlot):
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
         self.measured.setData(x, data.col("measured_speedup"), connect="finite")
+        lo, hi = data.col("measured_speedup_lo"), data.col("measured_speedup_hi")
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        self.band_lo.setData(x[ok], lo[ok])
+        self.band_hi.setData(x[ok], hi[ok])
         self.predicted.setData(x, data.col("predicted_speedup"), connect="finite")
         self.follower.observe(data.col("measured_speedup"), data.col("predicted_speedup"))

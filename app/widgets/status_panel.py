@@ -6,7 +6,6 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
-from ..estimates import Advice
 from ..run_data import RunData
 
 MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
@@ -86,10 +85,14 @@ class StatusPanel:
     def set_device(self, text: str) -> None:
         self.device.setText(text)
 
-    def update(self, data: RunData, advice: Advice | None) -> None:
-        speedup = data.last("measured_speedup")
-        self.metrics.setText(
-            f"{_f(data.tokens_per_second, '.1f')} tok/s · α {_f(data.alpha, '.2f')} · "
-            f"{_f(data.tokens_per_iteration, '.2f')} tok/iter · speed-up ×{_f(speedup, '.2f')} · "
-            f"{len(data.records)} it")
+    def update(self, data: RunData) -> None:
+        """Numbers from the measurement's estimate only (the CLI prints the same ones)."""
+        est = data.estimate
+        if est is None:
+            self.metrics.setText(f"{len(data.records)} it")
+        else:
+            self.metrics.setText(
+                f"{_f(est.tokens_per_s, '.1f')} tok/s · α {_f(est.alpha, '.2f')} · "
+                f"{_f(est.tokens_per_iteration, '.2f')} tok/iter · speed-up {est.measured_text} · "
+                f"{len(data.records)} it")
         self.memory.setText(memory_text(data))

@@ -1,0 +1,352 @@
+"""The measurement owner: constructed records, simulated noisy runs with a known ratio, the verify fit and the
+curve, busy-machine detection, and predicted vs measured speed-up on a pair with known costs.
+
+The controlled pair: a target whose every forward pass sleeps a known time, and a drafter that proposes
+the target's greedy token with probability alpha (seeded) and sleeps a known time per proposal. Sleeps
+model cost here; nothing waits for a race.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from specscope.core.busy import BUSY_PREFIX, BusyDetector
+from specscope.core.controls import Controls
+from specscope.core.drafters.base import Drafter, Proposal
+from specscope.core.measurement import (
+    MIN_BLOCKS,
+    Measurement,
+    VerifyCostFit,
+    paired_ratio,
+    run_summary,
+)
+from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import tiny_model
+
+VOCAB = 64
+
+
+class SlowTarget(torch.nn.Module):
+    """A model whose forward pass costs ``base_ms + per_token_ms * tokens`` more than the wrapped one."""
+
+    def __init__(self, inner: torch.nn.Module, base_ms: float, per_token_ms: float):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+        self.base_ms, self.per_token_ms = base_ms, per_token_ms
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: object) -> object:
+        time.sleep((self.base_ms + self.per_token_ms * input_ids.shape[1]) / 1000.0)
+        return self.inner(input_ids, **kwargs)
+
+
+class OracleDrafter(Drafter):
+    """Proposes the target's greedy continuation (known in advance), each token right with prob. alpha."""
+
+    name = "oracle"
+
+    def __init__(self, oracle: list[int], alpha: float, step_ms: float, seed: int = 0):
+        self.oracle, self.alpha, self.step_ms = oracle, alpha, step_ms
+        self.rng = random.Random(seed)
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def propose(self, context_ids: list[int], k: int, controls: ControlValues,
+                generator: torch.Generator | None) -> Proposal:
+        time.sleep(self.step_ms * k / 1000.0)
+        n = len(context_ids)
+        tokens = []
+        for i in range(k):
+            right = self.oracle[n + i] if n + i < len(self.oracle) else 0
+            tokens.append(right if self.rng.random() < self.alpha else (right + 1) % VOCAB)
+        return Proposal(tokens=tokens, q_probs=None, q_token_probs=[None] * k)
+
+    def rollback(self, committed_ids: list[int]) -> None:
+        pass
+
+
+def controlled_pair(alpha: float, draft_ms: float, base_ms: float, per_token_ms: float,
+                    prompt: list[int], max_new: int, seed: int = 0) -> tuple[SlowTarget, OracleDrafter]:
+    inner = tiny_model(7, vocab_size=VOCAB, logit_scale=4.0)
+    plain = Decoder(inner, VOCAB).run(prompt, options=DecodeOptions(max_new_tokens=max_new + 20), plain=True)
+    oracle = list(prompt) + plain.token_ids
+    return SlowTarget(inner, base_ms, per_token_ms), OracleDrafter(oracle, alpha, draft_ms, seed)
+
+
+def run_measured(decoder: Decoder, prompt: list[int], k: int, opts: DecodeOptions,
+                 m: Measurement) -> list[IterationRecord]:
+    records = []
+    for event in decoder.stream(prompt, Controls(ControlValues(k=k)), opts):
+        if isinstance(event, BaselineRecord):
+            m.observe_baseline(event)
+        else:
+            m.enrich(event)
+            records.append(event)
+    return records
+
+
+# ---- constructed records ----------------------------------------------------------------------------
+def rec(i: int, drafted: int, accepted: int, ms: float, draft_ms: float = 2.0, verify_ms: float = 10.0,
+        rollback_ms: float = 0.5, drafter: str = "t", k: int | None = None) -> IterationRecord:
+    return IterationRecord(
+        iteration=i, mode="speculative", drafter=drafter, controls=ControlValues(k=k or max(1, drafted)),
+        tokens=[], n_drafted=drafted, n_accepted=accepted, n_emitted=accepted + 1,
+        draft_ms=draft_ms * drafted if drafter != "lookup" else draft_ms, verify_ms=verify_ms,
+        rollback_ms=rollback_ms, iteration_ms=ms, context_len=0, generated_len=0, t_start_s=0.0, t_end_s=0.0,
+    )
+
+
+def baseline(after: int, *steps: float, sweep: dict[int, float] | None = None) -> BaselineRecord:
+    return BaselineRecord(after_iteration=after, context_len=5, step_ms=list(steps), verify_ms_by_len=sweep or {})
+
+
+def test_no_baseline_yet_means_no_speedups_and_says_why():
+    m = Measurement(window=4)
+    r = rec(0, 2, 1, 15.0)
+    est = m.enrich(r)
+    assert r.plain_step_ms is None and r.measured_speedup is None and r.predicted_speedup is None
+    assert r.alpha_window == pytest.approx(1 / 2)  # one accepted, one rejected: two judged
+    assert est.measured is None and est.measured_text.startswith("not enough data yet")
+    assert all(p.speedup is None and p.reason for p in est.curve)  # gaps with reasons, never zeros
+
+
+def test_alpha_is_accepted_over_judged_everywhere():
+    m = Measurement()
+    records = [rec(0, 4, 1, 20.0), rec(1, 4, 4, 20.0), rec(2, 4, 0, 20.0)]
+    for r in records:
+        est = m.enrich(r)
+    # judged: 2 + 4 + 1 = 7; accepted 5 (drafted 12: accepted/drafted would be 0.42)
+    assert est.alpha == pytest.approx(5 / 7) and est.judged == 7
+    s = run_summary(records, estimate=est)
+    assert s["alpha"] == pytest.approx(5 / 7) and s["acceptance_rate"] == pytest.approx(5 / 12)
+    assert [p.reached for p in est.positions] == [3, 2, 1, 1] and [p.accepted for p in est.positions] == [2, 1, 1, 1]
+
+
+def blocks_run(ratio_per_block: list[float], plain_ms: float = 10.0, per_block: int = 4) -> Measurement:
+    """Blocks of ``per_block`` iterations, each emitting 2 tokens, timed so the block's ratio is as given."""
+    m = Measurement()
+    it = 0
+    m.observe_baseline(baseline(0, plain_ms, plain_ms, plain_ms))
+    for ratio in ratio_per_block:
+        for _ in range(per_block):
+            m.enrich(rec(it, 2, 1, ms=2 * plain_ms / ratio))
+            it += 1
+        m.observe_baseline(baseline(it, plain_ms, plain_ms, plain_ms))
+    return m
+
+
+def test_measured_speedup_is_a_paired_ratio_over_blocks_with_an_interval():
+    m = blocks_run([1.5, 1.4, 1.6, 1.5, 1.45, 1.55])
+    r = rec(99, 2, 1, 10.0)
+    est = m.enrich(r)
+    assert est.blocks == 6 and est.measured is not None
+    assert est.measured.value == pytest.approx(1.5, rel=0.02)
+    assert est.measured.lo <= 1.5 <= est.measured.hi and est.measured.lo >= 1.39 and est.measured.hi <= 1.61
+    assert (r.measured_speedup, r.measured_speedup_lo, r.measured_speedup_hi) == (
+        est.measured.value, est.measured.lo, est.measured.hi)
+    assert est.measured.text().startswith("×1.5")
+    few = blocks_run([1.5] * (MIN_BLOCKS - 1)).enrich(rec(99, 2, 1, 10.0))
+    assert few.measured is None and f"{MIN_BLOCKS - 1} of {MIN_BLOCKS}" in few.measured_reason
+
+
+def test_one_outlying_block_barely_moves_the_estimate():
+    quiet = [1.30, 1.34, 1.28, 1.33, 1.31, 1.29, 1.32, 1.30]
+    before = paired_ratio(quiet)
+    after = paired_ratio([*quiet[:4], 0.47, *quiet[5:]])  # one block where the plain step doubled
+    assert before is not None and after is not None
+    assert abs(after.value / before.value - 1.0) < 0.05
+
+
+def simulated_blocks(rng: np.random.Generator, n_blocks: int, noise: float) -> tuple[list[float], float]:
+    """A run with drift and noisy timings whose true speed-up is known: E[tokens]/E[ms] * plain step."""
+    plain, iteration_ms, per_block = 40.0, 60.0, 8
+    tokens, probs = np.arange(1, 5), np.array([0.3, 0.3, 0.2, 0.2])
+    truth = float((tokens * probs).sum()) / iteration_ms * plain
+    ratios, drift = [], 1.0
+    for _ in range(n_blocks):
+        drift *= math.exp(rng.normal(0.0, 0.05))  # the machine drifts; adjacent blocks share it
+        before = plain * drift * np.exp(rng.normal(0.0, noise, 3))
+        after = plain * drift * np.exp(rng.normal(0.0, noise, 3))
+        emitted = rng.choice(tokens, size=per_block, p=probs).sum()
+        ms = (iteration_ms * drift * np.exp(rng.normal(0.0, noise, per_block))).sum()
+        ratios.append(float(emitted / ms * np.median(np.r_[before, after])))
+    return ratios, truth
+
+
+@pytest.mark.parametrize("n_blocks", [MIN_BLOCKS, 8, 16])
+def test_the_interval_covers_the_true_ratio_in_at_least_90_percent_of_noisy_runs(n_blocks):
+    rng = np.random.default_rng(n_blocks)
+    runs, covered = 300, 0
+    for _ in range(runs):
+        ratios, truth = simulated_blocks(rng, n_blocks, noise=0.15)
+        ci = paired_ratio(ratios)
+        assert ci is not None
+        covered += ci.covers(truth)
+    assert covered / runs >= 0.90
+
+
+def test_verify_fit_uses_every_pass_is_monotone_and_never_extrapolates():
+    fit = VerifyCostFit()
+    for ms in (10.0, 11.0, 30.0):  # plain steps: length 1, one outlier
+        fit.add(1, ms)
+    for ms in (14.0, 13.0, 15.0):
+        fit.add(3, ms)
+    fit.add(2, 9.0)  # noisy: cheaper than a pass of 1 -> pooled
+    assert fit.points == pytest.approx({1: 10.5, 2: 10.5, 3: 14.0})  # (3 * 11 + 1 * 9) / 4
+    assert fit(4) is None and fit.max_length == 3
+    assert fit(1) == pytest.approx(10.5)
+
+
+def lookup_run(seed: int, n: int = 80) -> list[IterationRecord]:
+    """Prompt lookup on prose: most iterations find no match and propose nothing."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        if rng.random() < 0.7:
+            records.append(rec(i, 0, 0, ms=11.0, draft_ms=0.05, verify_ms=10.5, drafter="lookup", k=10))
+        else:
+            d = int(rng.integers(1, 11))
+            a = int(rng.integers(0, d + 1))
+            records.append(rec(i, d, a, ms=12.0 + d, draft_ms=0.05, verify_ms=11.0 + d, drafter="lookup", k=10))
+    return records
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+def test_the_curve_is_finite_and_at_most_k_plus_1_for_every_k(drafter):
+    m = Measurement()
+    m.observe_baseline(baseline(0, 10.0, 10.2, 9.9, sweep={n: 10.0 + 0.4 * n for n in (1, 2, 3, 5, 9)}))
+    records = lookup_run(1) if drafter == "lookup" else [rec(i, 4, i % 5, 30.0) for i in range(40)]
+    for r in records:
+        est = m.enrich(r)
+    known = [p for p in est.curve if p.speedup is not None]
+    assert known and all(math.isfinite(p.speedup) and 0 < p.speedup <= p.k + 1 for p in known)
+    # lengths past the longest pass measured (9 from the sweep, 11 from the loop) are gaps with a reason
+    past = [p for p in est.curve if p.k + 1 > m.fit.max_length]
+    assert past and all(p.speedup is None and "no verify pass" in p.reason for p in past)
+    assert est.best_k is not None and est.best_speedup is not None and est.best_speedup <= est.best_k + 1
+
+
+def test_lookup_is_charged_per_iteration_not_per_proposal():
+    m = Measurement()
+    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0, sweep={n: 10.0 + 0.5 * n for n in range(1, 12)}))
+    for r in lookup_run(2):
+        est = m.enrich(r)
+    assert est.costs.draft_step_ms is None and est.costs.draft_iteration_ms == pytest.approx(0.05)
+
+
+def test_a_control_change_starts_a_new_measured_regime():
+    m = blocks_run([1.5] * 6)
+    assert m.enrich(rec(99, 2, 1, 10.0)).measured is not None
+    hot = rec(100, 2, 1, 10.0)
+    hot.controls = ControlValues(k=2, temperature=0.8)
+    est = m.enrich(hot)
+    assert est.measured is None and est.alpha == pytest.approx(0.5) and est.judged == 2
+
+
+def test_observing_the_same_record_twice_counts_it_once():
+    m = Measurement(window=8)
+    r = rec(0, 4, 4, 10.0)
+    m.observe(r)
+    est = m.enrich(r)
+    assert len(m.window_records()) == 1 and est.alpha == 1.0 and est.judged == 4
+
+
+# ---- machine busy -----------------------------------------------------------------------------------
+def test_busy_needs_both_little_cpu_and_preemption():
+    d = BusyDetector(threads=2)
+    preempted = rec(0, 2, 1, 100.0)
+    preempted.cpu_ms, preempted.preempted = 48.0, 40
+    waiting = rec(1, 2, 1, 100.0)  # waiting for I/O (paging): little CPU, but it yields, nobody preempts it
+    waiting.cpu_ms, waiting.preempted = 20.0, 0
+    quiet = rec(2, 2, 1, 100.0)
+    quiet.cpu_ms, quiet.preempted = 195.0, 3
+    assert d.observe(preempted)[0].startswith(f"{BUSY_PREFIX}: the process got 48% of a core")
+    assert d.observe(waiting) == [] and d.observe(quiet) == []
+
+
+class DigitTokenizer:
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return " ".join(str(i) for i in ids)
+
+
+class SpinTarget(torch.nn.Module):
+    """A model whose forward pass also burns ``spin_ms`` of CPU on the calling thread (work, not sleep)."""
+
+    def __init__(self, inner: torch.nn.Module, spin_ms: float):
+        super().__init__()
+        self.inner, self.config, self.spin_ms = inner, inner.config, spin_ms
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: object) -> object:
+        end = time.thread_time() + self.spin_ms / 1000.0
+        x = 0
+        while time.thread_time() < end:  # CPU time, so a preempted step takes longer in wall time
+            x += 1
+        return self.inner(input_ids, **kwargs)
+
+
+def test_a_run_beside_cpu_hogs_is_flagged_busy_and_not_paging():
+    import os
+    import subprocess
+    import sys
+
+    from specscope.core.drafters.model import ModelDrafter
+    from specscope.core.pair import LoadedModel, ModelPair
+    from specscope.core.session import Session, SessionOptions
+
+    inner = tiny_model(7, vocab_size=VOCAB, logit_scale=4.0)
+    cpu = torch.device("cpu")
+    target = SpinTarget(inner, spin_ms=15.0)
+    pair = ModelPair(target=LoadedModel(target, "spin", cpu, torch.float32), tokenizer=DigitTokenizer(),
+                     drafter=ModelDrafter(inner, VOCAB), drafter_kind="model",
+                     draft=LoadedModel(inner, "draft", cpu, torch.float32), vocab_size=VOCAB)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        session = Session(pair, Controls(ControlValues(k=2)),
+                          SessionOptions(max_new_tokens=40, memory_period_s=0, baseline_every=8))
+        session.busy = BusyDetector(threads=1)  # the spinning forward computes on one thread
+        session.run([3, 14, 15, 9, 26])
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    busy = [r for r in session.records if any(f.startswith(BUSY_PREFIX) for f in r.flags)]
+    assert len(busy) >= len(session.records) // 2
+    assert not any("paging" in f or "memory" in f for r in session.records for f in r.flags)
+    assert session.measurement.estimate() is not None and session.measurement.estimate().busy
+
+
+# ---- predicted vs measured on the controlled pair ---------------------------------------------------
+TOLERANCE = 0.05  # absolute: the gap left is E(alpha) from the iid model vs the tokens really emitted
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.8, 2), (0.5, 4)])
+def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, k):
+    prompt = [3, 14, 15, 9, 26]
+    base_ms, per_token_ms, draft_ms = 16.0, 1.0, 3.0
+    target, drafter = controlled_pair(alpha, draft_ms, base_ms, per_token_ms, prompt, max_new=80)
+    decoder = Decoder(target, VOCAB, drafter=drafter)
+    m = Measurement(window=1000)
+    opts = DecodeOptions(max_new_tokens=80, baseline_every=6, baseline_steps=3)
+    records = run_measured(decoder, prompt, k, opts, m)
+    est = m.estimate()
+    assert est is not None and est.measured is not None and est.predicted_speedup is not None
+    # the prediction falls inside the measured interval (the interval is what the timings support: wide on a
+    # loaded machine, narrow on a quiet one)
+    assert est.measured.lo - TOLERANCE <= est.predicted_speedup <= est.measured.hi + TOLERANCE
+    # alpha as measured recovers the drafter's (seeded, so deterministic) probability
+    assert est.alpha == pytest.approx(alpha, abs=0.12)
+    # the measured costs recover the costs we set (sleeps are lower bounds: compute and contention add)
+    c = est.costs
+    assert c.draft_step_ms is not None and c.draft_step_ms >= draft_ms
+    assert c.verify_ms_by_len[k + 1] >= base_ms + per_token_ms * (k + 1)
+    assert c.plain_step_ms is not None and c.plain_step_ms >= base_ms + per_token_ms
+    assert all(r.measured_speedup is None or r.measured_speedup_lo <= r.measured_speedup <= r.measured_speedup_hi
+               for r in records)
