@@ -290,8 +290,10 @@ class MainWindow(QMainWindow):
         return QSize(min(1400, int(room.width() * 0.95)), min(900, int(room.height() * 0.95)))
 
     def _default_split(self) -> None:
+        """Tokens get 40% of the room, 30% when it is short (three rows of plots need ~400 px to read)."""
         total = sum(self.splitter.sizes()) or 1000
-        self.splitter.setSizes([int(total * 0.6), int(total * 0.4)])
+        share = 0.4 if total >= 700 or self.splitter.orientation() == Qt.Orientation.Horizontal else 0.3
+        self.splitter.setSizes([int(total * (1 - share)), int(total * share)])
 
     def set_tokens_beside(self, beside: bool) -> None:
         """Tokens in a column right of the plots (wide screens) or in a band below them."""
