@@ -138,5 +138,5 @@ def test_acceptance_bars_have_integer_ticks_and_a_sample_size(qtbot, tmp_path):
     thin_x = list(bars.thin_bars.opts["x"])
     assert solid_x == [1, 2, 3, 4] and thin_x == [5, 6]
     labels = [lab.textItem.toPlainText() for lab in bars.labels[:6]]
-    assert labels[0] == "1.00\nn=31" and labels[3] == "0.03\nn=31"
+    assert labels[0] == "1.00 n=31" and labels[3] == "0.03 n=31"
     assert labels[4] == "n=1" and MIN_SAMPLES > 1

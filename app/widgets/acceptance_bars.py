@@ -32,7 +32,7 @@ class AcceptanceBars(pg.PlotWidget):
         pi.setTitle("Acceptance by draft position", size="9pt")
         pi.setLabel("left", "P(accept | reached)")
         pi.setLabel("bottom", "draft position (1 = first proposal; n = times reached)")
-        pi.setYRange(0, 1.12)
+        pi.setYRange(0, 1.2)
         pi.enableAutoRange(axis="y", enable=False)
         pi.showGrid(y=True, alpha=0.2)
         pi.setMouseEnabled(x=False, y=False)
@@ -78,7 +78,7 @@ class AcceptanceBars(pg.PlotWidget):
             if not ok[i]:
                 label.setText("")
                 continue
-            text = f"n={n}" if n < MIN_SAMPLES else f"{rates[i]:.2f}\nn={n}"
+            text = f"n={n}" if n < MIN_SAMPLES else f"{rates[i]:.2f} n={n}"
             label.setText(text)
             label.setPos(float(x[i]), float(rates[i]) + 0.01)
         for label in self.labels[len(rates):]:

@@ -204,6 +204,11 @@ class LivePlot(pg.PlotWidget):
     def add_key(self, name: str, colour: str, style: str = "solid") -> None:
         self.keys.append((name, colour, style))
         self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
+        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
+        lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)
+        height = 16 * lines + 4
+        self.plot_item.titleLabel.setMaximumHeight(height)
+        self.plot_item.layout.setRowFixedHeight(0, height)
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         self.add_key(name, colour, style)
