@@ -16,6 +16,7 @@ import numpy as np
 
 from specscope.core.measurement import Estimate
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.trace import ITERATION_SCHEMA
 
 
 class GrowingArray:
@@ -49,11 +50,10 @@ class GrowingArray:
         return int(self._data.nbytes)
 
 
-COLUMNS = (
-    "iteration", "k", "draft_ms", "verify_ms", "rollback_ms", "iteration_ms", "plain_step_ms",
-    "alpha_window", "alpha_cumulative", "tokens_per_iteration", "measured_speedup", "measured_speedup_lo",
-    "measured_speedup_hi", "predicted_speedup",
-)
+# The trace schema's plotted columns, read from each record through the schema's getter, plus tokens per
+# iteration: a column added to the schema with plotted=True gets its array here by itself.
+_SCHEMA_COLUMNS = {c.name: c for c in ITERATION_SCHEMA if c.plotted}
+COLUMNS = (*_SCHEMA_COLUMNS, "tokens_per_iteration")
 
 
 @dataclass
@@ -130,21 +130,9 @@ class RunData:
         self._last_controls = r.controls
         if r.estimate is not None:
             self.estimate = r.estimate
-        c = self.columns
-        c["iteration"].append(r.iteration)
-        c["k"].append(r.controls.k)
-        c["draft_ms"].append(r.draft_ms)
-        c["verify_ms"].append(r.verify_ms)
-        c["rollback_ms"].append(r.rollback_ms)
-        c["iteration_ms"].append(r.iteration_ms)
-        c["plain_step_ms"].append(_num(r.plain_step_ms))
-        c["alpha_window"].append(_num(r.alpha_window))
-        c["alpha_cumulative"].append(_num(r.alpha_cumulative))
-        c["tokens_per_iteration"].append(r.n_emitted)
-        c["measured_speedup"].append(_num(r.measured_speedup))
-        c["measured_speedup_lo"].append(_num(r.measured_speedup_lo))
-        c["measured_speedup_hi"].append(_num(r.measured_speedup_hi))
-        c["predicted_speedup"].append(_num(r.predicted_speedup))
+        for name, column in _SCHEMA_COLUMNS.items():
+            self.columns[name].append(_num(column.get(r)))
+        self.columns["tokens_per_iteration"].append(r.n_emitted)
         for key, value in r.memory.items():
             arr = self.memory.get(key)
             if arr is None:

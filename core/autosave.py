@@ -1,15 +1,20 @@
-"""Crash-safe autosave: the session's trace written to a session folder as it grows.
+"""Crash-safe autosave: the session's trace written to a session folder as it grows (the app and the CLI).
 
 ``SessionRecorder`` creates ``<root>/<YYYYmmdd-HHMMSS>-<id>/`` holding ``trace.session.json`` (written
 first), a ``RUNNING`` marker with the recording process's pid, and ``trace.csv`` / ``trace.tokens.csv`` /
-``trace.baselines.csv`` in the trace format of ``trace.py``. Rows are buffered and written at most about
-once a second (on the next append, or by a one-shot timer when appends stop), so a crash or kill loses at
-most about the last second. ``close`` removes the marker; a folder whose marker outlives its process is an
-interrupted session (``find_interrupted_sessions``), readable with ``trace.read_trace(folder)``.
+``trace.baselines.csv`` written by ``trace.TraceAppender``, the same writer export uses. Rows are buffered
+and written at most about once a second (on the next append, or by a one-shot timer when appends stop), so a
+crash or kill loses at most about the last second. ``close`` removes the marker; a folder whose marker
+outlives its process, and that holds at least one iteration, is an interrupted session
+(``find_interrupted_sessions``), readable with ``trace.read_trace(folder)``.
 
-The header of an appended CSV cannot grow, and the memory keys are only known as samples arrive, so
-autosaved files carry the memory dict as one JSON column (``memory_json``) and the verify sweep as
-``verify_ms_by_len_json``; ``read_trace`` reads both this form and the export form (one column per key).
+The memory keys are only known as samples arrive and an appended header cannot grow, so autosaved files
+carry the memory sample as one JSON column (``memory_json``); everything else is as in an export.
+
+A full disk must not cost more than the rows it could not write: a recorder that cannot start removes what
+it created; one stopped mid-run keeps what is on disk and still records in ``trace.session.json`` that it
+ended (the file is written with spare room, so the final state fits over it in place when no new file can
+be created).
 """
 
 from __future__ import annotations
@@ -29,19 +34,13 @@ from typing import IO, Any
 from .records import BaselineRecord, IterationRecord
 from .trace import (
     SESSION_FOLDER_TRACE,
-    TOKEN_COLUMNS,
+    TraceAppender,
     TracePaths,
     TraceWriteError,
     atomic_text_files,
-    baseline_columns,
-    baseline_row,
-    iteration_columns,
-    iteration_row,
-    new_csv_writer,
     open_for_csv,
     sidecar,
     sidecar_text,
-    token_rows,
     trace_paths,
 )
 
@@ -96,6 +95,9 @@ def _process_alive(pid: int, created: float | None) -> bool:
         return True
 
 
+SIDECAR_SPARE_BYTES = 1024  # room left in the running session file for its final state (see close)
+
+
 class SessionRecorder:
     """Appends records to a new session folder; thread-safe (GUI thread, worker, flush timer)."""
 
@@ -113,14 +115,9 @@ class SessionRecorder:
         self._background = background_flush
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
-        self._iteration_rows: list[list[str]] = []
-        self._token_rows: list[list[str]] = []
-        self._baseline_rows: list[list[str]] = []
         self._last_flush: float | None = None
         self._closed = False
-        self.n_iterations = 0
-        self.n_baselines = 0
-        self.error: str | None = None  # set when a write failed; recording stops, the app goes on
+        self.error: str | None = None  # set when a write failed; recording stops, the run goes on
         self.flushes = 0
 
         root = Path(root)
@@ -128,33 +125,49 @@ class SessionRecorder:
         self.folder = root / f"{stamp}-{secrets.token_hex(3)}"
         self.paths: TracePaths = trace_paths(self.folder / SESSION_FOLDER_TRACE)
         self._session = session
-        self._meta = sidecar(session, self.paths, None, None, recording={"state": "running"})
+        self._meta = sidecar(session, self.paths, None, recording={"state": "running"})
         self._files: list[IO[str]] = []
+        created: list[Path] = []
         try:
             self.folder.mkdir(parents=True)
+            created.append(self.folder)
             with atomic_text_files([self.paths.session]) as (f,):
-                f.write(sidecar_text(self._meta))
+                f.write(sidecar_text(self._meta) + " " * SIDECAR_SPARE_BYTES + "\n")
+            created.append(self.paths.session)
             marker = {
                 "pid": os.getpid(),
                 "process_created": _process_created(os.getpid()),
                 "host": socket.gethostname(),
                 "started": self._meta["created"],
             }
-            (self.folder / RUNNING_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
-            for path, header in (
-                (self.paths.iterations, iteration_columns(None)),
-                (self.paths.tokens, list(TOKEN_COLUMNS)),
-                (self.paths.baselines, baseline_columns(None)),
-            ):
-                f = open_for_csv(path, "x")
-                self._files.append(f)
-                new_csv_writer(f).writerow(header)
-                f.flush()
-        except OSError as e:
+            marker_path = self.folder / RUNNING_MARKER
+            created.append(marker_path)
+            marker_path.write_text(json.dumps(marker) + "\n", encoding="utf-8")
+            for path in (self.paths.iterations, self.paths.tokens, self.paths.baselines):
+                created.append(path)
+                self._files.append(open_for_csv(path, "x"))
+            self._appender = TraceAppender(self._files[0], self._files[1], self._files[2], memory_keys=None)
+            self._appender.flush()
+        except (OSError, TraceWriteError) as e:
+            # Nothing recorded yet: leave nothing behind (a folder with a marker and empty files would be
+            # offered as an interrupted session that holds nothing).
             for f in self._files:
-                f.close()
+                with suppress(OSError):
+                    f.close()
+            for p in reversed(created):
+                with suppress(OSError):
+                    p.rmdir() if p == self.folder else p.unlink(missing_ok=True)
+            if isinstance(e, TraceWriteError):
+                raise
             raise TraceWriteError(self.folder, e.strerror or str(e)) from e
-        self._writers = [new_csv_writer(f) for f in self._files]
+
+    @property
+    def n_iterations(self) -> int:
+        return self._appender.n_iterations
+
+    @property
+    def n_baselines(self) -> int:
+        return self._appender.n_baselines
 
     # -- recording ------------------------------------------------------------------------------------
 
@@ -163,13 +176,11 @@ class SessionRecorder:
         with self._lock:
             if self._closed or self.error is not None:
                 return
-            if isinstance(item, BaselineRecord):
-                self._baseline_rows.append(baseline_row(item, None))
-                self.n_baselines += 1
-            else:
-                self._iteration_rows.append(iteration_row(item, None))
-                self._token_rows.extend(token_rows(item))
-                self.n_iterations += 1
+            try:
+                self._appender.append(item)
+            except ValueError as e:  # a record the format cannot hold: stop recording, never the run
+                self.error = f"autosave to {self.folder} stopped: {e}"
+                return
             now = self._clock()
             if self._last_flush is None or now - self._last_flush >= self.flush_interval_s:
                 self._flush_locked()
@@ -196,28 +207,20 @@ class SessionRecorder:
         self._last_flush = self._clock()
         if self.error is not None:
             return
-        # Tokens and baselines first: a reader never sees an iteration whose tokens are not yet written.
         try:
-            self._write_batch(1, self._token_rows)
-            self._write_batch(2, self._baseline_rows)
-            self._write_batch(0, self._iteration_rows)
+            self._appender.flush()
             self.flushes += 1
         except OSError as e:
             self.error = f"autosave to {self.folder} stopped: {e.strerror or e}"
 
-    def _write_batch(self, index: int, rows: list[list[str]]) -> None:
-        if rows:
-            self._writers[index].writerows(rows)
-            rows.clear()
-        self._files[index].flush()
-
     # -- closing --------------------------------------------------------------------------------------
 
-    def close(self, ok: bool = True, *, fsync: bool = True) -> None:
+    def close(self, ok: bool = True, *, fsync: bool = True, reason: str = "") -> None:
         """Write what is buffered, record how the session ended, and remove the RUNNING marker.
 
-        ``ok=False`` (the run ended in an error the app caught) is recorded in the sidecar; either way the
-        process saw the end, so the folder is not offered as interrupted. Idempotent.
+        ``ok=False`` (the run ended in an error the caller caught) is recorded in the sidecar, with
+        ``reason`` when given; either way the process saw the end, so the folder is not offered as
+        interrupted. Idempotent.
         """
         with self._lock:
             if self._closed:
@@ -231,20 +234,39 @@ class SessionRecorder:
                 with suppress(OSError):
                     if fsync and self.error is None:
                         os.fsync(f.fileno())
+                with suppress(OSError):
                     f.close()
             self._meta["recording"] = {
                 "state": "closed",
-                "ok": ok,
+                "ok": ok and self.error is None,
                 "ended": datetime.now().astimezone().isoformat(timespec="seconds"),
                 "iterations": self.n_iterations,
                 "baselines": self.n_baselines,
             }
+            if reason:
+                self._meta["recording"]["reason"] = reason
             if self.error is not None:
                 self._meta["recording"]["error"] = self.error
-            with suppress(TraceWriteError), atomic_text_files([self.paths.session]) as (f,):
-                f.write(sidecar_text(self._meta))
+            self._write_final_sidecar()
             with suppress(OSError):
                 (self.folder / RUNNING_MARKER).unlink(missing_ok=True)
+
+    def _write_final_sidecar(self) -> None:
+        text = sidecar_text(self._meta)
+        try:
+            with atomic_text_files([self.paths.session]) as (f,):
+                f.write(text)
+            return
+        except TraceWriteError:
+            pass
+        # No new file can be made (disk full): overwrite the running sidecar in place, which needs no new
+        # blocks when the text fits in the room it was written with.
+        data = text.encode("utf-8")
+        with suppress(OSError), open(self.paths.session, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if len(data) <= size:
+                f.seek(0)
+                f.write(data + b" " * (size - len(data)))
 
     @property
     def closed(self) -> bool:
@@ -274,14 +296,28 @@ def _marker_is_live(marker: Path) -> bool:
 
 
 def find_interrupted_sessions(root: Path) -> list[Path]:
-    """Session folders under ``root`` whose RUNNING marker remains and whose process is gone, newest first."""
+    """Session folders under ``root`` whose RUNNING marker remains, whose process is gone and that hold at
+    least one iteration, newest first."""
     root = Path(root)
     try:
         folders = [p for p in root.iterdir() if p.is_dir()]
     except OSError:
         return []
-    found = [p for p in folders if (p / RUNNING_MARKER).exists() and not _marker_is_live(p / RUNNING_MARKER)]
+    found = [p for p in folders if (p / RUNNING_MARKER).exists() and not _marker_is_live(p / RUNNING_MARKER)
+             and _holds_an_iteration(p)]
     return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def _holds_an_iteration(folder: Path) -> bool:
+    """True when the folder's iteration CSV has a row after its header: a session killed before its first
+    iteration (or whose disk was full) holds nothing worth offering."""
+    try:
+        with open(folder / SESSION_FOLDER_TRACE, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    first_newline = head.find(b"\n")
+    return first_newline >= 0 and head[first_newline + 1:].strip() != b""
 
 
 def dismiss_interrupted_session(folder: Path) -> None:

@@ -22,17 +22,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
+from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DRAFTER_KINDS
 from .measurement import Measurement, RatioInterval, paired_ratio, run_summary
 from .pair import ModelPair
+from .prompts import Prompt
 from .records import ControlValues, IterationRecord
 from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
+from .trace import atomic_text_files, spreadsheet_safe
 
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
 HF_KINDS = ("hf-assisted", "hf-lookup")
@@ -360,15 +363,21 @@ CSV_FIELDS = ("round", "prompt_id", "prompt_kind", "method", "tokens", "seconds"
 
 def write_csv(rows: Sequence[RunRow], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_FIELDS)
-        for r in rows:
-            w.writerow([_cell(getattr(r, name)) for name in CSV_FIELDS])
+        write_csv_rows(rows, f)
+
+
+def write_csv_rows(rows: Sequence[RunRow], f: IO[str]) -> None:
+    w = csv.writer(f)
+    w.writerow(CSV_FIELDS)
+    for r in rows:
+        w.writerow([_cell(getattr(r, name)) for name in CSV_FIELDS])
 
 
 def _cell(v: object) -> object:
     if isinstance(v, float):
         return f"{v:.4f}"
+    if isinstance(v, str):
+        return spreadsheet_safe(v)  # a prompt id or method name must not run as a spreadsheet formula
     return "" if v is None else v
 
 
@@ -449,19 +458,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
                         help="prompt kinds (comma-separated: prose,code,structured), 'all', or a JSON file")
-    parser.add_argument("--limit", type=int, default=0, help="at most this many prompts per kind (0 = all)")
+    parser.add_argument("--limit", type=whole_number(0), default=0,
+                        help="at most this many prompts per kind (0 = all)")
     parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6], help="fixed k values, e.g. 1,2,4,6")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=whole_number(1), default=3)
+    parser.add_argument("--max-new-tokens", type=MAX_NEW, default=64)
     parser.add_argument("--no-adaptive", action="store_true", help="skip adaptive k and the heuristic")
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers' own methods")
-    parser.add_argument("--lookup-tokens", type=int, default=10,
+    parser.add_argument("--lookup-tokens", type=whole_number(1), default=10,
                         help="transformers' prompt_lookup_num_tokens")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=whole_number(0), default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
 
 
 def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[BenchPrompt]:
+    return [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in choose_bench_prompts(spec, limit)]
+
+
+def choose_bench_prompts(spec: str, limit: int = 0) -> list[Prompt]:
+    """The prompts ``--prompts`` names; ValueError naming the file (and the shape it needs) otherwise."""
     from .prompts import load_prompt_file, load_prompt_sets
 
     if spec.endswith(".json") or Path(spec).is_file():
@@ -473,7 +488,7 @@ def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[Bench
         if unknown:
             raise ValueError(f"unknown prompt kind(s) {', '.join(unknown)}: choose from {', '.join(sets)}")
         chosen = [p for k in kinds for p in (sets[k][:limit] if limit else sets[k])]
-    return [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
+    return chosen
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -495,20 +510,28 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.rounds < 1 or args.max_new_tokens < 1 or args.threads < 0:
-        print("error: --rounds and --max-new-tokens must be at least 1, --threads at least 0", file=sys.stderr)
-        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     from .models import ModelLoadError, PairSpec, load_pair
 
     try:
+        chosen = choose_bench_prompts(args.prompts, args.limit)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    stem = Path(args.out)
+    md, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    try:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--out {args.out}: cannot make the folder {stem.parent} ({e.strerror or e})") from None
+    for path in (md, csv_path):  # before the bench, not after it
+        check_writable(path, "--out")
+    try:
         pair = load_pair(PairSpec(target=args.target, draft=args.draft, drafter=args.drafter,
                                   target_device=args.device))
-        prompts = load_bench_prompts(pair, args.prompts, args.limit)
-    except (ModelLoadError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ModelLoadError as e:
+        raise CliError(str(e)) from None
+    prompts = [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
     methods = default_methods(args.k, pair, adaptive=not args.no_adaptive, heuristic=not args.no_adaptive,
                               transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens)
     rows = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens,
@@ -517,11 +540,36 @@ def main(args: argparse.Namespace) -> int:
     command = command_line(args)
     report = markdown_report(rows, mismatches, pair.description or pair.target.name, command, args.rounds,
                              args.max_new_tokens)
-    stem = Path(args.out)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    md, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
-    md.write_text(report, encoding="utf-8")
-    write_csv(rows, csv_path)
-    print(report)
+    emit(report)  # first: whatever happens to the files, the results are on stdout
+    try:
+        write_report_files(report, rows, md, csv_path)
+    except OSError as e:
+        fallback = _save_elsewhere(report, rows, stem.name)
+        where = f"; saved them to {fallback} instead" if fallback else ""
+        raise CliError(f"could not write {md} and {csv_path}: {e.strerror or e}{where}",
+                       exit_code=EXIT_FAILURE) from None
     print(f"wrote {md} and {csv_path}", file=sys.stderr)
     return 0
+
+
+def write_report_files(report: str, rows: Sequence[RunRow], md: Path, csv_path: Path) -> None:
+    with atomic_text_files([md]) as (f,):
+        f.write(report)
+    with atomic_text_files([csv_path]) as (f,):
+        write_csv_rows(rows, f)
+
+
+def _save_elsewhere(report: str, rows: Sequence[RunRow], name: str) -> Path | None:
+    """The report files in the data folder's ``bench`` folder, when ``--out`` failed late (disk full)."""
+    from datetime import datetime
+
+    from .autosave import default_data_dir
+
+    folder = default_data_dir() / "bench"
+    stem = folder / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{name}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_report_files(report, rows, stem.with_suffix(".md"), stem.with_suffix(".csv"))
+    except OSError:
+        return None
+    return stem.with_suffix(".md")

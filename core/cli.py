@@ -1,7 +1,9 @@
 """Headless command line: ``specscope run | bench | verify``.
 
-Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable trace path)
-ends with one ``specscope: error: ...`` line and a non-zero exit; the trace so far is never lost silently.
+Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable output path)
+ends with one ``specscope: error: ...`` sentence and exit code 2 before any decoding; a fault during a run
+(SIGINT, SIGTERM, a model failing, a full disk) keeps what was decoded: ``run`` records through the same
+autosave recorder as the app, so even kill -9 loses at most about the last second. See ``cli_checks``.
 """
 
 from __future__ import annotations
@@ -13,29 +15,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
+from .cli_checks import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    MAX_NEW,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    CliError,
+    Interrupted,
+    Parser,
+    SignalGuard,
+    StdoutError,
+    check_writable,
+    checked_prompt,
+    emit,
+    print_error,
+    read_text_file,
+    silence_stdout,
+    stdout_failed,
+    whole_number,
+)
 
-
-class CliError(Exception):
-    """A user-facing error: printed as one line."""
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CliError", "build_parser", "main"]
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return whole_number(1)(text)
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,13 +53,14 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=4, help="proposals per iteration (1-16)")
     g.add_argument("--adaptive-k", action="store_true", help="choose k each iteration from the cost model")
-    g.add_argument("--temperature", type=_float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--top-p", type=_float, default=1.0, help="1 = off")
-    g.add_argument("--max-new-tokens", type=_positive_int, default=128)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=TOP_K, default=0, help="0 = off")
+    g.add_argument("--top-p", type=TOP_P, default=1.0, help="1 = off")
+    g.add_argument("--max-new-tokens", type=MAX_NEW, default=128,
+                   help="stop after this many new tokens (the model's context window also stops the run)")
+    g.add_argument("--seed", type=SEED, default=None)
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
-    g.add_argument("--baseline-every", type=int, default=6,
+    g.add_argument("--baseline-every", type=whole_number(0), default=6,
                    help="time 3 plain target steps on the live context every N iterations: the blocks the measured "
                         "speed-up and its interval are paired over (0 = never: no measured speed-up)")
 
@@ -60,7 +68,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from .models import add_pair_arguments
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specscope", description="Profile speculative decoding: run, bench or verify a draft/target pair."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,12 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _prompt_text(args: argparse.Namespace) -> str:
     if args.prompt_file is not None:
-        try:
-            return Path(args.prompt_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CliError(f"cannot read prompt file {args.prompt_file}: {exc.strerror or exc}") from None
+        return checked_prompt(read_text_file(args.prompt_file, "prompt file"), f"prompt file {args.prompt_file}")
     if args.prompt is not None:
-        return str(args.prompt)
+        return checked_prompt(str(args.prompt), "--prompt")
     if args.demo:
         from .prompts import load_prompt_sets
 
@@ -143,39 +148,125 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
     }
 
 
+def _quiet_libraries() -> None:
+    """``--quiet`` / ``--json``: no progress bars or notices from transformers and the hub while loading."""
+    import os
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _start_recorder(description: dict[str, Any], quiet: bool) -> Any:
+    """The app's autosave recorder, for the CLI too; a run goes on without it when it cannot start."""
+    from .autosave import SessionRecorder, default_sessions_dir
+    from .trace import TraceError
+
+    try:
+        recorder = SessionRecorder(default_sessions_dir(), description)
+    except TraceError as exc:
+        print(f"specscope: warning: autosave is off for this run: {exc}", file=sys.stderr)
+        return None
+    if not quiet:
+        print(f"autosave: {recorder.folder}", file=sys.stderr)
+    return recorder
+
+
+class _Run:
+    """What the error path needs to say where a run's work went."""
+
+    session_folder: Path | None = None
+
+
+def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -> None:
+    if n_prompt == 0:
+        raise CliError("the prompt encodes to no tokens: give some text to continue")
+    window = pair.context_window
+    if window is None:
+        return
+    if n_prompt >= window:
+        raise CliError(f"the prompt is {n_prompt:,} tokens but {pair.target.name} holds {window:,} positions; "
+                       f"shorten it to fewer than {window:,} tokens")
+    if n_prompt + max_new_tokens > window and not quiet:
+        print(f"note: the context window ({window:,} positions) leaves room for {window - n_prompt:,} new "
+              "tokens; the run stops there (finish_reason context_window)", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    controls = _controls(args)
+    text = _prompt_text(args)
+    for path, flag in ((args.trace, "--trace"), (args.chrome_trace, "--chrome-trace")):
+        if path is not None:
+            check_writable(path, flag)
+    quiet = bool(args.quiet or args.json)
+    if quiet:
+        _quiet_libraries()
+
+    from .models import ModelLoadError, load_pair, spec_from_args
+    from .session import Session, SessionOptions
+
+    if args.plain and not args.draft and args.drafter == "model":
+        args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
+    try:
+        spec = spec_from_args(args)
+        pair = load_pair(spec, progress=_progress(quiet))
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+    prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
+    _check_context(pair, len(prompt_ids), args.max_new_tokens, quiet)
+    session = Session(pair, controls, SessionOptions(
+        max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
+        baseline_every=args.baseline_every,
+    ))
+    description = session_description(args, pair)
+    recorder = _start_recorder(description, quiet)
+    _Run.session_folder = recorder.folder if recorder is not None else None
+
+    with SignalGuard().installed() as guard:
+        return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
+
+
+def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt_ids: list[int],
+                       description: dict[str, Any], recorder: Any, guard: SignalGuard) -> int:
     import torch
 
     from .busy import BUSY_PREFIX
     from .measurement import run_summary
     from .memory.residency import model_residency
-    from .models import ModelLoadError, load_pair, spec_from_args
-    from .session import Session, SessionOptions
 
-    controls = _controls(args)
-    text = _prompt_text(args)
-    if args.plain and not args.draft and args.drafter == "model":
-        args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
-    try:
-        spec = spec_from_args(args)
-        pair = load_pair(spec, progress=_progress(args.quiet or args.json))
-    except ModelLoadError as exc:
-        raise CliError(str(exc)) from None
-    prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
-    session = Session(pair, controls, SessionOptions(
-        max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
-        baseline_every=max(0, args.baseline_every),
-    ))
     error: str | None = None
+    stopped: Interrupted | None = None
+    stream = session.stream(prompt_ids)
     try:
-        session.run(prompt_ids)
-    except KeyboardInterrupt:
-        error = "interrupted"
+        for event in stream:
+            if recorder is not None:
+                recorder.append(event)
+    except Interrupted as exc:
+        stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
         error = f"the model failed mid-run: {exc}"
+    finally:
+        guard.raising = False  # from here a signal waits until the results are written
+        stream.close()  # ends the loop (and the memory sampler) if the signal came between iterations
+        if recorder is not None:
+            recorder.close(ok=error is None and stopped is None,
+                           reason=stopped.reason if stopped is not None else "error" if error else "")
     result = session.result
-    assert result is not None
+    if result is None:  # the signal came before the loop began
+        assert stopped is not None
+        raise CliError(f"{stopped.signal_name} received before decoding began; nothing was decoded",
+                       exit_code=stopped.exit_code)
     records = session.records
+    if stopped is not None:
+        # The loop saw no end of its own: label the run, and its last iteration as not finished.
+        result.finish_reason = stopped.reason
+        if records:
+            records[-1].finished = False
+            records[-1].finish_reason = stopped.reason
+    elif error is not None:
+        result.finish_reason = "error"
 
     residency = {"target": model_residency(pair.target.model, pair.target.device, "target")}
     if pair.draft is not None:
@@ -186,49 +277,73 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     trace_error: str | None = None
     if args.trace is not None or args.chrome_trace is not None:
-        trace_error = _write_traces(args, records, session.baselines, session_description(args, pair))
+        trace_error = _write_traces(args, records, session.baselines, description, recorder)
 
     if args.json:
         out = {
             "token_ids": result.token_ids,
             "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
-            "finish_reason": result.finish_reason if error is None else "error",
+            "finish_reason": result.finish_reason,
             "metrics": summary,
             "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
                           for name, r in residency.items()},
             "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
             "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
-            "error": error or trace_error,
+            "session_folder": str(recorder.folder) if recorder is not None else None,
+            "error": error or trace_error or (stopped.reason if stopped is not None else None),
         }
-        print(json.dumps(out, indent=None, default=str))
+        emit(json.dumps(out, indent=None, default=str))
     else:
-        print(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True))
-        print()
-        print(_summary_text(args, pair, result, summary, estimate, residency, flags))
+        emit(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True) + "\n\n"
+             + _summary_text(args, pair, result, summary, estimate, residency, flags))
+    if stopped is None and guard.late is not None:
+        print_error(f"{guard.late.signal_name} received after the run ended; its results above are complete")
+        return guard.late.exit_code
+    if stopped is not None:
+        print_error(f"stopped by {stopped.signal_name} after {len(records)} iterations "
+                    f"({len(result.token_ids)} tokens); what was decoded is kept"
+                    + (f" in {recorder.folder}" if recorder is not None else ""))
+        return stopped.exit_code
     if error is not None:
-        print(f"specscope: error: {error}", file=sys.stderr)
+        print_error(error)
         return EXIT_FAILURE
     if trace_error is not None:
-        print(f"specscope: error: {trace_error}", file=sys.stderr)
+        print_error(trace_error)
         return EXIT_FAILURE
     return 0
 
 
 def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[Any],
-                  session: dict[str, Any]) -> str | None:
+                  session: dict[str, Any], recorder: Any) -> str | None:
+    """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
+    the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
     from .chrome_trace import write_chrome_trace
     from .trace import TraceError, write_trace
 
-    try:
-        if args.trace is not None:
+    saved = recorder is not None and recorder.error is None
+    problems: list[str] = []
+    if args.trace is not None:
+        try:
             paths = write_trace(Path(args.trace), records, baselines, session=session)
             if not args.json and not args.quiet:
-                print(f"trace written: {paths}", file=sys.stderr)
-        if args.chrome_trace is not None:
+                print(f"trace written: {paths.iterations} (+ tokens, baselines, session)", file=sys.stderr)
+        except (TraceError, OSError) as exc:
+            where = f"; the whole trace is in {recorder.folder}" if saved else ""
+            problems.append(f"could not write the trace: {exc}{where}")
+    if args.chrome_trace is not None:
+        try:
             write_chrome_trace(Path(args.chrome_trace), records, baselines, session=session)
-    except (TraceError, OSError) as exc:
-        return f"could not write the trace: {exc}"
-    return None
+        except (TraceError, OSError) as exc:
+            fallback = ""
+            if recorder is not None:
+                with_name = recorder.folder / "trace.chrome.json"
+                try:
+                    write_chrome_trace(with_name, records, baselines, session=session)
+                    fallback = f"; saved it to {with_name} instead"
+                except (TraceError, OSError):
+                    pass
+            problems.append(f"could not write the chrome trace: {exc}{fallback}")
+    return "; ".join(problems) or None
 
 
 def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
@@ -287,22 +402,35 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dic
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _Run.session_folder = None
+    where = ""
     try:
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "bench":
-            from . import bench
-
-            return int(bench.main(args))
-        if args.command == "verify":
-            from . import verify
-
-            return int(verify.main(args))
+        rc = _dispatch(args)
+        failed = stdout_failed()
+        if failed is not None:  # buffered output that could not be written at exit
+            raise StdoutError(failed)
     except CliError as exc:
-        print(f"specscope: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    parser.error(f"unknown command {args.command}")
-    return EXIT_USAGE
+        if isinstance(exc, StdoutError):  # e.g. --json > /dev/full, or a closed pipe
+            silence_stdout()
+            if _Run.session_folder is not None:
+                where = f"; the run is saved in {_Run.session_folder}"
+        print_error(f"{exc}{where}")
+        rc = exc.exit_code
+    return rc
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "bench":
+        from . import bench
+
+        return int(bench.main(args))
+    if args.command == "verify":
+        from . import verify
+
+        return int(verify.main(args))
+    raise CliError(f"unknown command {args.command}")
 
 
 if __name__ == "__main__":

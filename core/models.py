@@ -212,12 +212,15 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
         config = AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
                                             local_files_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "trust_remote_code" in str(exc):
             message = (f"{directory} needs custom code from the model's repository to load; pass "
                        "--trust-remote-code only if you trust it")
+        elif "does not recognize this architecture" in str(exc) or "model type" in str(exc):
+            message = (f"transformers does not know the architecture named in {directory / 'config.json'}; "
+                       f"specscope needs a causal language model that transformers can load\n"
+                       f"{library_detail(exc)}")
         else:
-            message = f"unsupported or unreadable model config in {directory} ({first[:160]})"
+            message = f"the model config in {directory} cannot be read\n{library_detail(exc)}"
     if message:
         raise ModelLoadError(message)
     model_type = getattr(config, "model_type", "")
@@ -385,9 +388,12 @@ def _load_weights(src: _Source, spec: PairSpec, est: MemoryEstimate, role: str) 
     except Exception as exc:
         if "out of memory" in str(exc).lower():
             message = _oom_message(role, src, est, exc)
+        elif _is_pickle_refusal(exc):
+            message = (f"refused to load the {role} from {src.directory}: its pickle weights hold more than "
+                       "tensors, and loading them could run code; specscope loads pickle weights only in "
+                       "PyTorch's safe mode, even with --allow-pickle\n" + _pickle_detail(exc))
         else:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            message = f"could not load the {role} from {src.directory} ({first[:200]})"
+            message = f"could not load the {role} from {src.directory}\n{library_detail(exc)}"
     if message:
         model = None
         _free()
@@ -395,6 +401,34 @@ def _load_weights(src: _Source, spec: PairSpec, est: MemoryEstimate, role: str) 
     n_params = sum(p.numel() for p in model.parameters())
     return LoadedModel(model=model, name=src.name, device=src.device, dtype=src.dtype,
                        source=str(src.directory), n_params=n_params, warnings=list(src.warnings))
+
+
+def library_detail(exc: BaseException) -> str:
+    """The library's own words, whole, for a second line under our sentence (its first line; no advice
+    to disable safety checks is ours)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"detail ({type(exc).__name__}): {first or 'no message'}"
+
+
+def _pickle_detail(exc: BaseException) -> str:
+    """What the unpickler refused (e.g. ``Unsupported global: GLOBAL posix.system``), without PyTorch's
+    advice on how to load the file unsafely."""
+    for line in str(exc).splitlines():
+        if "unsupported global" in line.lower() or "WeightsUnpickler error" in line:
+            return f"detail: {line.strip()}"
+    return "detail: PyTorch's safe loader (weights_only) refused the file"
+
+
+def _is_pickle_refusal(exc: BaseException) -> bool:
+    import pickle
+
+    chain: BaseException | None = exc
+    while chain is not None:
+        if isinstance(chain, pickle.UnpicklingError) or "Weights only load failed" in str(chain):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
 
 
 def _oom_message(role: str, src: _Source, est: MemoryEstimate, exc: BaseException) -> str:

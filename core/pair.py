@@ -47,6 +47,14 @@ class ModelPair:
             return [int(i) for i in ids]
         return [int(i) for i in self.tokenizer(text)["input_ids"]]
 
+    @property
+    def context_window(self) -> int | None:
+        """Positions the pair can attend over: the smaller of the target's and the draft's, from their
+        configs (None when a config does not say). Past it a model fails or produces garbage."""
+        windows = [_config_window(m.model) for m in (self.target, self.draft) if m is not None]
+        known = [w for w in windows if w is not None]
+        return min(known) if known else None
+
     def token_text(self, token_id: int) -> str:
         return str(self.tokenizer.decode([token_id], skip_special_tokens=False))
 
@@ -54,3 +62,15 @@ class ModelPair:
         """Drop model references so their memory can be freed."""
         self.drafter.release()
         self.draft = None
+
+
+_WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def _config_window(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    for key in _WINDOW_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

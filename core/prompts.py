@@ -20,12 +20,17 @@ class Prompt:
     text: str
 
 
-def parse_prompt_file(data: dict[str, Any], origin: str) -> list[Prompt]:
+EXPECTED_SHAPE = '{"kind": "prose", "prompts": [{"id": "...", "title": "...", "text": "..."}, ...]}'
+
+
+def parse_prompt_file(data: Any, origin: str) -> list[Prompt]:
     """Prompts from one file's JSON: {"kind": ..., "prompts": [{"id", "title", "text"}, ...]}."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: expected a JSON object shaped {EXPECTED_SHAPE}, not a {type(data).__name__}")
     kind = data.get("kind")
     items = data.get("prompts")
     if not isinstance(kind, str) or not isinstance(items, list):
-        raise ValueError(f"{origin}: expected an object with a 'kind' string and a 'prompts' list")
+        raise ValueError(f"{origin}: expected a JSON object shaped {EXPECTED_SHAPE}")
     out: list[Prompt] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in _FIELDS):
@@ -49,7 +54,18 @@ def load_prompt_sets() -> dict[str, list[Prompt]]:
 def load_prompt_file(path: str | Path) -> list[Prompt]:
     """A user's own set in the same format, or a plain text file (one prompt, kind "custom")."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        raise ValueError(f"cannot read prompt file {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompt file {p} is not UTF-8 text (invalid byte at offset {e.start})") from None
     if p.suffix.lower() == ".json":
-        return parse_prompt_file(json.loads(text), p.name)
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"prompt file {p} is not valid JSON ({e})") from None
+        return parse_prompt_file(data, f"prompt file {p}")
+    if not text.strip():
+        raise ValueError(f"prompt file {p} is empty")
     return [Prompt(id=p.stem, kind="custom", title=p.stem, text=text.strip())]

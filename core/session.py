@@ -9,7 +9,7 @@ The CLI and the GUI worker both consume ``Session.stream``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 from .adaptive import CostModelKPolicy
@@ -99,9 +99,10 @@ class Session:
             verify_sweep=o.verify_sweep,
             sweep_k_max=o.sweep_k_max,
             sweep_every=o.sweep_every,
+            context_window=self.pair.context_window,
         )
 
-    def stream(self, prompt_ids: list[int]) -> Iterator[IterationRecord | BaselineRecord]:
+    def stream(self, prompt_ids: list[int]) -> Generator[IterationRecord | BaselineRecord, None, None]:
         if self.sampler is not None:
             self.sampler.start()
         try:

@@ -72,6 +72,7 @@ class DecodeOptions:
     verify_sweep: bool = False  # with a baseline, time target passes of length 1..sweep_k_max+1
     sweep_k_max: int = 8
     sweep_every: int = 1  # sweep with every N-th baseline (the first always): the verify fit keeps what it saw
+    context_window: int | None = None  # positions the models hold: decoding stops there ("context_window")
 
 
 class TargetRunner:
@@ -205,6 +206,14 @@ class Decoder:
             raise ValueError("speculative decoding needs a drafter (or pass plain=True)")
         controls = controls or Controls()
         opts = options or DecodeOptions()
+        window_bound = False  # the context window, not max_new_tokens, ends the run
+        if opts.context_window is not None:
+            room = opts.context_window - len(prompt_ids)
+            if room < 1:
+                raise ValueError(f"the prompt ({len(prompt_ids):,} tokens) fills the model's context window "
+                                 f"({opts.context_window:,} positions)")
+            if room < opts.max_new_tokens:
+                opts, window_bound = replace(opts, max_new_tokens=room), True
         gen: torch.Generator | None = None
         self._draft_gen = None
         if opts.seed is not None:
@@ -231,9 +240,9 @@ class Decoder:
                     finish = "stop"
                     break
                 # A first baseline before iteration 0, so a speed-up is known from the start.
-                if controls.take_baseline_request() or (
+                if (controls.take_baseline_request() or (
                     opts.baseline_every and iteration % opts.baseline_every == 0
-                ):
+                )) and self._baseline_fits(len(ids), opts):
                     sweep = opts.verify_sweep and len(baselines) % max(1, opts.sweep_every) == 0
                     b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=sweep))
                     baselines.append(b)
@@ -244,6 +253,8 @@ class Decoder:
                     rec = self._plain_step(ids, n_prompt, iteration, values, gen, opts)
                 else:
                     rec = self._speculative_step(ids, n_prompt, iteration, values, gen, opts)
+                if window_bound and rec.finish_reason == "max_new_tokens":
+                    rec.finish_reason = "context_window"
                 records.append(rec)
                 if self.k_policy is not None and not plain:
                     self.k_policy.observe(rec)
@@ -253,7 +264,7 @@ class Decoder:
                     yield rec
                     break
                 yield rec
-            if opts.baseline_every and records and not plain:
+            if opts.baseline_every and records and not plain and self._baseline_fits(len(ids), opts):
                 # A closing baseline, so the last block of speculative iterations is bracketed by plain steps
                 # on both sides like every other (the measured speed-up is a paired ratio over blocks).
                 b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=False))
@@ -272,6 +283,14 @@ class Decoder:
                 finish_reason=finish,
                 elapsed_s=time.perf_counter() - t_run,
             )
+
+    @staticmethod
+    def _baseline_fits(context_len: int, opts: DecodeOptions) -> bool:
+        """A baseline's plain steps and sweep passes run past the context; near the window they would not fit."""
+        if opts.context_window is None:
+            return True
+        needed = max(opts.baseline_steps, opts.sweep_k_max + 1 if opts.verify_sweep else 0)
+        return context_len + needed <= opts.context_window
 
     def run(self, prompt_ids: list[int], controls: Controls | None = None,
             options: DecodeOptions | None = None, plain: bool = False) -> RunResult:

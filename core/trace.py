@@ -1,12 +1,20 @@
-"""Trace files: the record stream written to disk and read back (export, replay, the CLI's ``--trace``).
+"""Trace files: the record stream written to disk and read back (export, replay, autosave, ``--trace``).
 
 One trace is four files next to each other (see docs/trace-format.md):
 ``<stem>.csv`` one row per iteration, ``<stem>.tokens.csv`` one row per token, ``<stem>.baselines.csv``
 one row per plain-step baseline and ``<stem>.session.json`` (settings, models, format, column units).
 ``chrome_trace.write_chrome_trace`` writes the same records as Trace Event Format JSON (Perfetto).
 
+The columns are declared once, in ``ITERATION_SCHEMA``, ``TOKEN_SCHEMA`` and ``BASELINE_SCHEMA``: name,
+unit, cell type (how a value is written and parsed back), where the value lives on the record, and a doc
+line. The CSV headers and rows, ``TraceAppender`` (the one writer, used by export and autosave alike),
+``read_trace``, the units in the session file, the app's columns and the table in docs/trace-format.md
+(``python -m specscope.core.trace --doc-table``) all derive from them. Adding a column is one line there
+(plus the record field it reads).
+
 Floats are written with ``repr`` so that writing and reading back gives equal records. Trace files are data:
-they are parsed with ``csv`` and ``json`` only, never evaluated.
+they are parsed with ``csv`` and ``json`` only (JSON with bounded depth and size), never evaluated. Text cells
+that a spreadsheet would run as a formula are written with a leading ``'``, which the reader removes.
 """
 
 from __future__ import annotations
@@ -14,100 +22,418 @@ from __future__ import annotations
 import csv
 import io
 import json
+import operator
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from .. import __version__
+from .controls import K_MAX
 from .records import BaselineRecord, ControlValues, IterationRecord, TokenRecord, TokenStatus
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 1
 
-# --- columns -------------------------------------------------------------------------------------------
+# --- cell formatting ------------------------------------------------------------------------------------
 
-# (name, unit, description); memory columns sit between ``flags`` and ``finished``.
-_ITERATION_HEAD: tuple[tuple[str, str, str], ...] = (
-    ("iteration", "", "iteration number in the run (0-based)"),
-    ("mode", "", "speculative or plain"),
-    ("drafter", "", "drafter name"),
-    ("k", "tokens", "proposals requested this iteration"),
-    ("temperature", "", "sampling temperature (0 = greedy)"),
-    ("top_k", "tokens", "top-k filter (0 = off)"),
-    ("top_p", "", "top-p filter (1.0 = off)"),
-    ("adaptive_k", "", "true when k was chosen by the adaptive policy"),
-    ("n_drafted", "tokens", "proposals drafted"),
-    ("n_accepted", "tokens", "proposals accepted"),
-    ("n_emitted", "tokens", "tokens committed (accepted + correction or bonus)"),
-    ("draft_ms", "ms", "drafting time"),
-    ("draft_step_ms", "ms", "draft_ms / n_drafted (derived; empty when nothing was drafted)"),
-    ("verify_ms", "ms", "target verification pass time"),
-    ("rollback_ms", "ms", "cache rollback time"),
-    ("iteration_ms", "ms", "whole iteration time"),
-    ("context_len", "tokens", "committed tokens (prompt + generated) after the iteration"),
-    ("generated_len", "tokens", "generated tokens after the iteration"),
-    ("t_start_s", "s", "iteration start, time.monotonic() of the recording process"),
-    ("t_end_s", "s", "iteration end, time.monotonic() of the recording process"),
-    ("plain_step_ms", "ms", "adjacent plain-decoding step time of the target (empty if unmeasured)"),
-    ("alpha_window", "", "α = accepted / judged proposals over the recent window"),
-    ("alpha_cumulative", "", "α = accepted / judged proposals since the last change of sampling controls"),
-    ("measured_speedup", "x", "measured speed-up over plain decoding: paired blocks, Hodges-Lehmann centre"),
-    ("measured_speedup_lo", "x", "lower end of the measured speed-up's 95% interval"),
-    ("measured_speedup_hi", "x", "upper end of the measured speed-up's 95% interval"),
-    ("predicted_speedup", "x", "the cost model's speed-up at this k (acceptance by position, the verify fit)"),
-    ("cpu_ms", "ms", "process CPU time during the iteration, all threads"),
-    ("preempted", "count", "involuntary context switches of the process during the iteration"),
-    ("flags", "", "paging-detector sentences joined with ' | ' (a '|' or '\\' inside one is '\\'-escaped)"),
-)
-_ITERATION_TAIL: tuple[tuple[str, str, str], ...] = (
-    ("finished", "", "true on the run's last iteration"),
-    ("finish_reason", "", "eos, max_new_tokens, stop or error (on the last iteration)"),
-)
-MEMORY_JSON_COLUMN = "memory_json"  # the autosave form: the memory dict as one JSON object
-_MEMORY_JSON_SPEC = (MEMORY_JSON_COLUMN, "", "memory sample as a JSON object (autosaved session form)")
 
-_TOKEN_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("iteration", "", "iteration the token belongs to"),
-    ("position", "tokens", "index in the generated continuation (0 = first new token)"),
-    ("token_id", "", "vocabulary id"),
-    ("text", "", "decoded text; '\\', newline, CR, tab and other control characters are backslash-escaped"),
-    ("status", "", "accepted, rejected, correction, bonus, target (no proposals) or plain"),
-    ("p", "", "target probability of the token (processed)"),
-    ("q", "", "drafter probability of the token (empty for target-supplied tokens)"),
-    ("accept_prob", "", "min(1, p/q) (derived; empty for target-supplied tokens)"),
-    ("top5", "", "target's top 5 at this position as compact JSON [[token_id, prob], ...]"),
+def fmt_num(x: float | int | None) -> str:
+    """'' for None; ints exactly; floats with repr (round-trips exactly, 'nan'/'inf' included)."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "1" if x else "0"
+    if isinstance(x, int):
+        return str(x)
+    return repr(float(x))
+
+
+def fmt_bool(b: bool) -> str:
+    return "true" if b else "false"
+
+
+def compact_json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+# Characters that would break a row onto several lines, confuse a spreadsheet, or not encode as UTF-8
+# (lone surrogates from byte-level tokenizers) are written as backslash escapes.
+_ESCAPE_RE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_ESCAPE_NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_UNESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_UNESCAPE_NAMED = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def escape_text(text: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPE_NAMED.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+
+
+def unescape_text(text: str) -> str:
+    if "\\" not in text:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        s = m.group(1)
+        if len(s) == 5:
+            return chr(int(s[1:], 16))
+        if s in _UNESCAPE_NAMED:
+            return _UNESCAPE_NAMED[s]
+        raise ValueError(f"unknown escape \\{s}")
+
+    return _UNESCAPE_RE.sub(one, text)
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (``=cmd|' /C calc'!A0``). As
+# spreadsheet-safe CSV writers do (OWASP "CSV injection"), such text cells get a leading apostrophe, which
+# spreadsheets hide. So that every text still round-trips, a cell whose text after its leading apostrophes
+# starts with a trigger gets one more apostrophe, and the reader removes exactly one from such cells.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _looks_like_formula(cell: str) -> bool:
+    return cell.lstrip("'").startswith(FORMULA_TRIGGERS)
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """``cell`` with a leading ``'`` when a spreadsheet would run it as a formula (undone by
+    ``spreadsheet_restore``)."""
+    return "'" + cell if _looks_like_formula(cell) else cell
+
+
+def spreadsheet_restore(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") and _looks_like_formula(cell) else cell
+
+
+FLAG_SEPARATOR = " | "
+
+
+def join_flags(flags: Sequence[str]) -> str:
+    return FLAG_SEPARATOR.join(f.replace("\\", "\\\\").replace("|", "\\|") for f in flags)
+
+
+def split_flags(cell: str) -> list[str]:
+    flags: list[str] = []
+    current: list[str] = []
+    i, n = 0, len(cell)
+    while i < n:
+        ch = cell[i]
+        if ch == "\\" and i + 1 < n:
+            current.append(cell[i + 1])
+            i += 2
+        elif cell.startswith(FLAG_SEPARATOR, i):
+            flags.append("".join(current))
+            current = []
+            i += len(FLAG_SEPARATOR)
+        else:
+            current.append(ch)
+            i += 1
+    if current or flags:
+        flags.append("".join(current))
+    return flags
+
+
+# --- bounded JSON ---------------------------------------------------------------------------------------
+
+_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET_RE = re.compile(r"[\[\]{}]")
+
+
+class JsonLimitError(ValueError):
+    """JSON deeper or longer than a trace file may hold; ``line`` is 1-based within the text."""
+
+    def __init__(self, message: str, line: int = 1):
+        super().__init__(message)
+        self.line = line
+
+
+def bounded_json(text: str, *, max_depth: int, max_chars: int) -> Any:
+    """``json.loads`` for untrusted text, refusing more than ``max_chars`` characters or ``max_depth`` levels
+    of nesting before parsing (a deep file would otherwise end in RecursionError). Raises ValueError."""
+    if len(text) > max_chars:
+        raise JsonLimitError(f"JSON of {len(text):,} characters, more than the {max_chars:,} allowed")
+    depth = 0
+    # Brackets inside strings do not nest: blank the strings out (same length, so offsets still hold).
+    skeleton = _JSON_STRING_RE.sub(lambda m: " " * len(m.group()), text)
+    for m in _JSON_BRACKET_RE.finditer(skeleton):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > max_depth:
+            line = text.count("\n", 0, m.start()) + 1
+            raise JsonLimitError(f"JSON nested deeper than {max_depth} levels", line)
+    return json.loads(text)
+
+
+# --- cell types -----------------------------------------------------------------------------------------
+
+
+class _Unparsable(ValueError):
+    """A cell that does not hold its column's type; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class CellType:
+    """How one kind of value is written to a cell and parsed back (``parse`` raises ValueError)."""
+
+    name: str  # for the docs and error messages: "an integer"
+    format: Callable[[Any], str]
+    parse: Callable[[str], Any]
+
+
+def _parse_int(cell: str) -> int:
+    try:
+        return int(cell)
+    except ValueError:
+        raise _Unparsable("an integer") from None
+
+
+def _parse_float(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        raise _Unparsable("a number") from None
+
+
+def _parse_opt_float(cell: str) -> float | None:
+    return None if cell == "" else _parse_float(cell)
+
+
+def _parse_opt_int(cell: str) -> int | None:
+    if cell == "":
+        return None
+    try:
+        return int(cell)
+    except ValueError:  # 0.1.0-era writers and spreadsheets may write a count as a float
+        value = _parse_float(cell)
+        if not value.is_integer():
+            raise _Unparsable("a whole number") from None
+        return int(value)
+
+
+def _parse_bool(cell: str) -> bool:
+    v = cell.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no", ""):
+        return False
+    raise _Unparsable("true or false")
+
+
+def _parse_escaped(cell: str) -> str:
+    try:
+        return unescape_text(spreadsheet_restore(cell))
+    except ValueError as e:
+        raise _Unparsable(f"escaped text ({e})") from None
+
+
+def _parse_steps(cell: str) -> list[float]:
+    try:
+        return [float(s) for s in cell.split(";")] if cell else []
+    except ValueError:
+        raise _Unparsable("numbers joined with ';'") from None
+
+
+TOP5_MAX_CHARS = 4096
+MEMORY_JSON_MAX_CHARS = 65536
+
+
+def _parse_top5(cell: str) -> list[tuple[int, float]]:
+    if cell == "":
+        return []
+    try:
+        obj = bounded_json(cell, max_depth=2, max_chars=TOP5_MAX_CHARS)
+        return [(int(i), float(p)) for i, p in obj]
+    except JsonLimitError as e:
+        raise _Unparsable(f"a JSON list of [id, prob] pairs ({e})") from None
+    except (TypeError, ValueError):
+        raise _Unparsable("a JSON list of [id, prob] pairs") from None
+
+
+def _format_top5(top5: list[tuple[int, float]]) -> str:
+    return compact_json([[int(i), float(p)] for i, p in top5]) if top5 else ""
+
+
+def _parse_memory_json(cell: str) -> dict[str, float]:
+    if cell == "":
+        return {}
+    try:
+        obj = bounded_json(cell, max_depth=1, max_chars=MEMORY_JSON_MAX_CHARS)
+    except JsonLimitError as e:
+        raise _Unparsable(f"a JSON object of numbers ({e})") from None
+    except ValueError:
+        raise _Unparsable("a JSON object of numbers") from None
+    if not isinstance(obj, dict) or not all(type(v) in (int, float) for v in obj.values()):
+        raise _Unparsable("a JSON object of numbers")
+    return {str(k): v for k, v in obj.items()}
+
+
+def _parse_status(cell: str) -> TokenStatus:
+    try:
+        return TokenStatus(cell)
+    except ValueError:
+        raise _Unparsable("a token status") from None
+
+
+INT = CellType("integer", str, _parse_int)
+FLOAT = CellType("number", fmt_num, _parse_float)
+OPT_FLOAT = CellType("number or empty", fmt_num, _parse_opt_float)
+OPT_INT = CellType("whole number or empty", fmt_num, _parse_opt_int)
+BOOL = CellType("true/false", fmt_bool, _parse_bool)
+TEXT = CellType("text", spreadsheet_safe, spreadsheet_restore)
+ESCAPED_TEXT = CellType("escaped text", lambda s: spreadsheet_safe(escape_text(s)), _parse_escaped)
+FLAGS = CellType("sentences joined with ' | '", lambda f: spreadsheet_safe(join_flags(f)),
+                 lambda s: split_flags(spreadsheet_restore(s)))
+STEPS = CellType("numbers joined with ';'", lambda xs: ";".join(fmt_num(x) for x in xs), _parse_steps)
+TOP5 = CellType("JSON [[id, prob], ...]", _format_top5, _parse_top5)
+STATUS = CellType("token status", lambda s: s.value, _parse_status)
+MEMORY_JSON = CellType("JSON object of numbers", lambda m: compact_json(m) if m else "", _parse_memory_json)
+
+
+# --- the schema -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One CSV column. ``field`` is where the value lives on the row's subject (a dotted path such as
+    ``controls.k``); the getter reads it there and the reader puts the parsed value back there."""
+
+    name: str
+    unit: str
+    type: CellType
+    doc: str
+    field: str = ""  # defaults to ``name``
+    required: bool = False  # a file without it is not a trace
+    derived: bool = False  # computed from other fields: written for readers, never read back
+    plotted: bool = False  # a per-iteration number the app keeps a column array of
+    getter: Callable[[Any], Any] | None = None  # when the value is not at ``field`` as it is
+    group: str = ""  # columns shown as one row of the docs' table
+
+    @property
+    def path(self) -> str:
+        return self.field or self.name
+
+    def get(self, subject: Any) -> Any:
+        return self.getter(subject) if self.getter is not None else operator.attrgetter(self.path)(subject)
+
+    def cell(self, subject: Any) -> str:
+        return str(self.type.format(self.get(subject)))
+
+    def spec(self) -> dict[str, str]:
+        return {"name": self.name, "unit": self.unit, "description": self.doc}
+
+
+def _col(name: str, unit: str, type_: CellType, doc: str, **kw: Any) -> Column:
+    return Column(name, unit, type_, doc, **kw)
+
+
+# Memory columns (one per memory key, or one JSON column) follow these in the iteration CSV.
+ITERATION_SCHEMA: tuple[Column, ...] = (
+    _col("iteration", "", INT, "iteration number in the run, from 0", required=True, plotted=True),
+    _col("mode", "", TEXT, "`speculative` or `plain`", required=True),
+    _col("drafter", "", TEXT, "drafter name", required=True),
+    _col("k", "tokens", INT, "proposals requested this iteration", field="controls.k", required=True, plotted=True),
+    _col("temperature", "", FLOAT, "sampling temperature (0 = greedy)", field="controls.temperature",
+         required=True),
+    _col("top_k", "tokens", INT, "top-k filter (0 = off)", field="controls.top_k", required=True),
+    _col("top_p", "", FLOAT, "top-p filter (1.0 = off)", field="controls.top_p", required=True),
+    _col("adaptive_k", "", BOOL, "`true` when k was chosen by the adaptive policy", field="controls.adaptive_k"),
+    _col("n_drafted", "tokens", INT, "proposals drafted", required=True),
+    _col("n_accepted", "tokens", INT, "proposals accepted", required=True),
+    _col("n_emitted", "tokens", INT, "tokens committed (accepted + the correction or bonus token)",
+         required=True),
+    _col("draft_ms", "ms", FLOAT, "drafting time", required=True, plotted=True),
+    _col("draft_step_ms", "ms", OPT_FLOAT, "`draft_ms / n_drafted` (derived; empty when nothing was drafted)",
+         derived=True),
+    _col("verify_ms", "ms", FLOAT, "the target's verification pass", required=True, plotted=True),
+    _col("rollback_ms", "ms", FLOAT, "cutting both caches back to the committed prefix", required=True,
+         plotted=True),
+    _col("iteration_ms", "ms", FLOAT, "whole iteration", required=True, plotted=True),
+    _col("context_len", "tokens", INT, "prompt + generated tokens after the iteration", required=True),
+    _col("generated_len", "tokens", INT, "generated tokens after the iteration", required=True),
+    _col("t_start_s", "s", FLOAT, "iteration start, `time.monotonic()` of the recording process", required=True),
+    _col("t_end_s", "s", FLOAT, "iteration end, `time.monotonic()` of the recording process", required=True),
+    _col("plain_step_ms", "ms", OPT_FLOAT, "adjacent plain-decoding step of the target (empty until measured)",
+         plotted=True),
+    _col("alpha_window", "", OPT_FLOAT, "α = accepted / judged proposals over the recent window", plotted=True),
+    _col("alpha_cumulative", "", OPT_FLOAT, "α = accepted / judged proposals since the last change of sampling "
+         "controls", plotted=True),
+    _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding: paired "
+         "plain/speculative blocks, Hodges-Lehmann centre (empty until 5 blocks)", plotted=True),
+    _col("measured_speedup_lo", "x", OPT_FLOAT, "lower end of the measured speed-up's 95% interval", plotted=True),
+    _col("measured_speedup_hi", "x", OPT_FLOAT, "upper end of the measured speed-up's 95% interval", plotted=True),
+    _col("predicted_speedup", "x", OPT_FLOAT, "the cost model's speed-up at this k (acceptance by position, the "
+         "verify fit)", plotted=True),
+    _col("cpu_ms", "ms", OPT_FLOAT, "process CPU time during the iteration, all threads"),
+    _col("preempted", "count", OPT_INT, "involuntary context switches of the process during the iteration"),
+    _col("flags", "", FLAGS, "paging-detector and machine-busy sentences joined with ` | ` (`|` and `\\` inside "
+         "one are `\\`-escaped)"),
+    _col("finished", "", BOOL, "`true` on the run's last iteration when it ended by itself"),
+    _col("finish_reason", "", TEXT, "on the last iteration: `eos`, `max_new_tokens`, `context_window`, `stop`, "
+         "`error`, `interrupted` (SIGINT) or `terminated` (SIGTERM)"),
 )
 
-_BASELINE_HEAD: tuple[tuple[str, str, str], ...] = (
-    ("after_iteration", "", "iteration after which the baseline was measured"),
-    ("context_len", "tokens", "context length the plain steps ran on"),
-    ("step_ms", "ms", "plain step times joined with ';'"),
-    ("median_step_ms", "ms", "median of step_ms (derived)"),
-    ("t_s", "s", "time.monotonic() when the baseline was taken"),
-)
-VERIFY_JSON_COLUMN = "verify_ms_by_len_json"  # the autosave form of the verify_ms_len_N columns
-_VERIFY_JSON_SPEC = (VERIFY_JSON_COLUMN, "ms", "verification time by pass length as a JSON object")
-_VERIFY_PREFIX = "verify_ms_len_"
+MEMORY_JSON_COLUMN = "memory_json"
+# The memory sample as one JSON cell: how an appended file (autosave) holds it, since memory keys are only
+# known as samples arrive and a header cannot grow. Exports write one column per key instead.
+MEMORY_JSON_SPEC = _col(MEMORY_JSON_COLUMN, "", MEMORY_JSON, "the memory sample as one JSON object (autosaved "
+                        "sessions, whose memory keys are not known when the header is written)", field="memory")
 
-ITERATION_COLUMNS_HEAD = tuple(c[0] for c in _ITERATION_HEAD)
-ITERATION_COLUMNS_TAIL = tuple(c[0] for c in _ITERATION_TAIL)
-TOKEN_COLUMNS = tuple(c[0] for c in _TOKEN_COLUMNS)
-BASELINE_COLUMNS_HEAD = tuple(c[0] for c in _BASELINE_HEAD)
-_ITERATION_FIXED = frozenset((*ITERATION_COLUMNS_HEAD, *ITERATION_COLUMNS_TAIL, MEMORY_JSON_COLUMN))
-# Columns a file must have to be read as a trace; the measurement columns may be absent (older/other writers).
-_ITERATION_REQUIRED = (
-    "iteration", "mode", "drafter", "k", "temperature", "top_k", "top_p", "n_drafted", "n_accepted",
-    "n_emitted", "draft_ms", "verify_ms", "rollback_ms", "iteration_ms", "context_len", "generated_len",
-    "t_start_s", "t_end_s",
+
+class TokenRow(NamedTuple):
+    """The subject of one tokens-CSV row: a token and the iteration it belongs to."""
+
+    iteration: int
+    token: TokenRecord
+
+
+TOKEN_SCHEMA: tuple[Column, ...] = (
+    _col("iteration", "", INT, "the iteration row the token belongs to", required=True),
+    _col("position", "tokens", INT, "index in the generated continuation (0 = first new token); a rejected "
+         "proposal has the position it would have taken", field="token.position", required=True),
+    _col("token_id", "", INT, "vocabulary id", field="token.token_id", required=True),
+    _col("text", "", ESCAPED_TEXT, "decoded text, escaped (see below)", field="token.text", required=True),
+    _col("status", "", STATUS,
+         "`accepted`, `rejected`, `correction`, `bonus`, `target` (no proposals) or `plain`",
+         field="token.status", required=True),
+    _col("p", "", OPT_FLOAT, "target's probability of the token after temperature/top-k/top-p",
+         field="token.p"),
+    _col("q", "", OPT_FLOAT, "drafter's probability (empty for tokens the target supplied)", field="token.q"),
+    _col("accept_prob", "", OPT_FLOAT, "min(1, p/q) (derived; empty for target-supplied tokens)",
+         field="token.accept_prob", derived=True),
+    _col("top5", "", TOP5, "the target's top 5 at this position, compact JSON `[[token_id, prob], ...]` "
+         "(empty if not recorded)", field="token.top5"),
 )
-_TOKEN_REQUIRED = ("iteration", "position", "token_id", "text", "status")
-_BASELINE_REQUIRED = ("after_iteration", "context_len", "step_ms")
+
+VERIFY_PREFIX = "verify_ms_len_"
+VERIFY_LENGTHS = range(1, K_MAX + 2)  # a verify pass holds the committed token plus up to K_MAX proposals
+
+
+def _verify_column(n: int) -> Column:
+    return _col(f"{VERIFY_PREFIX}{n}", "ms", OPT_FLOAT, "a target pass over N tokens (the verify sweep; empty "
+                "where not measured)", getter=lambda b: b.verify_ms_by_len.get(n), group="verify_ms_len_N")
+
+
+BASELINE_SCHEMA: tuple[Column, ...] = (
+    _col("after_iteration", "", INT, "iteration after which the plain steps ran", required=True),
+    _col("context_len", "tokens", INT, "context they ran on", required=True),
+    _col("step_ms", "ms", STEPS, "each plain step, joined with `;`", required=True),
+    _col("median_step_ms", "ms", OPT_FLOAT, "median of `step_ms` (derived)", derived=True,
+         getter=lambda b: b.median_step_ms if b.step_ms else None),
+    _col("t_s", "s", FLOAT, "`time.monotonic()` when the baseline finished"),
+    *(_verify_column(n) for n in VERIFY_LENGTHS),
+)
+LEGACY_VERIFY_JSON_COLUMN = "verify_ms_by_len_json"  # how 0.1.0's autosave held the sweep; read, never written
+
+ITERATION_COLUMNS = tuple(c.name for c in ITERATION_SCHEMA)
+TOKEN_COLUMNS = tuple(c.name for c in TOKEN_SCHEMA)
+BASELINE_COLUMNS = tuple(c.name for c in BASELINE_SCHEMA)
+PLOTTED_COLUMNS = tuple(c.name for c in ITERATION_SCHEMA if c.plotted)
+_ITERATION_FIXED = frozenset((*ITERATION_COLUMNS, MEMORY_JSON_COLUMN))
 
 _UNIT_SUFFIXES = (
     ("_bytes_per_s", "bytes/s"), ("_per_s", "1/s"), ("_bytes", "bytes"), ("_ms", "ms"), ("_s", "s"),
@@ -123,38 +449,48 @@ def unit_of(column: str) -> str:
     return ""
 
 
+def _memory_columns(memory_keys: Sequence[str] | None) -> list[Column]:
+    if memory_keys is None:
+        return [MEMORY_JSON_SPEC]
+    return [_col(k, unit_of(k), OPT_FLOAT, "memory sample joined to the iteration",
+                 getter=lambda r, k=k: r.memory.get(k)) for k in memory_keys]
+
+
 def iteration_columns(memory_keys: Sequence[str] | None) -> list[str]:
     """Header of the iteration CSV: memory keys as columns, or ``None`` for the one-JSON-column form."""
-    middle = [MEMORY_JSON_COLUMN] if memory_keys is None else list(memory_keys)
-    return [*ITERATION_COLUMNS_HEAD, *middle, *ITERATION_COLUMNS_TAIL]
+    return [*ITERATION_COLUMNS, *(c.name for c in _memory_columns(memory_keys))]
 
 
-def baseline_columns(verify_lengths: Sequence[int] | None) -> list[str]:
-    if verify_lengths is None:
-        return [*BASELINE_COLUMNS_HEAD, VERIFY_JSON_COLUMN]
-    middle = [f"{_VERIFY_PREFIX}{n}" for n in verify_lengths]
-    return [*BASELINE_COLUMNS_HEAD, *middle]
-
-
-def column_specs(memory_keys: Sequence[str] | None, verify_lengths: Sequence[int] | None) -> dict[str, Any]:
+def column_specs(memory_keys: Sequence[str] | None) -> dict[str, Any]:
     """Column lists with units and descriptions, as stored in the session sidecar."""
-
-    def spec(rows: Iterable[tuple[str, str, str]]) -> list[dict[str, str]]:
-        return [{"name": n, "unit": u, "description": d} for n, u, d in rows]
-
-    if memory_keys is None:
-        memory: list[tuple[str, str, str]] = [_MEMORY_JSON_SPEC]
-    else:
-        memory = [(k, unit_of(k), "memory sample joined to the iteration") for k in memory_keys]
-    if verify_lengths is None:
-        verify: list[tuple[str, str, str]] = [_VERIFY_JSON_SPEC]
-    else:
-        verify = [(f"{_VERIFY_PREFIX}{n}", "ms", f"verification pass of {n} tokens") for n in verify_lengths]
     return {
-        "iterations": spec((*_ITERATION_HEAD, *memory, *_ITERATION_TAIL)),
-        "tokens": spec(_TOKEN_COLUMNS),
-        "baselines": spec((*_BASELINE_HEAD, *verify)),
+        "iterations": [c.spec() for c in (*ITERATION_SCHEMA, *_memory_columns(memory_keys))],
+        "tokens": [c.spec() for c in TOKEN_SCHEMA],
+        "baselines": [c.spec() for c in BASELINE_SCHEMA],
     }
+
+
+def doc_table(schema: Sequence[Column]) -> str:
+    """The markdown table docs/trace-format.md shows for ``schema`` (a test checks the doc holds it)."""
+    lines = ["| column | unit | type | meaning |", "|---|---|---|---|"]
+    done: set[str] = set()
+    for c in schema:
+        if c.group:
+            if c.group in done:
+                continue
+            done.add(c.group)
+            members = [m.name for m in schema if m.group == c.group]
+            name = f"`{members[0]}` … `{members[-1]}`"
+        else:
+            name = f"`{c.name}`"
+        cells = (name, c.unit, c.type.name.replace("|", "\\|"), c.doc.replace("|", "\\|"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def doc_tables() -> dict[str, str]:
+    return {"iterations": doc_table(ITERATION_SCHEMA), "tokens": doc_table(TOKEN_SCHEMA),
+            "baselines": doc_table(BASELINE_SCHEMA)}
 
 
 # --- errors and results ---------------------------------------------------------------------------------
@@ -223,127 +559,6 @@ def trace_paths(path: Path) -> TracePaths:
     )
 
 
-# --- cell formatting ------------------------------------------------------------------------------------
-
-
-def fmt_num(x: float | int | None) -> str:
-    """'' for None; ints exactly; floats with repr (round-trips exactly, 'nan'/'inf' included)."""
-    if x is None:
-        return ""
-    if isinstance(x, bool):
-        return "1" if x else "0"
-    if isinstance(x, int):
-        return str(x)
-    return repr(float(x))
-
-
-def fmt_bool(b: bool) -> str:
-    return "true" if b else "false"
-
-
-def compact_json(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-# Characters that would break a row onto several lines, confuse a spreadsheet, or not encode as UTF-8
-# (lone surrogates from byte-level tokenizers) are written as backslash escapes.
-_ESCAPE_RE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-_ESCAPE_NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_UNESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
-_UNESCAPE_NAMED = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def escape_text(text: str) -> str:
-    return _ESCAPE_RE.sub(lambda m: _ESCAPE_NAMED.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
-
-
-def unescape_text(text: str) -> str:
-    if "\\" not in text:
-        return text
-
-    def one(m: re.Match[str]) -> str:
-        s = m.group(1)
-        if len(s) == 5:
-            return chr(int(s[1:], 16))
-        if s in _UNESCAPE_NAMED:
-            return _UNESCAPE_NAMED[s]
-        raise ValueError(f"unknown escape \\{s}")
-
-    return _UNESCAPE_RE.sub(one, text)
-
-
-FLAG_SEPARATOR = " | "
-
-
-def join_flags(flags: Sequence[str]) -> str:
-    return FLAG_SEPARATOR.join(f.replace("\\", "\\\\").replace("|", "\\|") for f in flags)
-
-
-def split_flags(cell: str) -> list[str]:
-    flags: list[str] = []
-    current: list[str] = []
-    i, n = 0, len(cell)
-    while i < n:
-        ch = cell[i]
-        if ch == "\\" and i + 1 < n:
-            current.append(cell[i + 1])
-            i += 2
-        elif cell.startswith(FLAG_SEPARATOR, i):
-            flags.append("".join(current))
-            current = []
-            i += len(FLAG_SEPARATOR)
-        else:
-            current.append(ch)
-            i += 1
-    if current or flags:
-        flags.append("".join(current))
-    return flags
-
-
-# --- rows -----------------------------------------------------------------------------------------------
-
-
-def iteration_row(r: IterationRecord, memory_keys: Sequence[str] | None) -> list[str]:
-    """One iteration CSV row; ``memory_keys=None`` writes the memory dict as one JSON cell."""
-    c = r.controls
-    row = [
-        str(r.iteration), r.mode, r.drafter, str(c.k), fmt_num(c.temperature), str(c.top_k), fmt_num(c.top_p),
-        fmt_bool(c.adaptive_k), str(r.n_drafted), str(r.n_accepted), str(r.n_emitted), fmt_num(r.draft_ms),
-        fmt_num(r.draft_step_ms), fmt_num(r.verify_ms), fmt_num(r.rollback_ms), fmt_num(r.iteration_ms),
-        str(r.context_len), str(r.generated_len), fmt_num(r.t_start_s), fmt_num(r.t_end_s),
-        fmt_num(r.plain_step_ms), fmt_num(r.alpha_window), fmt_num(r.alpha_cumulative),
-        fmt_num(r.measured_speedup), fmt_num(r.measured_speedup_lo), fmt_num(r.measured_speedup_hi),
-        fmt_num(r.predicted_speedup), fmt_num(r.cpu_ms), fmt_num(r.preempted), join_flags(r.flags),
-    ]
-    if memory_keys is None:
-        row.append(compact_json(r.memory) if r.memory else "")
-    else:
-        row.extend(fmt_num(r.memory.get(k)) for k in memory_keys)
-    row += [fmt_bool(r.finished), r.finish_reason]
-    return row
-
-
-def token_rows(r: IterationRecord) -> Iterator[list[str]]:
-    for t in r.tokens:
-        yield [
-            str(r.iteration), str(t.position), str(t.token_id), escape_text(t.text), t.status.value,
-            fmt_num(t.p), fmt_num(t.q), fmt_num(t.accept_prob),
-            compact_json([[int(i), float(p)] for i, p in t.top5]) if t.top5 else "",
-        ]
-
-
-def baseline_row(b: BaselineRecord, verify_lengths: Sequence[int] | None) -> list[str]:
-    row = [
-        str(b.after_iteration), str(b.context_len), ";".join(fmt_num(s) for s in b.step_ms),
-        fmt_num(b.median_step_ms) if b.step_ms else "", fmt_num(b.t_s),
-    ]
-    if verify_lengths is None:
-        row.append(compact_json({str(n): ms for n, ms in sorted(b.verify_ms_by_len.items())}))
-    else:
-        row.extend(fmt_num(b.verify_ms_by_len.get(n)) for n in verify_lengths)
-    return row
-
-
 def new_csv_writer(f: IO[str]) -> Any:
     return csv.writer(f, lineterminator="\n")
 
@@ -357,7 +572,6 @@ def sidecar(
     session: dict[str, Any] | None,
     paths: TracePaths,
     memory_keys: Sequence[str] | None,
-    verify_lengths: Sequence[int] | None,
     **extra: Any,
 ) -> dict[str, Any]:
     return {
@@ -371,7 +585,7 @@ def sidecar(
             "baselines": paths.baselines.name,
         },
         "session": session or {},
-        "columns": column_specs(memory_keys, verify_lengths),
+        "columns": column_specs(memory_keys),
         **extra,
     }
 
@@ -383,10 +597,28 @@ def sidecar_text(meta: dict[str, Any]) -> str:
 # --- writing --------------------------------------------------------------------------------------------
 
 
+def probe_writable(path: Path) -> None:
+    """Raise TraceWriteError unless a file can be created at ``path`` (checked before a long run, so an
+    unwritable export path costs nothing). Creates and removes a small probe file beside it."""
+    path = Path(path)
+    if path.is_dir():
+        raise TraceWriteError(path, "is a folder")
+    probe = path.with_name(f".{path.name}.{secrets.token_hex(4)}.probe")
+    try:
+        with open(probe, "x", encoding="utf-8") as f:
+            f.write("specscope write check\n")
+    except OSError as e:
+        raise TraceWriteError(path, e.strerror or str(e)) from None
+    finally:
+        with suppress(OSError):
+            probe.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_text_files(targets: Sequence[Path]) -> Iterator[list[IO[str]]]:
-    """Open temp files beside each target; on success rename them all into place, on failure remove them.
-    Any OSError becomes a TraceWriteError naming the file and the OS reason."""
+    """Open temp files beside each target; on success rename them all into place, on failure remove them
+    (every one, even when closing them fails too, as it does on a full disk). Any OSError becomes a
+    TraceWriteError naming the file and the OS reason."""
     temps: list[Path] = []
     handles: list[IO[str]] = []
     current = targets[0]
@@ -409,10 +641,52 @@ def atomic_text_files(targets: Sequence[Path]) -> Iterator[list[IO[str]]]:
         raise TraceWriteError(current, e.strerror or str(e)) from e
     finally:
         for h in handles:
-            h.close()
+            with suppress(OSError):  # closing flushes; on a full disk that fails again
+                h.close()
         for tmp in temps:
             with suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+
+class TraceAppender:
+    """The one writer of a trace's three CSVs, for export and autosave alike.
+
+    Writes the headers at once; ``append`` renders a record's rows from the schema and keeps them until
+    ``flush``, which writes tokens and baselines before iterations, so that a reader of a growing trace never
+    sees an iteration whose tokens are not on disk yet. ``memory_keys`` lists the memory columns, or ``None``
+    for the one-JSON-column form (memory keys unknown when the header is written). OSError propagates.
+    """
+
+    def __init__(self, iterations: IO[str], tokens: IO[str], baselines: IO[str],
+                 memory_keys: Sequence[str] | None):
+        self._files = (iterations, tokens, baselines)
+        self._writers = [new_csv_writer(f) for f in self._files]
+        self._iteration_columns = (*ITERATION_SCHEMA, *_memory_columns(memory_keys))
+        self._pending: tuple[list[list[str]], list[list[str]], list[list[str]]] = ([], [], [])
+        self._writers[0].writerow(c.name for c in self._iteration_columns)
+        self._writers[1].writerow(TOKEN_COLUMNS)
+        self._writers[2].writerow(BASELINE_COLUMNS)
+        self.n_iterations = 0
+        self.n_baselines = 0
+
+    def append(self, item: IterationRecord | BaselineRecord) -> None:
+        if isinstance(item, BaselineRecord):
+            if any(n not in VERIFY_LENGTHS for n in item.verify_ms_by_len):
+                raise ValueError(f"verify pass lengths beyond {VERIFY_LENGTHS[-1]}: {sorted(item.verify_ms_by_len)}")
+            self._pending[2].append([c.cell(item) for c in BASELINE_SCHEMA])
+            self.n_baselines += 1
+            return
+        self._pending[0].append([c.cell(item) for c in self._iteration_columns])
+        self._pending[1].extend([c.cell(TokenRow(item.iteration, t)) for c in TOKEN_SCHEMA] for t in item.tokens)
+        self.n_iterations += 1
+
+    def flush(self) -> None:
+        for index in (1, 2, 0):
+            rows = self._pending[index]
+            if rows:
+                self._writers[index].writerows(rows)
+                rows.clear()
+            self._files[index].flush()
 
 
 def write_trace(
@@ -433,79 +707,100 @@ def write_trace(
     clash = [k for k in memory_keys if k in _ITERATION_FIXED]
     if clash:
         raise ValueError(f"memory keys clash with trace columns: {', '.join(clash)}")
-    verify_lengths = sorted({n for b in baselines for n in b.verify_ms_by_len})
     meta = sidecar(
-        session, paths, memory_keys, verify_lengths,
+        session, paths, memory_keys,
         counts={"iterations": len(records), "tokens": sum(len(r.tokens) for r in records),
                 "baselines": len(baselines)},
     )
     with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta):
-        w = new_csv_writer(f_it)
-        w.writerow(iteration_columns(memory_keys))
-        w.writerows(iteration_row(r, memory_keys) for r in records)
-        w = new_csv_writer(f_tok)
-        w.writerow(TOKEN_COLUMNS)
-        for r in records:
-            w.writerows(token_rows(r))
-        w = new_csv_writer(f_base)
-        w.writerow(baseline_columns(verify_lengths))
-        w.writerows(baseline_row(b, verify_lengths) for b in baselines)
+        appender = TraceAppender(f_it, f_tok, f_base, memory_keys)
+        items: list[IterationRecord | BaselineRecord] = [*records, *baselines]
+        for item in items:  # separate files: each keeps its own order
+            appender.append(item)
+        appender.flush()
         f_meta.write(sidecar_text(meta))
     return paths
 
 
 # --- reading --------------------------------------------------------------------------------------------
 
+SESSION_MAX_CHARS = 16 * 1024 * 1024
+SESSION_MAX_DEPTH = 64
+
 
 class _CellError(ValueError):
     def __init__(self, column: str, value: str, expected: str):
-        super().__init__(f"column {column}: {value!r} is not {expected}")
+        shown = repr(value if len(value) <= 60 else value[:57] + "...")
+        super().__init__(f"column {column}: {shown} is not {expected}")
 
 
 class _Row:
-    """Typed access to one CSV row by column name; errors name the column and the value."""
+    """One CSV row with its header's column positions."""
 
     def __init__(self, index: dict[str, int], cells: list[str]):
         self.index = index
         self.cells = cells
 
-    def raw(self, col: str, default: str = "") -> str:
-        i = self.index.get(col)
-        return self.cells[i] if i is not None else default
-
-    def as_int(self, col: str) -> int:
-        v = self.raw(col)
+    def parse(self, column: Column) -> Any:
+        cell = self.cells[self.index[column.name]]
         try:
-            return int(v)
-        except ValueError:
-            raise _CellError(col, v, "an integer") from None
+            return column.type.parse(cell)
+        except ValueError as e:
+            raise _CellError(column.name, cell, str(e)) from None
 
-    def as_float(self, col: str) -> float:
-        v = self.raw(col)
+
+_ALWAYS_HAS_EMPTY = (INT, FLOAT)  # types with no empty value: an empty optional cell means "not recorded"
+
+
+def _values(row: _Row, schema: Sequence[Column]) -> dict[str, Any]:
+    """Parsed values of the schema's columns present in the row, nested by field path (``controls.k``)."""
+    out: dict[str, Any] = {}
+    for column in schema:
+        if column.derived or column.getter is not None or column.name not in row.index:
+            continue
+        if not column.required and column.type in _ALWAYS_HAS_EMPTY and row.cells[row.index[column.name]] == "":
+            continue  # the record's default
+        *parents, leaf = column.path.split(".")
+        target = out
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[leaf] = row.parse(column)
+    return out
+
+
+def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
+    values = _values(row, ITERATION_SCHEMA)
+    memory: dict[str, float] = {}
+    if MEMORY_JSON_COLUMN in row.index:
+        memory.update(row.parse(MEMORY_JSON_SPEC))
+    for name in memory_cols:
+        v = row.parse(_col(name, "", OPT_FLOAT, ""))
+        if v is not None:
+            memory[name] = v
+    controls = ControlValues(**values.pop("controls", {}))
+    return IterationRecord(**values, controls=controls, tokens=[], memory=memory)
+
+
+def _parse_token(row: _Row) -> tuple[int, TokenRecord]:
+    values = _values(row, TOKEN_SCHEMA)
+    return values["iteration"], TokenRecord(**values["token"])
+
+
+def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
+    values = _values(row, BASELINE_SCHEMA)
+    by_len: dict[int, float] = {}
+    if LEGACY_VERIFY_JSON_COLUMN in row.index:
+        cell = row.cells[row.index[LEGACY_VERIFY_JSON_COLUMN]]
         try:
-            return float(v)
-        except ValueError:
-            raise _CellError(col, v, "a number") from None
-
-    def opt_float(self, col: str) -> float | None:
-        return self.as_float(col) if self.raw(col) != "" else None
-
-    def as_bool(self, col: str) -> bool:
-        v = self.raw(col, "false").strip().lower()
-        if v in ("true", "1", "yes"):
-            return True
-        if v in ("false", "0", "no", ""):
-            return False
-        raise _CellError(col, v, "true or false")
-
-    def as_json(self, col: str, expected: str) -> Any:
-        v = self.raw(col)
-        if v == "":
-            return None
-        try:
-            return json.loads(v)
-        except ValueError:
-            raise _CellError(col, v, expected) from None
+            obj = bounded_json(cell, max_depth=1, max_chars=MEMORY_JSON_MAX_CHARS) if cell else {}
+            by_len.update({int(n): float(ms) for n, ms in obj.items()})
+        except (AttributeError, TypeError, ValueError):
+            raise _CellError(LEGACY_VERIFY_JSON_COLUMN, cell, "a JSON object of ms") from None
+    for name, n in verify_cols.items():
+        v = row.parse(_col(name, "ms", OPT_FLOAT, ""))
+        if v is not None:
+            by_len[n] = v
+    return BaselineRecord(**values, verify_ms_by_len=by_len)
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -526,7 +821,7 @@ def _read_text(path: Path, what: str) -> str:
 
 
 def _read_csv(
-    path: Path, what: str, required: Sequence[str], warnings: list[str]
+    path: Path, what: str, schema: Sequence[Column], warnings: list[str]
 ) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and (line number, cells) rows. A last row cut short (a crash mid-write) is dropped with a
     warning; a wrong header raises TraceFormatError."""
@@ -554,7 +849,7 @@ def _read_csv(
             line, _ = rows.pop()
             warnings.append(f"{path.name}: line {line}: truncated last row dropped")
     header = [h.strip() for h in header]
-    missing = [c for c in required if c not in header]
+    missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
         if tuple(header[:3]) == TOKEN_COLUMNS[:3] and what == "trace":
             raise TraceFormatError(f"{path.name}: this is a tokens file; open the trace's main .csv instead")
@@ -569,7 +864,7 @@ def _parse_rows(
     path: Path,
     header: list[str],
     rows: list[tuple[int, list[str]]],
-    parse: Any,
+    parse: Callable[[_Row], Any],
     warnings: list[str],
 ) -> list[Any]:
     index = {name: i for i, name in enumerate(header)}
@@ -580,119 +875,12 @@ def _parse_rows(
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} fields where the header has {len(header)}")
             out.append(parse(_Row(index, cells)))
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             if last:  # a crash can cut the last row anywhere; keep everything before it
                 warnings.append(f"{path.name}: line {line}: last row dropped ({e})")
             else:
                 raise TraceFormatError(f"{path.name}: line {line}: {e}") from None
     return out
-
-
-def _opt_int(x: float | None) -> int | None:
-    return None if x is None else int(x)
-
-
-def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
-    memory: dict[str, float] = {}
-    if MEMORY_JSON_COLUMN in row.index:
-        obj = row.as_json(MEMORY_JSON_COLUMN, "a JSON object") or {}
-        if not isinstance(obj, dict) or not all(isinstance(v, (int, float)) for v in obj.values()):
-            raise _CellError(MEMORY_JSON_COLUMN, row.raw(MEMORY_JSON_COLUMN), "a JSON object of numbers")
-        memory.update({str(k): v for k, v in obj.items()})
-    for col in memory_cols:
-        v = row.opt_float(col)
-        if v is not None:
-            memory[col] = v
-    return IterationRecord(
-        iteration=row.as_int("iteration"),
-        mode=row.raw("mode"),
-        drafter=row.raw("drafter"),
-        controls=ControlValues(
-            k=row.as_int("k"),
-            temperature=row.as_float("temperature"),
-            top_k=row.as_int("top_k"),
-            top_p=row.as_float("top_p"),
-            adaptive_k=row.as_bool("adaptive_k"),
-        ),
-        tokens=[],
-        n_drafted=row.as_int("n_drafted"),
-        n_accepted=row.as_int("n_accepted"),
-        n_emitted=row.as_int("n_emitted"),
-        draft_ms=row.as_float("draft_ms"),
-        verify_ms=row.as_float("verify_ms"),
-        rollback_ms=row.as_float("rollback_ms"),
-        iteration_ms=row.as_float("iteration_ms"),
-        context_len=row.as_int("context_len"),
-        generated_len=row.as_int("generated_len"),
-        t_start_s=row.as_float("t_start_s"),
-        t_end_s=row.as_float("t_end_s"),
-        finished=row.as_bool("finished"),
-        finish_reason=row.raw("finish_reason"),
-        plain_step_ms=row.opt_float("plain_step_ms"),
-        alpha_window=row.opt_float("alpha_window"),
-        alpha_cumulative=row.opt_float("alpha_cumulative"),
-        measured_speedup=row.opt_float("measured_speedup"),
-        measured_speedup_lo=row.opt_float("measured_speedup_lo"),
-        measured_speedup_hi=row.opt_float("measured_speedup_hi"),
-        predicted_speedup=row.opt_float("predicted_speedup"),
-        cpu_ms=row.opt_float("cpu_ms"),
-        preempted=_opt_int(row.opt_float("preempted")),
-        memory=memory,
-        flags=split_flags(row.raw("flags")),
-    )
-
-
-def _parse_token(row: _Row) -> tuple[int, TokenRecord]:
-    status = row.raw("status")
-    try:
-        token_status = TokenStatus(status)
-    except ValueError:
-        raise _CellError("status", status, "a token status") from None
-    top5_obj = row.as_json("top5", "a JSON list") or []
-    try:
-        top5 = [(int(i), float(p)) for i, p in top5_obj]
-    except (TypeError, ValueError):
-        raise _CellError("top5", row.raw("top5"), "a JSON list of [id, prob] pairs") from None
-    try:
-        text = unescape_text(row.raw("text"))
-    except ValueError as e:
-        raise _CellError("text", row.raw("text"), f"escaped text ({e})") from None
-    token = TokenRecord(
-        token_id=row.as_int("token_id"),
-        text=text,
-        status=token_status,
-        position=row.as_int("position"),
-        p=row.opt_float("p"),
-        q=row.opt_float("q"),
-        top5=top5,
-    )
-    return row.as_int("iteration"), token
-
-
-def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
-    steps_cell = row.raw("step_ms")
-    try:
-        steps = [float(s) for s in steps_cell.split(";")] if steps_cell else []
-    except ValueError:
-        raise _CellError("step_ms", steps_cell, "numbers joined with ';'") from None
-    by_len: dict[int, float] = {}
-    if VERIFY_JSON_COLUMN in row.index:
-        obj = row.as_json(VERIFY_JSON_COLUMN, "a JSON object") or {}
-        try:
-            by_len.update({int(n): float(ms) for n, ms in obj.items()})
-        except (AttributeError, TypeError, ValueError):
-            raise _CellError(VERIFY_JSON_COLUMN, row.raw(VERIFY_JSON_COLUMN), "a JSON object of ms") from None
-    for col, n in verify_cols.items():
-        v = row.opt_float(col)
-        if v is not None:
-            by_len[n] = v
-    return BaselineRecord(
-        after_iteration=row.as_int("after_iteration"),
-        context_len=row.as_int("context_len"),
-        step_ms=steps,
-        verify_ms_by_len=by_len,
-        t_s=row.as_float("t_s") if row.raw("t_s") else 0.0,
-    )
 
 
 def _attach_tokens(
@@ -720,12 +908,18 @@ def _attach_tokens(
 
 
 def _read_sidecar(path: Path, warnings: list[str]) -> dict[str, Any]:
+    """The session file, or {} with a warning when it is missing or unreadable: the CSVs hold the data,
+    so a bad session file (not UTF-8, not JSON, too deep) costs the settings, never the trace."""
     if not path.exists():
         warnings.append(f"{path.name}: missing; no session settings")
         return {}
     try:
-        meta = json.loads(_read_text(path, "session file"))
-    except ValueError as e:
+        meta = bounded_json(_read_text(path, "session file"), max_depth=SESSION_MAX_DEPTH,
+                            max_chars=SESSION_MAX_CHARS)
+    except JsonLimitError as e:
+        warnings.append(f"{path.name}: line {e.line}: {e}; no session settings")
+        return {}
+    except (TraceError, ValueError) as e:
         warnings.append(f"{path.name}: unreadable session file ({e}); no session settings")
         return {}
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
@@ -738,7 +932,7 @@ def _read_sidecar(path: Path, warnings: list[str]) -> dict[str, Any]:
 
 
 def read_trace(path: Path) -> LoadedTrace:
-    """Read a trace written by ``write_trace`` or an autosaved session folder.
+    """Read a trace written by ``write_trace`` or an autosaved session folder (also those of 0.1.0).
 
     ``path`` may be the iteration CSV, a sibling file, or a session folder. Raises TraceFormatError for a
     corrupt or foreign file, TraceReadError when it cannot be read; a truncated last row (crash) is
@@ -747,14 +941,14 @@ def read_trace(path: Path) -> LoadedTrace:
     path = Path(path)
     paths = trace_paths(path / SESSION_FOLDER_TRACE if path.is_dir() else path)
     warnings: list[str] = []
-    header, rows = _read_csv(paths.iterations, "trace", _ITERATION_REQUIRED, warnings)
+    header, rows = _read_csv(paths.iterations, "trace", ITERATION_SCHEMA, warnings)
     memory_cols = [c for c in header if c not in _ITERATION_FIXED]
     records: list[IterationRecord] = _parse_rows(
         paths.iterations, header, rows, lambda row: _parse_iteration(row, memory_cols), warnings
     )
 
     if paths.tokens.exists():
-        header, rows = _read_csv(paths.tokens, "tokens file", _TOKEN_REQUIRED, warnings)
+        header, rows = _read_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, warnings)
         tokens = _parse_rows(paths.tokens, header, rows, _parse_token, warnings)
         _attach_tokens(records, tokens, paths.tokens.name, warnings)
     else:
@@ -762,9 +956,9 @@ def read_trace(path: Path) -> LoadedTrace:
 
     baselines: list[BaselineRecord] = []
     if paths.baselines.exists():
-        header, rows = _read_csv(paths.baselines, "baselines file", _BASELINE_REQUIRED, warnings)
-        verify_cols = {c: int(c[len(_VERIFY_PREFIX):]) for c in header
-                       if c.startswith(_VERIFY_PREFIX) and c[len(_VERIFY_PREFIX):].isdigit()}
+        header, rows = _read_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, warnings)
+        verify_cols = {c: int(c[len(VERIFY_PREFIX):]) for c in header
+                       if c.startswith(VERIFY_PREFIX) and re.fullmatch("[0-9]{1,4}", c[len(VERIFY_PREFIX):])}
         baselines = _parse_rows(
             paths.baselines, header, rows, lambda row: _parse_baseline(row, verify_cols), warnings
         )
@@ -779,3 +973,18 @@ def read_trace(path: Path) -> LoadedTrace:
         meta=meta,
         paths=paths,
     )
+
+
+def _main(argv: Sequence[str]) -> int:
+    if list(argv) == ["--doc-table"]:
+        for name, table in doc_tables().items():
+            print(f"<!-- {name} columns: generated by python -m specscope.core.trace --doc-table -->")
+            print(table)
+            print()
+        return 0
+    print("usage: python -m specscope.core.trace --doc-table", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

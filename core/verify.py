@@ -27,12 +27,26 @@ from typing import Any
 import torch
 
 from .acceptance import residual_distribution
-from .controls import Controls
+from .cli_checks import (
+    EXIT_FAILURE,
+    MAX_NEW,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    CliError,
+    check_writable,
+    emit,
+    finite_number,
+    whole_number,
+)
+from .controls import K_MAX, K_MIN, Controls
 from .pair import ModelPair
 from .prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
 from .records import ControlValues
 from .sampling import processed_probs
 from .speculative import DecodeOptions, Decoder
+from .trace import TraceError, atomic_text_files
 
 RULES = ("correct", "resample-from-p", "keep-draft")
 Progress = Callable[[str, float], None]
@@ -381,18 +395,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prompts", default="all",
                    help=f"prompt sets ({', '.join(PROMPT_KINDS)}, comma-separated, or all) "
                    "or a .json/.txt file")
-    g.add_argument("--limit", type=int, default=0, help="use at most this many prompts per set (0 = all)")
+    g.add_argument("--limit", type=whole_number(0), default=0,
+                   help="use at most this many prompts per set (0 = all)")
     g.add_argument("--k", default="2,4", help="draft lengths for the greedy check, comma-separated")
-    g.add_argument("--max-new-tokens", type=int, default=48)
-    g.add_argument("--draws", type=int, default=200_000, help="draws per context and rule (0 = skip)")
-    g.add_argument("--top-n", type=int, default=60, help="chi-square bins: the most likely N tokens + rest")
+    g.add_argument("--max-new-tokens", type=MAX_NEW, default=48)
+    g.add_argument("--draws", type=whole_number(0), default=200_000, help="draws per context and rule (0 = skip)")
+    g.add_argument("--top-n", type=whole_number(1), default=60,
+                   help="chi-square bins: the most likely N tokens + rest")
     g.add_argument("--offsets", default="0,8", help="contexts: prompt + this many greedy tokens")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling settings for the sampling test")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--alpha", type=float, default=1e-3, help="significance level per context")
+    g.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling settings for the sampling test")
+    g.add_argument("--top-k", type=TOP_K, default=0)
+    g.add_argument("--top-p", type=TOP_P, default=1.0)
+    g.add_argument("--alpha", type=finite_number(0.0, 1.0, lo_open=True), default=1e-3,
+                   help="significance level per context")
     g.add_argument("--no-greedy", action="store_true", help="skip the greedy equality check")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
 
 
@@ -425,23 +442,34 @@ def main(args: argparse.Namespace) -> int:
     try:
         k_values = _int_list(args.k, "k")
         offsets = _int_list(args.offsets, "offsets")
-        if not k_values or any(k < 1 for k in k_values):
-            raise ValueError("--k needs at least one draft length of 1 or more")
+        if not k_values or any(not K_MIN <= k <= K_MAX for k in k_values):
+            raise ValueError(f"--k takes draft lengths from {K_MIN} to {K_MAX}, got {args.k!r}")
+        if any(o < 0 for o in offsets):
+            raise ValueError(f"--offsets takes whole numbers of 0 or more, got {args.offsets!r}")
         prompts = select_prompts(args.prompts, args.limit)
         controls = ControlValues(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
         if controls.greedy and args.draws > 0:
             raise ValueError("the sampling test needs --temperature above 0 (or --draws 0)")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.json_path:
+        check_writable(Path(args.json_path), "--json")
+    try:
         pair = load_pair(spec_from_args(args), progress)
-    except (ModelLoadError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
     for warning in pair.target.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"specscope: warning: {warning}", file=sys.stderr)
     report = verify_pair(pair, prompts, k_values=k_values, max_new_tokens=args.max_new_tokens,
                          sampling=controls, context_offsets=offsets, draws=args.draws, top_n=args.top_n,
                          alpha=args.alpha, seed=args.seed, greedy=not args.no_greedy, progress=progress)
-    print("\n".join(report.lines()))
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")
     pair.release()
+    emit("\n".join(report.lines()))
+    if args.json_path:
+        try:
+            with atomic_text_files([Path(args.json_path)]) as (f,):
+                f.write(json.dumps(report.to_dict(), indent=1))
+        except TraceError as exc:
+            raise CliError(f"could not write the JSON report: {exc} (the report above is complete)",
+                           exit_code=EXIT_FAILURE) from None
     return 0 if report.ok else 1

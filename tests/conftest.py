@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ import torch
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# The CLI autosaves every run, as the app does: into a throwaway data folder, never the user's.
+os.environ.setdefault("SPECSCOPE_DATA_DIR", tempfile.mkdtemp(prefix="specscope-test-data-"))
 # Tiny models: one thread is ~4x faster than two on this CPU (no contention, no sync overhead).
 torch.set_num_threads(1)
 

@@ -22,6 +22,7 @@ from specscope.core.autosave import (
 )
 from specscope.core.trace import TraceWriteError, read_trace
 
+from .faults import full_disk, leftovers
 from .trace_samples import sample_baselines, sample_records
 
 SESSION = {"target": "tiny", "draft": "tiny-draft", "k": 3}
@@ -114,18 +115,42 @@ def test_background_timer_writes_rows_when_appends_stop(tmp_path: Path) -> None:
     rec.close()
 
 
-def test_write_failure_stops_recording_without_raising(tmp_path: Path, monkeypatch) -> None:
-    rec = make_recorder(tmp_path)
-
-    def disk_full(*_: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(rec, "_write_batch", disk_full)
-    rec.append(sample_records()[0])
-    assert rec.error is not None and "No space left on device" in rec.error
-    rec.append(sample_records()[1])  # no exception in the GUI thread
+def test_disk_full_mid_run_stops_recording_keeps_rows_and_closes_the_session(tmp_path: Path, monkeypatch) -> None:
+    clock = FakeClock()
+    budget = full_disk(monkeypatch, free=1 << 20)
+    rec = make_recorder(tmp_path, clock)
+    records = sample_records()
+    rec.append(records[0])  # written: the first row goes to disk at once
+    budget.free = 0
+    clock.now = 2.0
+    rec.append(records[1])
+    assert budget.refused and rec.error is not None
+    assert "No space left on device" in rec.error and str(rec.folder) in rec.error
+    rec.append(records[2])  # no exception in the caller's thread
     rec.close()
     assert not (rec.folder / RUNNING_MARKER).exists()
+    meta = json.loads(rec.paths.session.read_text(encoding="utf-8"))
+    assert meta["recording"]["state"] == "closed" and meta["recording"]["ok"] is False
+    assert "No space left on device" in meta["recording"]["error"]
+    assert read_trace(rec.folder).records == records[:1]  # what reached the disk stays readable
+    assert leftovers(tmp_path) == []
+
+
+def test_disk_full_at_start_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> None:
+    full_disk(monkeypatch, free=0)
+    with pytest.raises(TraceWriteError, match="No space left on device") as exc:
+        SessionRecorder(tmp_path, SESSION)
+    assert str(tmp_path) in str(exc.value)
+    assert list(tmp_path.iterdir()) == []  # no folder to be offered as an interrupted session later
+
+
+def test_disk_full_after_the_headers_leaves_nothing_to_offer(tmp_path: Path, monkeypatch) -> None:
+    budget = full_disk(monkeypatch, free=1 << 20)
+    rec = make_recorder(tmp_path)
+    budget.free = 0
+    rec.append(sample_records()[0])
+    _set_marker(rec.folder, pid=_dead_pid(), process_created=None)  # as if killed now
+    assert find_interrupted_sessions(tmp_path) == []  # it holds no iteration
 
 
 def test_unwritable_root_gives_a_write_error(tmp_path: Path) -> None:
@@ -168,8 +193,10 @@ def test_live_session_is_not_interrupted_but_a_dead_one_is(tmp_path: Path) -> No
 
 def test_reused_pid_and_unreadable_marker_count_as_interrupted(tmp_path: Path) -> None:
     reused = make_recorder(tmp_path)
+    reused.append(sample_records()[0])
     _set_marker(reused.folder, process_created=12345.0)  # our pid, but a different process's start time
     garbled = make_recorder(tmp_path)
+    garbled.append(sample_records()[0])
     (garbled.folder / RUNNING_MARKER).write_text("{\"pi", encoding="utf-8")
     assert set(find_interrupted_sessions(tmp_path)) == {reused.folder, garbled.folder}
     assert find_interrupted_sessions(tmp_path / "nowhere") == []

@@ -13,11 +13,12 @@ import pytest
 from specscope.core.chrome_trace import chrome_trace, write_chrome_trace
 from specscope.core.records import IterationRecord
 from specscope.core.trace import (
-    ITERATION_COLUMNS_HEAD,
-    ITERATION_COLUMNS_TAIL,
+    ITERATION_COLUMNS,
+    ITERATION_SCHEMA,
     TraceFormatError,
     TraceReadError,
     TraceWriteError,
+    doc_tables,
     escape_text,
     join_flags,
     read_trace,
@@ -68,7 +69,7 @@ def test_iteration_header_and_memory_columns(written) -> None:
         rows = list(csv.DictReader(f))
         header = list(rows[0].keys())
     memory = ["gpu_free_bytes", "gpu_used_bytes", "host_rss_bytes", "pcie_rx_bytes_per_s"]
-    assert header == [*ITERATION_COLUMNS_HEAD, *memory, *ITERATION_COLUMNS_TAIL]
+    assert header == [*ITERATION_COLUMNS, *memory]
     assert header[:10] == ["iteration", "mode", "drafter", "k", "temperature", "top_k", "top_p", "adaptive_k",
                            "n_drafted", "n_accepted"]
     assert rows[1]["gpu_used_bytes"] == ""  # a key missing from a row is an empty cell
@@ -81,7 +82,7 @@ def test_iteration_header_and_memory_columns(written) -> None:
 
 def test_every_record_field_reaches_the_trace() -> None:
     """A field added to IterationRecord must be added to the trace too, or replays would silently lose it."""
-    covered = set(ITERATION_COLUMNS_HEAD) | set(ITERATION_COLUMNS_TAIL) | {"controls", "tokens", "memory"}
+    covered = {c.path.split(".")[0] for c in ITERATION_SCHEMA} | {"tokens", "memory"}
     covered.add("estimate")  # the measurement's live object; a replay recomputes it from the columns
     missing = [f.name for f in dataclasses.fields(IterationRecord) if f.name not in covered]
     assert missing == []
@@ -143,7 +144,7 @@ def test_session_file_lists_columns_with_units(written) -> None:
     assert units["pcie_rx_bytes_per_s"] == "bytes/s"
     baseline_names = [c["name"] for c in meta["columns"]["baselines"]]
     assert baseline_names[:5] == ["after_iteration", "context_len", "step_ms", "median_step_ms", "t_s"]
-    assert baseline_names[5:] == ["verify_ms_len_1", "verify_ms_len_2", "verify_ms_len_3", "verify_ms_len_5"]
+    assert baseline_names[5:] == [f"verify_ms_len_{n}" for n in range(1, 18)]  # fixed: one form everywhere
     assert meta["format_version"] == 1 and meta["specscope_version"]
     assert unit_of("host_major_faults_per_s") == "1/s" and unit_of("gpu0_lost") == ""
 
@@ -363,3 +364,43 @@ def test_chrome_trace_nan_becomes_valid_json(tmp_path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
     json.loads(text)
+
+
+# --- one schema ----------------------------------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_docs_show_the_tables_the_schema_generates() -> None:
+    """docs/trace-format.md holds exactly what ``python -m specscope.core.trace --doc-table`` prints."""
+    doc = (Path(__file__).parents[1] / "docs" / "trace-format.md").read_text(encoding="utf-8")
+    for name, table in doc_tables().items():
+        assert table in doc, f"the {name} table in docs/trace-format.md is stale: regenerate it"
+
+
+@pytest.mark.parametrize("form", ["export/run.csv", "autosave"])
+def test_traces_written_by_0_1_0_still_open(form: str) -> None:
+    loaded = read_trace(DATA / "trace-0.1.0" / form)
+    assert loaded.warnings == []
+    assert loaded.records == sample_records()
+    assert loaded.baselines == sample_baselines()
+
+
+def test_export_and_autosave_write_baselines_in_one_form(tmp_path: Path) -> None:
+    from specscope.core.autosave import SessionRecorder
+
+    paths = write_trace(tmp_path / "x.csv", sample_records(), sample_baselines())
+    rec = SessionRecorder(tmp_path / "sessions", {}, background_flush=False)
+    for item in (*sample_records(), *sample_baselines()):
+        rec.append(item)
+    rec.close()
+    assert paths.baselines.read_bytes() == rec.paths.baselines.read_bytes()
+    assert paths.tokens.read_bytes() == rec.paths.tokens.read_bytes()
+    assert read_trace(rec.folder).records == read_trace(paths.iterations).records
+
+
+def test_session_units_come_from_the_schema(written) -> None:
+    paths, _, _ = written
+    meta = json.loads(paths.session.read_text(encoding="utf-8"))
+    listed = {c["name"]: c["unit"] for c in meta["columns"]["iterations"]}
+    assert all(listed[c.name] == c.unit for c in ITERATION_SCHEMA)

@@ -1,0 +1,217 @@
+"""How the command line refuses bad input and survives faults: one ``specscope: error:`` sentence, exit code 2
+for bad input, checks done before any time is spent, and signals that keep the work decoded so far.
+
+Shared by ``run``, ``bench`` and ``verify`` so that the three fail alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+ERROR_PREFIX = "specscope: error: "
+MAX_NEW_TOKENS = 131_072  # the longest context windows of common models; the model's own window bounds it too
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one sentence (a library's detail may follow on a second line)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def print_error(message: str) -> None:
+    first, _, rest = message.partition("\n")
+    text = ERROR_PREFIX + first + "".join(f"\n  {line}" for line in rest.splitlines() if line.strip())
+    with suppress(OSError):  # stderr gone too: nothing left to tell
+        print(text, file=sys.stderr, flush=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the one error prefix (argparse's own is the program name, e.g. ``specscope run:``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print_error(message)
+        sys.exit(EXIT_USAGE)
+
+
+# --- argument types -------------------------------------------------------------------------------------
+
+
+def whole_number(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            span = f"at least {lo:,}" if hi is None else f"from {lo:,} to {hi:,}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value:,}")
+        return value
+
+    return parse
+
+
+def finite_number(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        low_ok = value > lo if lo_open else value >= lo
+        if not math.isfinite(value) or not low_ok or value > hi:
+            if math.isfinite(hi):
+                span = f"above {lo:g} and at most {hi:g}" if lo_open else f"from {lo:g} to {hi:g}"
+            else:
+                span = f"above {lo:g}" if lo_open else f"of {lo:g} or more"
+            raise argparse.ArgumentTypeError(f"must be a finite number {span}, got {text!r}")
+        return value
+
+    return parse
+
+
+SEED = whole_number(0, SEED_MAX)
+TEMPERATURE = finite_number(0.0, math.inf)
+TOP_P = finite_number(0.0, 1.0, lo_open=True)
+TOP_K = whole_number(0)
+MAX_NEW = whole_number(1, MAX_NEW_TOKENS)
+
+
+# --- prompts --------------------------------------------------------------------------------------------
+
+
+def checked_prompt(text: str, origin: str) -> str:
+    """``text`` if it can be decoded from; a CliError naming ``origin`` otherwise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes that were not UTF-8 arrive as lone surrogates (surrogateescape)
+        raise CliError(f"{origin} is not valid UTF-8 text (at character {e.start})") from None
+    if not text.strip():
+        raise CliError(f"{origin} is empty: give some text to continue")
+    return text
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file, or a CliError naming it and saying why it cannot be used."""
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise CliError(f"{what} {path} is a folder, not a file") from None
+    except OSError as e:
+        raise CliError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise CliError(f"{what} {path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+
+
+# --- output paths ---------------------------------------------------------------------------------------
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any decoding is spent on it."""
+    from .trace import TraceWriteError, probe_writable
+
+    try:
+        probe_writable(Path(path))
+    except TraceWriteError as e:
+        raise CliError(f"{flag} {path} cannot be written ({e.reason}); choose another path") from None
+
+
+# --- standard output ------------------------------------------------------------------------------------
+
+
+class StdoutError(CliError):
+    """Standard output cannot be written (``> /dev/full``, a closed pipe): the results did not get out."""
+
+    def __init__(self, error: OSError):
+        super().__init__(f"cannot write to standard output: {error.strerror or error}", exit_code=EXIT_FAILURE)
+
+
+def emit(text: str) -> None:
+    """Print a result to stdout now (flushed, so a full disk or closed pipe surfaces here as StdoutError)."""
+    try:
+        print(text, flush=True)
+    except OSError as e:
+        raise StdoutError(e) from None
+
+
+def stdout_failed() -> OSError | None:
+    """The error flushing stdout gives (a full disk behind ``> file``, a closed pipe), or None."""
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        return e
+    return None
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's exit-time flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a captured stdout (tests) has no file descriptor
+        pass
+
+
+# --- signals --------------------------------------------------------------------------------------------
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived during a run. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.reason = "interrupted" if signum == signal.SIGINT else "terminated"
+        self.exit_code = 128 + signum
+        super().__init__(self.reason)
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class SignalGuard:
+    """SIGINT and SIGTERM while it is active. During decoding (``raising``) a signal raises ``Interrupted``,
+    so the caller keeps what was decoded and labels it; afterwards, while the results are written (a second
+    or two), a signal is only noted in ``late`` so that the writing finishes, and the caller exits with the
+    signal's code. Outside the ``with`` block signals act as before."""
+
+    def __init__(self) -> None:
+        self.raising = True
+        self.late: Interrupted | None = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.raising:
+            self.raising = False  # a second signal while this one is handled must not cut the cleanup
+            raise Interrupted(signum)
+        if self.late is None:
+            self.late = Interrupted(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[SignalGuard]:
+        try:
+            previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave signals alone
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
