@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from ..run_data import RunData
@@ -57,6 +58,10 @@ class AcceptanceBars(pg.PlotWidget):
             self.getPlotItem().addItem(item, ignoreBounds=True)
             self.labels.append(item)
         return self.labels[i]
+
+    def resizeEvent(self, ev: QResizeEvent) -> None:
+        super().resizeEvent(ev)
+        self.empty.place()
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from specscope.core.measurement import Estimate
@@ -39,6 +40,10 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.addItem(self.current)
         self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
         self.estimate: Estimate | None = None
+
+    def resizeEvent(self, ev: QResizeEvent) -> None:
+        super().resizeEvent(ev)
+        self.note.place()
 
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import ControlChange, RunData
@@ -60,13 +61,15 @@ class EmptyNote(QLabel):
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.setStyleSheet(self.STYLE)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
-        plot.installEventFilter(self)
-        self._place()
+        self._place()  # the plot calls place() again from its resizeEvent (no event filter: see there)
 
     def set_text(self, text: str) -> None:
         if text != self.text():
             self.setText(text)
             self._place()
+
+    def place(self) -> None:
+        self._place()
 
     def _place(self) -> None:
         parent = self.parentWidget()
@@ -76,11 +79,6 @@ class EmptyNote(QLabel):
         self.setFixedWidth(width)
         self.adjustSize()
         self.move((parent.width() - self.width()) // 2, (parent.height() - self.height()) // 2)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Resize:
-            self._place()
-        return False
 
 
 def cache_axes(plot_item: pg.PlotItem) -> None:
@@ -190,6 +188,12 @@ class LivePlot(pg.PlotWidget):
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
         self.empty = EmptyNote(self, self.empty_text(None) or "")
+
+    def resizeEvent(self, ev: QResizeEvent) -> None:
+        # A resize handler, not an event filter: a Python event filter on a plot being destroyed crashed
+        # PySide6 when the window closed.
+        super().resizeEvent(ev)
+        self.empty.place()
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
