@@ -119,7 +119,8 @@ def test_drafter_choice_lives_in_the_control_panel(qtbot, tmp_path):
     assert combo.itemData(1, Qt.ItemDataRole.ToolTipRole) == DRAFTER_HELP[DRAFTER_KINDS[1]]
     asked = []
     w.controller.load = lambda what: asked.append(what) or True  # no real load: see what it would load
-    combo.activated.emit(DRAFTER_KINDS.index("lookup"))
+    combo.setCurrentIndex(DRAFTER_KINDS.index("lookup"))
+    w.panel.drafter_changed.emit("lookup")  # what a pick in the list emits
     assert asked and asked[0].drafter == "lookup" and w.pair_choice.drafter == "lookup"
 
 

@@ -61,7 +61,8 @@ class AcceptanceBars(pg.PlotWidget):
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
         super().resizeEvent(ev)
-        self.empty.place()
+        if "empty" in self.__dict__:  # resized during construction, before the note exists
+            self.empty.place()
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:

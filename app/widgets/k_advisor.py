@@ -43,7 +43,8 @@ class KAdvisorPlot(pg.PlotWidget):
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
         super().resizeEvent(ev)
-        self.note.place()
+        if "note" in self.__dict__:
+            self.note.place()
 
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""

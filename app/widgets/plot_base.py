@@ -193,7 +193,8 @@ class LivePlot(pg.PlotWidget):
         # A resize handler, not an event filter: a Python event filter on a plot being destroyed crashed
         # PySide6 when the window closed.
         super().resizeEvent(ev)
-        self.empty.place()
+        if "empty" in self.__dict__:  # resized during construction, before the note exists
+            self.empty.place()
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
