@@ -54,9 +54,13 @@ ensure_venv() {
 
 lint() {
     "$VENV/bin/ruff" check core app specscope_pkg tests scripts packaging
-    # mypy needs the installed layout (specscope.core -> core/): mirror it with symlinks.
+    # mypy needs the installed layout (specscope.core -> core/): mirror it with symlinks. Every file of
+    # specscope_pkg/ (launcher, __main__) is linked, and whole folders for core/app/resources, so a new
+    # module is checked without a re-install. (A setuptools strict editable install builds the same tree
+    # but links file by file: a module added later stays unchecked until pip runs again.)
     rm -rf .typecheck && mkdir -p .typecheck/specscope
-    cp specscope_pkg/__init__.py specscope_pkg/py.typed .typecheck/specscope/
+    for f in specscope_pkg/*; do ln -s "$ROOT/$f" ".typecheck/specscope/$(basename "$f")"; done
+    ln -s "$ROOT/resources" .typecheck/specscope/resources
     ln -s "$ROOT/core" .typecheck/specscope/core
     ln -s "$ROOT/app" .typecheck/specscope/app
     (cd .typecheck && "$VENV/bin/mypy" -p specscope)

@@ -111,7 +111,7 @@ def _arm_screenshot(window, path: str, after: int) -> None:
 
     def check() -> None:
         enough = len(window.data.records) >= max(1, after)
-        ended = window.state in ("idle", "replay", "no_model") and len(window.data.records) > 0
+        ended = not window.state.active and len(window.data.records) > 0
         if enough or ended:
             timer.stop()
             window.tick()

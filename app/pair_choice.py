@@ -4,9 +4,12 @@ the worker thread, so choosing a model never imports the engine on the GUI threa
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.kinds import DRAFTER_KINDS
+
+if TYPE_CHECKING:
+    from specscope.core.models import PairSpec
 
 DEVICES = ("cpu", "cuda", "cuda:0", "cuda:1", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -46,7 +49,7 @@ class PairChoice:
                 return f"the {role}'s max memory and offload folder need device map auto"
         return None
 
-    def to_spec(self) -> Any:
+    def to_spec(self) -> PairSpec:
         """The engine's PairSpec (imports core.models: call it on the worker thread)."""
         from specscope.core.models import PairSpec, parse_device_map, parse_max_memory
 

@@ -82,6 +82,18 @@ class AppSettings:
     def set_run_options(self, max_new_tokens: int, seed: int) -> None:
         self._set_json("run", {"max_new_tokens": max_new_tokens, "seed": seed})
 
+    def keep_sessions(self) -> int:
+        """How many autosaved session folders to keep (0 = all); older finished ones are pruned."""
+        from .session_folders import DEFAULT_KEEP_SESSIONS
+
+        try:
+            return max(0, int(str(self.qs.value("keep_sessions", DEFAULT_KEEP_SESSIONS))))
+        except (TypeError, ValueError):
+            return DEFAULT_KEEP_SESSIONS
+
+    def set_keep_sessions(self, n: int) -> None:
+        self.qs.setValue("keep_sessions", max(0, int(n)))
+
     def last_dir(self) -> str:
         return str(self.qs.value("last_dir") or "")
 
@@ -100,6 +112,18 @@ class AppSettings:
     def set_layout(self, geometry: QByteArray, state: QByteArray) -> None:
         self.qs.setValue("window/geometry", geometry)
         self.qs.setValue("window/state", state)
+
+    def token_layout(self) -> tuple[bool, list[int]]:
+        """(tokens beside the plots?, splitter sizes; empty = the default split)."""
+        d = self._json("window/tokens") or {}
+        try:
+            sizes = [int(x) for x in d.get("sizes", [])]
+            return bool(d.get("beside", False)), sizes if len(sizes) == 2 and min(sizes) > 0 else []
+        except (TypeError, ValueError, AttributeError):
+            return False, []
+
+    def set_token_layout(self, beside: bool, sizes: list[int]) -> None:
+        self._set_json("window/tokens", {"beside": beside, "sizes": list(sizes)})
 
     def sync(self) -> None:
         self.qs.sync()

@@ -45,6 +45,8 @@ STATUS_STYLES: dict[str, StatusStyle] = {
                               description="target's token after a rejection"),
     "bonus": StatusStyle("bonus", "#006B4E", "#D2F0E6", bold=True, italic=True,
                          description="target's extra token after all proposals were accepted"),
+    "target": StatusStyle("target", "#333333", "#FFFFFF",
+                          description="target's own token in an iteration that proposed nothing (a plain step)"),
     "plain": StatusStyle("plain", "#333333", "#EDEDED", description="token from plain decoding"),
 }
 

@@ -1,27 +1,36 @@
-"""The main window: controls on the left, plots on top, the token stream below, a live status bar.
+"""The main window: controls on the left, plots and the token stream in a splitter, a run panel on top.
 
-The window only renders and forwards: a 30 Hz timer drains the worker's record buffer into ``RunData``,
-appends the new tokens to the token view, redraws the plots (one ``setData`` per curve) and feeds the
-autosave recorder. Engine modules are imported lazily in handlers, never at module level.
+The window lays out widgets and forwards the user's intents to the :class:`RunController`, which owns the
+run (state, worker, records, autosave, throttles); widgets render what the controller announces. Engine
+modules are imported lazily in handlers, never at module level.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import (
+    QModelIndex,
+    QPersistentModelIndex,
+    QSize,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFileSystemModel,
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPushButton,
     QScrollArea,
@@ -30,11 +39,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.core.controls import InvalidControl
 from specscope.core.kinds import adaptive_k_default
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
+from .run_controller import FINISH_WORDS, RunController, RunState
 from .run_data import RunData
 from .settings import AppSettings
 from .widgets.control_panel import ControlPanel
@@ -42,33 +51,17 @@ from .widgets.drill_control import DrillControl
 from .widgets.legend import TokenLegend
 from .widgets.model_picker import ModelPicker
 from .widgets.plots_panel import PlotsPanel
+from .widgets.run_panel import RunPanel
 from .widgets.status_panel import StatusPanel
 from .widgets.token_view import TokenView
-from .worker import RunRequest, WorkerHost
+from .worker import Event, PairFactory, RunRequest, WorkerHost
+
+if TYPE_CHECKING:
+    from specscope.core.autosave import SessionRecorder
 
 log = logging.getLogger(__name__)
-TICK_MS = 33  # ~30 Hz drain and redraw
-# Painting the plots is the GUI's biggest cost (software rendering, and every paint callback needs the GIL
-# the decoding thread is using). During a run each tick redraws one plot in turn, so no event-loop turn
-# paints all six: each plot updates at 30/6 = 5 Hz, tokens and the status bar at 30 Hz.
-# A tick also caps its own work: it ingests records in chunks until a time budget is spent (the rest wait in
-# a queue for the next tick, none is dropped), and skips the plot redraw when ingesting already used it.
-INGEST_CHUNK = 32  # records per RunData.extend call
-TICK_BUDGET_S = 0.012  # ingest time after which this tick takes no more records and redraws no plot
 
-
-def merge_events(records: list[IterationRecord], baselines: list[BaselineRecord]) -> list[Any]:
-    """Records and baselines in the order the loop emitted them (a baseline precedes its iteration)."""
-    out: list[Any] = []
-    pending = sorted(baselines, key=lambda b: b.after_iteration)
-    i = 0
-    for r in records:
-        while i < len(pending) and pending[i].after_iteration <= r.iteration:
-            out.append(pending[i])
-            i += 1
-        out.append(r)
-    out.extend(pending[i:])
-    return out
+__all__ = ["Banner", "MainWindow"]
 
 
 class Banner(QWidget):
@@ -87,11 +80,12 @@ class Banner(QWidget):
         row.addWidget(self.action)
         row.addWidget(self.close_button)
         self.close_button.clicked.connect(self.hide)
-        self._callback: Any = None
+        self._callback: Callable[[], object] | None = None
         self.action.clicked.connect(self._run_action)
         self.hide()
 
-    def show_message(self, text: str, kind: str = "error", action: str = "", callback: Any = None) -> None:
+    def show_message(self, text: str, kind: str = "error", action: str = "",
+                     callback: Callable[[], object] | None = None) -> None:
         colours = {"error": ("#FBE3D1", "#7A3300"), "info": ("#D6ECFA", "#003E66")}
         bg, fg = colours.get(kind, colours["info"])
         self.setStyleSheet(f"background:{bg}; color:{fg};")
@@ -108,6 +102,33 @@ class Banner(QWidget):
             cb()
 
 
+TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
+
+
+def is_openable_trace(name: str) -> bool:
+    """A file Open trace lists: an iteration CSV or a session sidecar, not a trace's sibling CSVs, a Chrome
+    trace or a PNG (an export writes all of those next to each other)."""
+    lower = name.lower()
+    return (lower.endswith(".csv") and not lower.endswith(TRACE_SIBLINGS)) or lower.endswith(".session.json")
+
+
+class TraceFileFilter(QSortFilterProxyModel):
+    def filterAcceptsRow(self, row: int, parent: QModelIndex | QPersistentModelIndex) -> bool:
+        model = self.sourceModel()
+        index = model.index(row, 0, parent)
+        if not isinstance(model, QFileSystemModel) or model.isDir(index):
+            return True
+        return is_openable_trace(model.fileName(index))
+
+
+def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
+    dialog = QFileDialog(parent, "Open trace", folder, "specscope trace (*.csv *.session.json)")
+    dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # a proxy model needs Qt's own dialog
+    dialog.setProxyModel(TraceFileFilter(dialog))
+    return dialog
+
+
 class MainWindow(QMainWindow):
     pair_ready = Signal()
     pair_failed = Signal(str)
@@ -118,20 +139,13 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings | None = None, data_dir: Path | None = None,
                  check_interrupted: bool = True) -> None:
         super().__init__()
-        self.setWindowTitle("specscope — speculative decoding profiler")
         self.settings = settings or AppSettings()
         self._data_dir = data_dir
-        self.data = RunData()
-        self.state = "no_model"
         self.pair_choice = self.settings.pair_choice() or PairChoice()
-        self.pair_description = ""
-        self.replay_path: str | None = None
-        self.recorder: Any = None
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
-        self._pending: deque[Any] = deque()  # drained from the worker, not yet ingested
-        self._run_started_at: float | None = None
-        self.host = WorkerHost(self)
+        self.interrupted_folder: Path | None = None
+        self.controller = RunController(lambda: self.sessions_dir, self.settings.keep_sessions, self)
 
         self.panel = ControlPanel()
         self.drill_control = DrillControl(lambda: self.host.controls)  # in the Run panel, above the stretch
@@ -160,42 +174,62 @@ class MainWindow(QMainWindow):
         bl.addWidget(self.banner)
         bl.addWidget(self.legend)
         bl.addWidget(self.token_view, 1)
+        # Watching the prompt decode is the first thing users do: the token stream gets a real share of the
+        # window (40% below the plots, or a column beside them) and a handle wide enough to find.
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("main_splitter")
+        self.splitter.setHandleWidth(8)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStyleSheet("QSplitter::handle { background:#D0D0D0; border:1px solid #B8B8B8; }"
+                                    "QSplitter::handle:hover { background:#A8C8E8; }")
         self.splitter.addWidget(self.plots)
         self.splitter.addWidget(bottom)
         self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 1)
-        self.setCentralWidget(self.splitter)
+        self.splitter.setStretchFactor(1, 2)
+        self.run_panel = RunPanel()
+        central = QWidget()
+        cl = QVBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(2)
+        cl.addWidget(self.run_panel)
+        cl.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
         self.status = StatusPanel(self.statusBar())
         self._build_menus()
+        self._connect()
+        self._restore_settings()
+        self._render_state(self.controller.state)
+        if check_interrupted:
+            QTimer.singleShot(0, self.offer_interrupted_session)
 
+    # ---- wiring ----------------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        c = self.controller
         self.panel.start_clicked.connect(self.start_run)
         self.panel.stop_clicked.connect(self.stop_run)
         self.panel.pause_toggled.connect(self.set_paused)
         self.panel.baseline_clicked.connect(self.request_baseline)
-        self.panel.controls_changed.connect(self.apply_controls)
+        self.panel.controls_changed.connect(c.update_controls)
+        self.panel.drafter_changed.connect(self.change_drafter)
         self.legend.show_rejected_changed.connect(self.token_view.set_show_rejected)
-        w = self.host.worker
-        # Slots must belong to QObjects living on the GUI thread, so Qt queues the worker's emissions.
-        w.progress.connect(self._on_progress)
-        w.loaded.connect(self._on_loaded)
-        w.load_failed.connect(self._on_load_failed)
-        w.finished.connect(self._on_finished)
-        w.error.connect(self._on_error)
+        c.state_changed.connect(self._render_state)
+        c.drill_changed.connect(self._on_drill_events)
+        c.progress.connect(self.status.show_progress)
+        c.pair_loaded.connect(self._on_loaded)
+        c.load_failed.connect(self._on_load_failed)
+        c.run_ended.connect(self._on_run_ended)
+        c.message.connect(self.status.show_message)
+        c.error.connect(self.show_error)
+        c.data_reset.connect(self._clear_views)
+        c.records_added.connect(self._show_records)
+        c.frame.connect(self._on_frame)
+        c.baseline_requested.connect(self._on_baseline_requested)
+        c.drained.connect(self.drained)
 
-        self._restore_settings()
-        self.timer = QTimer(self)
-        self.timer.setInterval(TICK_MS)
-        self.timer.timeout.connect(self.tick)
-        self.timer.start()
-        if check_interrupted:
-            QTimer.singleShot(0, self.offer_interrupted_session)
-
-    # ---- layout ----------------------------------------------------------------------------------------
     def _build_menus(self) -> None:
         mb = self.menuBar()
         file_menu = mb.addMenu("&File")
+        self.file_menu = file_menu
         self._action(file_menu, "&Open trace…", self._open_trace_dialog, QKeySequence.StandardKey.Open)
         from .attach_dialog import add_attach_action
 
@@ -208,12 +242,27 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         models = mb.addMenu("&Models")
+        self.models_menu = models
         self._action(models, "&Choose models…", self.choose_models, QKeySequence("Ctrl+M"))
-        self._action(models, "Load the embedded &demo", lambda: self.load_pair(PairChoice()))
+        self._action(models, "Load the embedded &demo", self.load_demo)
+        run = mb.addMenu("&Run")
+        self.run_menu = run
+        self.start_action = self._action(run, "&Start", self.start_run, QKeySequence("F5"))
+        self.pause_action = self._action(run, "&Pause / resume", self.panel.pause_button.click, QKeySequence("F6"))
+        self.stop_action = self._action(run, "S&top", self.stop_run, QKeySequence("Shift+F5"))
+        run.addSeparator()
+        self.baseline_action = self._action(run, "Measure &baseline now", self.request_baseline, QKeySequence("F7"))
         view = mb.addMenu("&View")
+        self.view_menu = view
         view.addAction(self.controls_dock.toggleViewAction())
+        self.beside_action = self._action(view, "Tokens &beside the plots", self._toggle_tokens_beside)
+        self.beside_action.setCheckable(True)
+        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen,
+                                               QKeySequence(QKeySequence.StandardKey.FullScreen))
+        self.full_screen_action.setCheckable(True)
 
-    def _action(self, menu: Any, text: str, slot: Any, shortcut: Any = None) -> QAction:
+    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
+                shortcut: QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
         act = QAction(text, self)
         if shortcut is not None:
             act.setShortcut(shortcut)
@@ -234,9 +283,43 @@ class MainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1400, 900)
+            self.resize(self._first_size())
         if state is not None:
             self.restoreState(state)
+        beside, sizes = s.token_layout()
+        self.set_tokens_beside(beside)
+        # Once the window is laid out: sizes given to a splitter without its final size get rescaled.
+        QTimer.singleShot(0, (lambda: self.splitter.setSizes(sizes)) if sizes else self._default_split)
+
+    def _first_size(self) -> QSize:
+        """1400x900, or 95% of a smaller screen (a window larger than the screen hides the status bar)."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return QSize(1400, 900)
+        room = screen.availableGeometry().size()
+        return QSize(min(1400, int(room.width() * 0.95)), min(900, int(room.height() * 0.95)))
+
+    def _default_split(self) -> None:
+        """Tokens get 40% of the room, 30% when it is short (three rows of plots need ~400 px to read)."""
+        total = sum(self.splitter.sizes()) or 1000
+        share = 0.4 if total >= 700 or self.splitter.orientation() == Qt.Orientation.Horizontal else 0.3
+        self.splitter.setSizes([int(total * (1 - share)), int(total * share)])
+
+    def set_tokens_beside(self, beside: bool) -> None:
+        """Tokens in a column right of the plots (wide screens) or in a band below them."""
+        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        self.beside_action.setChecked(beside)
+
+    def _toggle_tokens_beside(self) -> None:
+        self.set_tokens_beside(self.beside_action.isChecked())
+        self._default_split()
+
+    def _toggle_full_screen(self) -> None:
+        if self.isFullScreen():
+            self.showNormal()
+        else:
+            self.showFullScreen()
+        self.full_screen_action.setChecked(self.isFullScreen())
 
     def save_settings(self) -> None:
         s = self.settings
@@ -245,14 +328,29 @@ class MainWindow(QMainWindow):
         s.set_run_options(self.panel.max_new.value(), self.panel.seed.value())
         s.set_pair_choice(self.pair_choice)
         s.set_layout(self.saveGeometry(), self.saveState())
+        s.set_token_layout(self.splitter.orientation() == Qt.Orientation.Horizontal, self.splitter.sizes())
         s.sync()
 
-    # ---- state -----------------------------------------------------------------------------------------
-    def set_state(self, state: str) -> None:
-        self.state = state
-        panel_state = {"replay": "idle" if self.host.has_pair else "no_model"}.get(state, state)
-        self.panel.set_state(panel_state)
-        self.drill_control.set_state(panel_state)
+    # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
+    @property
+    def state(self) -> RunState:
+        return self.controller.state
+
+    @property
+    def data(self) -> RunData:
+        return self.controller.data
+
+    @property
+    def host(self) -> WorkerHost:
+        return self.controller.host
+
+    @property
+    def recorder(self) -> SessionRecorder | None:
+        return self.controller.recorder
+
+    @property
+    def replay_path(self) -> str | None:
+        return self.controller.replay_path
 
     @property
     def data_dir(self) -> Path:
@@ -266,17 +364,86 @@ class MainWindow(QMainWindow):
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
 
+    # ---- rendering what the controller says -------------------------------------------------------------
+    def _on_drill_events(self, events: list[DrillEvent]) -> None:
+        for e in events:
+            self.drill_control.on_event(e)
+
+    def _render_state(self, state: RunState) -> None:
+        c = self.controller
+        self.panel.set_state(state, c.can_start)
+        for action, on in ((self.start_action, c.can_start), (self.pause_action, state.active),
+                           (self.stop_action, state.active), (self.baseline_action, state.active)):
+            action.setEnabled(on)
+        detail = FINISH_WORDS.get(c.finish_reason, "") if state == RunState.FINISHED else ""
+        self.run_panel.show_state(state, detail)
+        drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
+        self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
+        self.panel.set_drafter(self.pair_choice.drafter)
+        self.drill_control.set_state(state.value)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        c = self.controller
+        if c.replay_path:
+            what = f"{Path(c.replay_path).name} (replay)"
+        else:
+            what = c.pair_description or "speculative decoding profiler"
+        self.setWindowTitle(f"specscope — {what}")
+
+    def _clear_views(self) -> None:
+        self.token_view.clear_tokens()
+        self.legend.set_counts({})
+        self.plots.reset()
+        self._render_numbers()
+
+    def _show_records(self, records: list[IterationRecord]) -> None:
+        self.token_view.append_records(records)
+        self.legend.set_counts(self.token_view.counts)
+
+    def _on_frame(self, time_left: bool) -> None:
+        """End of a controller tick: status every tick, one plot in turn when the tick left time for it."""
+        data = self.data
+        if self.state.active:
+            if time_left and self.plots.stale(data):
+                self.plots.refresh_one(data)
+        elif self.plots.stale(data):
+            self.plots.refresh(data)
+        self._render_numbers()
+
+    def _render_numbers(self) -> None:
+        data = self.data
+        self.status.update(data)
+        last = data.records[-1] if data.records else None
+        self.run_panel.show_k(last.controls.k if last else None, bool(last and last.controls.adaptive_k))
+        self.panel.show_k_in_use(last.controls.k if last and last.controls.adaptive_k else None)
+        self.run_panel.show_verdict(data.estimate.verdict() if data.estimate is not None else None)
+        band = data.flag_bands[-1] if data.flag_bands else None
+        self.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
+                                    band.end if band else None)
+
+    def redraw_all(self) -> None:
+        self.plots.refresh(self.data)
+        self._render_numbers()
+
     # ---- models ----------------------------------------------------------------------------------------
     def choose_models(self) -> None:
         dialog = ModelPicker(self.pair_choice, self)
         if dialog.exec():
             self.load_pair(dialog.choice())
 
-    def load_pair(self, what: Any) -> None:
-        """Load a PairChoice (or a factory ``f(progress) -> ModelPair``) on the worker."""
-        if self.host.running:
-            self.show_error("Stop the run before loading other models.")
+    def change_drafter(self, kind: str) -> None:
+        """The control panel's drafter list: reload the current pair with another drafter kind."""
+        if kind == self.pair_choice.drafter and self.controller.has_pair:
             return
+        self.load_pair(replace(self.pair_choice, drafter=kind))
+        self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
+
+    def load_demo(self) -> None:
+        self.load_pair(PairChoice())
+
+    def load_pair(self, what: PairChoice | PairFactory) -> None:
+        """Load a PairChoice (or a factory ``f(progress) -> ModelPair``) on the worker."""
         if isinstance(what, PairChoice):
             problem = what.problem()
             if problem:
@@ -285,184 +452,90 @@ class MainWindow(QMainWindow):
             if what.drafter != self.pair_choice.drafter and adaptive_k_default(what.drafter):
                 # prompt lookup's adaptive k proposes only what pays: on by default when switching to it
                 self.panel.set_values(replace(self.panel.values(), adaptive_k=True))
-            self.pair_choice = what
             label = what.describe()
-            self.status.set_device(what.target_device)
         else:
             label = "custom pair"
-        self.set_state("loading")
+        if not self.controller.load(what):
+            return
+        if isinstance(what, PairChoice):
+            self.pair_choice = what
+            self.status.set_device(what.target_device)
         self.status.show_progress(f"Loading {label}…", -1.0)
-        self.host.load(what)
-
-    def _on_progress(self, message: str, fraction: float) -> None:
-        self.status.show_progress(message, fraction)
 
     def _on_loaded(self, description: str) -> None:
-        self.pair_description = description
         self.status.hide_progress()
         self.status.show_message(f"Ready: {description}", 5000)
-        pair = self.host.worker.pair
+        pair = self.controller.pair
         self.token_view.decode = getattr(pair, "token_text", None)
         device = getattr(getattr(pair, "target", None), "device", None)
         if device is not None:
             self.status.set_device(str(device))
-        self.setWindowTitle(f"specscope — {description}")
-        self.set_state("replay" if self.replay_path else "idle")
+        self._update_title()
         self.pair_ready.emit()
 
     def _on_load_failed(self, message: str) -> None:
         self.status.hide_progress()
-        self.set_state("replay" if self.replay_path else "no_model")
-        self.show_error(f"Could not load the models: {message}")
+        self.last_error = f"Could not load the models: {message}"
+        # The way back, in the error itself: the demo always loads. (Models ▸ Choose models… reopens the
+        # dialog with what was typed, to correct it.)
+        self.banner.show_message(self.last_error + " Correct it in Models ▸ Choose models… (Ctrl+M), or:",
+                                 "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
 
     # ---- running ---------------------------------------------------------------------------------------
     def start_run(self) -> bool:
-        if not self.host.has_pair or self.host.busy:
+        if not self.controller.can_start:
             return False
         prompt = self.panel.prompt_text()
         if not prompt:
             self.show_error("The prompt is empty: type one or pick one from the list.")
             return False
         self.panel.flush()
-        self._reset_view()
-        self.replay_path = None
         values = self.panel.values()
         request = RunRequest(prompt=prompt, max_new_tokens=self.panel.max_new.value(),
                              seed=self.panel.seed_value())
-        self._start_recorder(request, values)
         self.banner.hide()
         self.last_error = None
-        self._run_started_at = time.monotonic()
-        self.host.start(request, values)
-        self.set_state("running")
-        return True
+        return self.controller.start(request, values, self._session_meta(request, values))
 
     def _session_meta(self, request: RunRequest, values: ControlValues) -> dict[str, Any]:
-        return {"pair": self.pair_choice.to_dict(), "pair_description": self.pair_description,
+        return {"pair": self.pair_choice.to_dict(), "pair_description": self.controller.pair_description,
                 "prompt": request.prompt, "max_new_tokens": request.max_new_tokens, "seed": request.seed,
                 "controls": {"k": values.k, "temperature": values.temperature, "top_k": values.top_k,
                              "top_p": values.top_p, "adaptive_k": values.adaptive_k},
                 "app": "specscope desktop"}
 
-    def _start_recorder(self, request: RunRequest, values: ControlValues) -> None:
-        try:
-            from specscope.core.autosave import SessionRecorder
-
-            self.recorder = SessionRecorder(self.sessions_dir, self._session_meta(request, values))
-        except Exception as exc:  # autosave is a safety net; a failure must not stop the run
-            log.warning("autosave disabled: %s", exc)
-            self.recorder = None
-            self.status.show_message(f"Autosave disabled: {exc}", 8000)
-
-    def _close_recorder(self, ok: bool) -> None:
-        if self.recorder is not None:
-            try:
-                self.recorder.close(ok=ok)
-            except Exception as exc:
-                log.warning("autosave close failed: %s", exc)
-            self.recorder = None
-
     def stop_run(self) -> None:
-        self.host.stop()
+        self.controller.stop()
 
     def set_paused(self, paused: bool) -> None:
-        if paused:
-            self.host.controls.pause()
-            if self.state == "running":
-                self.set_state("paused")
-        else:
-            self.host.controls.resume()
-            if self.state == "paused":
-                self.set_state("running")
+        self.controller.set_paused(paused)
 
     def request_baseline(self) -> None:
-        self.host.controls.request_baseline()
-        self.status.show_message("Plain-step baseline requested for the next iteration", 3000)
+        self.controller.request_baseline()
 
-    def apply_controls(self, values: ControlValues) -> None:
-        """Forward a (coalesced) control change to the running loop; it applies at the next iteration."""
-        if not self.host.running:
-            return
-        try:
-            self.host.controls.update(k=values.k, temperature=values.temperature, top_k=values.top_k,
-                                      top_p=values.top_p, adaptive_k=values.adaptive_k)
-        except InvalidControl as exc:
-            self.show_error(str(exc))
+    def _on_baseline_requested(self, after: int) -> None:
+        self.status.show_message(f"Baseline requested: plain target steps run after iteration {after}; "
+                                 "a 'baseline' marker shows where", 6000)
 
-    def _catch_up(self) -> None:
-        """Drain what is left and redraw every plot (during a run they redraw one per tick)."""
-        self.drain_all()
-        self.plots.refresh(self.data)
-        self.status.update(self.data)
+    def _on_run_ended(self, how: str) -> None:
+        self.redraw_all()
+        self.run_ended.emit(how)
 
-    def _on_finished(self, reason: str) -> None:
-        self._catch_up()
-        self._close_recorder(ok=True)
-        self.set_state("idle")
-        elapsed = time.monotonic() - self._run_started_at if self._run_started_at else 0.0
-        self.status.show_message(
-            f"Run ended ({reason}) after {elapsed:.1f} s, {len(self.data)} iterations", 8000)
-        self.run_ended.emit(f"finished:{reason}")
-
-    def _on_error(self, message: str) -> None:
-        self._catch_up()
-        self._close_recorder(ok=False)
-        self.set_state("idle" if self.host.has_pair else "no_model")
-        self.show_error(f"The run stopped with an error: {message}. The {len(self.data)} iterations so far "
-                        "are kept and can be exported.")
-        self.run_ended.emit(f"error:{message}")
-
-    # ---- the 30 Hz tick --------------------------------------------------------------------------------
     def tick(self) -> None:
-        self._pending.extend(self.host.buffer.drain())
-        started = time.monotonic()
-        n_records = 0
-        while self._pending:  # at least one chunk per tick, so a backlog always shrinks
-            chunk = [self._pending.popleft() for _ in range(min(INGEST_CHUNK, len(self._pending)))]
-            self.ingest(chunk, record=True, redraw=False)
-            n_records += sum(1 for e in chunk if isinstance(e, IterationRecord))
-            if time.monotonic() - started >= TICK_BUDGET_S:
-                break
-        if time.monotonic() - started < TICK_BUDGET_S and self.plots.stale(self.data):
-            self.plots.refresh_one(self.data)  # else deferred: the next tick redraws
-        self.drained.emit(n_records)
+        self.controller.tick()
 
     def drain_all(self) -> None:
-        """Ingest everything the worker handed over, however long it takes (end of run, closing)."""
-        self._pending.extend(self.host.buffer.drain())
-        events = list(self._pending)
-        self._pending.clear()
-        if events:
-            self.ingest(events, record=True, redraw=False)
-        self.drained.emit(sum(1 for e in events if isinstance(e, IterationRecord)))
+        self.controller.drain_all()
 
-    def ingest(self, events: list[Any], record: bool = False, redraw: bool = True) -> None:
-        n_before = len(self.data.records)
-        self.data.extend(events)
-        for e in events:
-            if type(e).__name__ == "DrillEvent":
-                self.drill_control.on_event(e)
-        new_records = self.data.records[n_before:]
-        self.token_view.append_records(new_records)
-        self.legend.set_counts(self.token_view.counts)
-        if record and self.recorder is not None:
-            for e in events:
-                self.recorder.append(e)
-        live = self.host.running
-        if redraw and live:
-            self.plots.refresh_one(self.data)
-        elif redraw:
-            self.plots.refresh(self.data)
-        self.status.update(self.data)
+    def ingest(self, events: list[Event], redraw: bool = True) -> None:
+        """Add events as if the worker had produced them (benchmarks, tests), then redraw."""
+        self.controller.ingest(events)
+        if redraw:
+            self._on_frame(True)
 
     def _reset_view(self) -> None:
-        self._pending.clear()
-        self.data = RunData()
-        self.token_view.clear_tokens()
-        self.legend.set_counts({})
-        self.plots.reset()
-        self.status.update(self.data)
+        self.controller.reset_data()
 
     # ---- messages --------------------------------------------------------------------------------------
     def show_error(self, text: str) -> None:
@@ -522,8 +595,7 @@ class MainWindow(QMainWindow):
         except (TraceError, ValueError, OSError) as exc:
             self.message_box("Export failed", str(exc))
             return False
-        self.status.show_message(f"Trace written: {paths.iterations} (+ tokens, baselines, session)",
-                                     8000)
+        self.status.show_message(f"Trace written: {paths.iterations} (+ tokens, baselines, session)", 8000)
         return True
 
     def export_chrome_trace(self, path: str | Path) -> bool:
@@ -547,18 +619,17 @@ class MainWindow(QMainWindow):
         return True
 
     def _open_trace_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open trace", self.settings.last_dir(),
-                                              "specscope trace (*.csv *.json);;All files (*)")
-        if path:
+        dialog = trace_file_dialog(self, self.settings.last_dir())
+        if dialog.exec() and dialog.selectedFiles():
+            path = dialog.selectedFiles()[0]
             self.settings.set_last_dir(str(Path(path).parent))
             self.open_trace(path)
 
     def open_trace(self, path: str | Path) -> bool:
         """Rebuild the plots and token view from a saved trace or session folder (no model needed)."""
-        if self.host.running:
+        if self.state.active:
             self.message_box("Run in progress", "Stop the run before opening a trace.")
             return False
-        from specscope.core.measurement import replay
         from specscope.core.trace import TraceError, read_trace
 
         try:
@@ -569,16 +640,10 @@ class MainWindow(QMainWindow):
         except Exception as exc:  # a foreign file can fail in ways the reader did not foresee
             self.message_box("Cannot open trace", f"{Path(path).name} is not a specscope trace ({exc})")
             return False
-        self._reset_view()
-        self.replay_path = str(path)
-        self.token_view.decode = None  # replay: top-5 shown as ids
-        events = merge_events(loaded.records, loaded.baselines)
-        replay(events)  # the measurement owner fills every record's numbers, as in a live run
-        self.ingest(events)
-        self.plots.refresh(self.data)
-        self.status.update(self.data)
-        self.set_state("replay")
-        self.setWindowTitle(f"specscope — {Path(path).name} (replay)")
+        self.token_view.decode = None  # a replay has no tokenizer: top-5 shows the recorded ids
+        self.controller.replay(loaded.records, loaded.baselines, str(path))
+        self.redraw_all()
+        self._update_title()
         if loaded.warnings:
             self.banner.show_message("Opened with warnings: " + "; ".join(loaded.warnings[:3]), "info")
         self.status.show_message(f"Opened {path}: {len(loaded.records)} iterations", 8000)
@@ -589,15 +654,18 @@ class MainWindow(QMainWindow):
         try:
             from specscope.core.autosave import find_interrupted_sessions
 
+            from .session_folders import describe_session
+
             found = find_interrupted_sessions(self.sessions_dir)
+            if not found:
+                return
+            folder = found[0]
+            described = describe_session(folder)
         except Exception as exc:
             log.warning("could not look for interrupted sessions: %s", exc)
             return
-        if not found:
-            return
-        folder = found[0]
         more = f" ({len(found) - 1} older ones too)" if len(found) > 1 else ""
-        self.banner.show_message(f"A session was interrupted: {folder.name}{more}. Open its trace?", "info",
+        self.banner.show_message(f"A run was interrupted: {described}{more}. Open what it recorded?", "info",
                                  "Open", lambda: self._open_interrupted(folder))
         self.interrupted_folder = folder
 
@@ -610,14 +678,10 @@ class MainWindow(QMainWindow):
     # ---- closing ---------------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_settings()
-        self.timer.stop()
-        was_running = self.host.running
-        ended = self.host.shutdown()
-        if ended:
-            self.drain_all()
-        self._close_recorder(ok=True)
-        if not ended:
-            log.warning("the worker did not stop in time (still inside a model call)")
+        was_running = self.state.active
+        self.controller.shutdown()
+        self.panel.stop_timers()
+        self.status.stop_timers()
         if was_running:
             log.info("run stopped on close")
         super().closeEvent(event)

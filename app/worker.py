@@ -12,16 +12,25 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specscope.core.controls import Controls
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
+if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at run time loads torch
+    from collections.abc import Iterator
+
+    from specscope.core.models import PairSpec
+    from specscope.core.pair import ModelPair
+
+    from .pair_choice import PairChoice
+
 Event = IterationRecord | BaselineRecord | DrillEvent
 ProgressFn = Callable[[str, float], None]
-PairFactory = Callable[[ProgressFn], Any]  # returns a specscope.core.pair.ModelPair
+PairFactory = Callable[[ProgressFn], "ModelPair"]
+LoadRequest = Union["PairChoice", "PairSpec", PairFactory]
 
 
 class RecordBuffer:
@@ -66,7 +75,7 @@ def describe_error(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def _leave_a_core_for_the_gui(pair: Any) -> None:
+def _leave_a_core_for_the_gui(pair: ModelPair) -> None:
     """On CPU, torch would take every core and starve the event loop (p99 latency x5 here): keep one free."""
     device = getattr(getattr(pair, "target", None), "device", None)
     if getattr(device, "type", "cpu") != "cpu":
@@ -78,7 +87,8 @@ def _leave_a_core_for_the_gui(pair: Any) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
 
 
-def _session_stream(pair: Any, controls: Controls, request: RunRequest, prompt_ids: list[int]):
+def _session_stream(pair: ModelPair, controls: Controls, request: RunRequest,
+                    prompt_ids: list[int]) -> Iterator[Event]:
     """The full session (measurement, memory, paging) when present; otherwise the bare decoder."""
     try:
         from specscope.core import session
@@ -110,7 +120,7 @@ class Worker(QObject):
     def __init__(self, buffer: RecordBuffer) -> None:
         super().__init__()
         self.buffer = buffer
-        self.pair: Any = None
+        self.pair: ModelPair | None = None
         self.cancel_load = threading.Event()
 
     def _progress(self, message: str, fraction: float = -1.0) -> None:
@@ -119,7 +129,7 @@ class Worker(QObject):
         self.progress.emit(str(message), float(fraction))
 
     @Slot(object)
-    def load(self, what: Any) -> None:
+    def load(self, what: LoadRequest) -> None:
         """``what`` is a PairChoice, a PairSpec, or a factory ``f(progress) -> ModelPair`` (tests)."""
         if self.pair is not None:
             self.pair.release()
@@ -208,7 +218,7 @@ class WorkerHost(QObject):
     def busy(self) -> bool:
         return self.running or self.loading
 
-    def load(self, what: Any) -> None:
+    def load(self, what: LoadRequest) -> None:
         """Load a PairSpec or a pair factory on the worker (queued behind any run in progress)."""
         self.loading = True
         self.has_pair = False

@@ -672,13 +672,14 @@ class Measurement:
         )
 
 
-def replay(events: Iterable[IterationRecord | BaselineRecord], window: int = WINDOW) -> Measurement:
-    """A measurement fed a recorded stream (a replayed trace), with every record's fields filled anew."""
+def replay(events: Iterable[object], window: int = WINDOW) -> Measurement:
+    """A measurement fed a recorded stream (a replayed trace), with every record's fields filled anew.
+    Events that are neither iterations nor baselines (drill events) carry no measurement and are skipped."""
     m = Measurement(window=window)
     for e in events:
         if isinstance(e, BaselineRecord):
             m.observe_baseline(e)
-        else:
+        elif isinstance(e, IterationRecord):
             m.enrich(e)
     return m
 

@@ -22,6 +22,7 @@ class TokenStatus(str, Enum):
     REJECTED = "rejected"  # a draft proposal discarded (not part of the output)
     CORRECTION = "correction"  # the target's own token after a rejection
     BONUS = "bonus"  # the target's own token after every proposal was accepted
+    TARGET = "target"  # the target's own token in an iteration with no proposals (a plain step through the loop)
     PLAIN = "plain"  # a token from plain (target-only) decoding
 
     @property

@@ -450,8 +450,10 @@ class Decoder:
                 if status is TokenStatus.REJECTED:
                     break
             if len(new) == len(committed):
-                # k == 0 (no proposals) counts as "all accepted": the target's token is a bonus.
-                status = TokenStatus.BONUS if n_acc == k else TokenStatus.CORRECTION
+                # k == 0 (nothing proposed: lookup found no match, adaptive k chose not to draft, or the
+                # output limit left no room) is a plain step through the loop, neither a bonus nor a correction.
+                status = (TokenStatus.TARGET if k == 0
+                          else TokenStatus.BONUS if n_acc == k else TokenStatus.CORRECTION)
                 tokens.append(TokenRecord(next_token, self.text(next_token), status, position0 + n_acc,
                                           p=float(p_rows[n_acc, next_token]), top5=self._top5(p_rows[n_acc])))
         t4 = time.perf_counter()

@@ -77,7 +77,7 @@ def main() -> int:
         return 1
     from specscope.app.settings import AppSettings, make_qsettings
     from specscope.app.window import MainWindow
-    from tests.test_app_support import pair_factory, synthetic_records
+    from tests.app_helpers import pair_factory, synthetic_records
 
     tmp = Path(tempfile.mkdtemp(prefix="specscope-bench-"))
     window = MainWindow(settings=AppSettings(make_qsettings(str(tmp / "s.ini"))), data_dir=tmp,

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+SHOWCASE_PROMPT_ID = "struct-list-field"  # structured ▸ "Repeat a list, adding a field"
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
@@ -46,12 +49,11 @@ def main() -> int:
                         check_interrupted=False)
     window.resize(1600, 1000)
     window.panel.max_new.setValue(400)
-    window.panel.set_prompt_text(
-        "Repeat this list exactly, adding a field 'status': 'active' to every entry:\n"
-        "- name: Alice, role: engineer, team: compilers\n- name: Carol, role: manager, team: runtime\n"
-        "- name: Bob, role: engineer, team: runtime\n- name: Dave, role: intern, team: compilers\n"
-        "- name: Erin, role: engineer, team: kernels\n- name: Frank, role: manager, team: kernels\n"
-        "- name: Grace, role: researcher, team: runtime\n- name: Heidi, role: engineer, team: compilers")
+    # The README's showcase is the shipped preset itself, so the presets give what the screenshot shows.
+    from specscope.core.prompts import load_prompt_sets
+
+    showcase = next(p for p in load_prompt_sets()["structured"] if p.id == SHOWCASE_PROMPT_ID)
+    window.panel.set_prompt_text(showcase.text)
     window.show()
     state: dict[str, bool] = {"k_changed": False, "done": False}
 
@@ -66,7 +68,7 @@ def main() -> int:
 
     def replay_synthetic(reason: str) -> None:
         from specscope.core.trace import write_trace
-        from tests.test_app_support import synthetic_records
+        from tests.app_helpers import synthetic_records
 
         print(f"demo unavailable ({reason}); replaying a synthetic trace", flush=True)
         events = synthetic_records(400, k=4, accept=lambda i: (i * 7) % 5, flag_every=97)
@@ -80,7 +82,7 @@ def main() -> int:
         if not state["k_changed"] and n >= args.change_k_at and window.state == "running":
             window.panel.k_spin.setValue(6)
             state["k_changed"] = True
-        ended = window.state in ("idle", "replay") and n > 0
+        ended = not window.state.active and n > 0
         if (n >= args.iterations or ended) and not state["done"]:
             state["done"] = True
             window.tick()

@@ -8,7 +8,7 @@ pytest.importorskip("pytestqt")
 
 from specscope.app.widgets.plot_base import step_up
 
-from .test_app_support import make_window, qt_binding_broken, synthetic_records
+from .app_helpers import make_window, qt_binding_broken, synthetic_records
 
 needs_qt = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
 
@@ -56,16 +56,16 @@ def test_flag_bands_share_one_item_and_name_the_band_under_the_mouse(qtbot, tmp_
 
 @needs_qt
 def test_tick_ingests_a_backlog_over_several_ticks_without_dropping(qtbot, tmp_path, monkeypatch):
-    import specscope.app.window as window_module
+    import specscope.app.run_controller as controller_module
 
     w = make_window(qtbot, tmp_path)
-    w.timer.stop()
-    monkeypatch.setattr(window_module, "TICK_BUDGET_S", 0.0)  # one chunk per tick
+    w.controller.timer.stop()
+    monkeypatch.setattr(controller_module, "TICK_BUDGET_S", 0.0)  # one chunk per tick
     events = synthetic_records(100, k=4)
     for e in events:
         w.host.buffer.push(e)
     w.tick()
     assert 0 < len(w.data.records) < 99
-    while w._pending:
+    while w.controller._pending:
         w.tick()
     assert [r.iteration for r in w.data.records] == [e.iteration for e in events[1:]]

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from .test_app_support import load_tiny, make_window, qt_binding_broken
+from .app_helpers import load_tiny, make_window, qt_binding_broken
 
 pytestmark = [pytest.mark.gui,
               pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
@@ -44,18 +44,18 @@ def statuses(window) -> set[str]:
 def test_perfect_draft_shows_only_accepted_and_bonus(qtbot, window):
     load_tiny(qtbot, window, "perfect")
     assert run_to_end(qtbot, window) == "finished:max_new_tokens"
-    assert statuses(window) <= {"accepted", "bonus"}
+    assert statuses(window) <= {"accepted", "bonus", "target"}
     assert "accepted" in statuses(window)
     assert window.data.estimate is not None and window.data.estimate.alpha == 1.0
     assert window.data.records[-1].generated_len == 24
-    assert window.state == "idle"
+    assert window.state == "finished"
 
 
 def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     load_tiny(qtbot, window, "useless")
     run_to_end(qtbot, window, max_new=16)
-    # The last iteration has room for one token only, so it drafts nothing and the target's token is a
-    # bonus by definition; every iteration that drafted was rejected at its first proposal.
+    # The last iteration has room for one token only, so it drafts nothing and the target's token is its
+    # own plain step ("target"); every iteration that drafted was rejected at its first proposal.
     drafted = {r.iteration for r in window.data.records if r.n_drafted}
     assert drafted == {r.iteration for r in window.data.records[:-1]}
     assert {t.status.value for it, t in window.token_view.shown_tokens() if it in drafted} == {
@@ -63,7 +63,8 @@ def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     assert window.data.estimate is not None and window.data.estimate.alpha == 0.0
     # Hiding rejected tokens leaves exactly the committed output.
     window.legend.show_rejected.setChecked(False)
-    assert statuses(window) <= {"correction", "bonus"}
+    assert statuses(window) <= {"correction", "target"}
+    assert window.legend.counts.text().endswith("target 1")
     assert len(window.token_view.shown_tokens()) == 16
 
 
@@ -117,7 +118,7 @@ def test_stop_ends_the_run_and_keeps_the_trace(qtbot, window):
         window.panel.stop_button.click()
     assert blocker.args[0] == "finished:stop"
     assert len(window.data.records) >= 3 and window.data.records[-1].generated_len < LONG
-    assert window.state == "idle" and window.panel.start_button.isEnabled()
+    assert window.state == "stopped" and window.panel.start_button.isEnabled()
     sessions = list((window.data_dir / "sessions").iterdir())
     assert len(sessions) == 1 and not (sessions[0] / "RUNNING").exists()
 
@@ -159,7 +160,7 @@ def test_export_then_reopen_gives_the_same_data(qtbot, window, tmp_path):
     assert after == before
     assert [(it, t.token_id, t.status.value) for it, t in window.token_view.shown_tokens()] == shown
     assert len(window.data.baselines) == n_baselines
-    assert window.state == "replay"
+    assert window.replay_path is not None
     assert window.token_view.tooltip_for_offset(0) is not None  # hover works without a model
 
 
@@ -170,7 +171,7 @@ def test_corrupt_trace_gets_a_clear_message(qtbot, window, tmp_path):
     assert window.last_message is not None
     title, text = window.last_message
     assert title == "Cannot open trace" and text
-    assert window.state == "no_model"
+    assert window.state == "no model"
 
 
 def test_closing_during_a_run_stops_the_worker(qtbot, window):
@@ -182,3 +183,28 @@ def test_closing_during_a_run_stops_the_worker(qtbot, window):
     assert host.controls.stop_requested
     sessions = list((window.data_dir / "sessions").iterdir())
     assert sessions and not (sessions[0] / "RUNNING").exists()
+
+
+def test_the_controller_walks_the_run_states_in_order(qtbot, window):
+    seen: list[str] = []
+    window.controller.state_changed.connect(lambda s: seen.append(s.value))
+    load_tiny(qtbot, window, "perfect")
+    assert window.panel.start_button.isEnabled() and not window.panel.stop_button.isEnabled()
+    start_long(qtbot, window)
+    window.panel.pause_button.click()
+    window.panel.pause_button.click()
+    with qtbot.waitSignal(window.run_ended, timeout=30_000):
+        window.panel.stop_button.click()
+    assert seen == ["loading", "ready", "running", "paused", "running", "stopped"]
+    assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
+    assert window.state == "finished" and seen[-2:] == ["running", "finished"]
+
+
+def test_a_failed_load_is_a_failed_state_without_a_pair(qtbot, window):
+    def broken(progress):
+        raise ValueError("no config.json in /nowhere")
+
+    with qtbot.waitSignal(window.pair_failed, timeout=30_000):
+        window.load_pair(broken)
+    assert window.state == "failed" and not window.panel.start_button.isEnabled()
+    assert "no config.json" in (window.last_error or "")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import datetime
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -19,7 +20,7 @@ from specscope.app.run_data import RunData, describe_change
 from specscope.core.measurement import replay
 from specscope.core.records import ControlValues, IterationRecord
 
-from .test_app_support import make_window, qt_binding_broken, synthetic_records
+from .app_helpers import make_window, qt_binding_broken, synthetic_records
 
 needs_qt = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
 
@@ -148,7 +149,8 @@ def test_plots_show_memory_flags_and_advice(qtbot, tmp_path):
     assert f"{est.tokens_per_s:.1f} tok/s" in w.status.metrics.text()
     assert est.measured.text() in w.status.metrics.text() and f"α {est.alpha:.2f}" in w.status.metrics.text()
     assert w.status.memory.text() == "gpu0 used 1.86 GiB"
-    assert "paging" in w.status.warning.toolTip()
+    warning = w.run_panel.warning  # the last warning in full, wrapping, in the run panel
+    assert warning.isVisible() and "paging" in warning.text() and warning.wordWrap()
 
 
 @needs_qt
@@ -170,7 +172,9 @@ def test_settings_persist_between_launches(qtbot, tmp_path):
 def test_interrupted_session_is_offered_and_opens(qtbot, tmp_path):
     from specscope.core.autosave import SessionRecorder
 
-    rec = SessionRecorder(tmp_path / "data" / "sessions", {"prompt": "crashed"}, background_flush=False)
+    rec = SessionRecorder(tmp_path / "data" / "sessions",
+                          {"prompt": "Copy these lines\nand crash", "pair_description": "demo with lookup drafter"},
+                          background_flush=False)
     for e in synthetic_records(10):
         rec.append(e)
     rec.flush()
@@ -180,10 +184,14 @@ def test_interrupted_session_is_offered_and_opens(qtbot, tmp_path):
     marker.write_text(json.dumps(info))
     w = make_window(qtbot, tmp_path, check_interrupted=True)
     qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=5000)
-    assert rec.folder.name in w.banner.label.text()
+    offer = w.banner.label.text()
+    # The offer names when, what and with which pair, not a folder id.
+    assert "“Copy these lines and crash”" in offer and "demo with lookup drafter" in offer
+    assert datetime.now().strftime("%-d %b") in offer
     with qtbot.waitSignal(w.trace_opened, timeout=5000):
         w.banner.action.click()
-    assert w.state == "replay" and len(w.data.records) == 10
+    assert w.replay_path is not None and len(w.data.records) == 10
+    assert "(replay)" in w.windowTitle()
     assert not marker.exists()  # not offered again
 
 
@@ -202,3 +210,23 @@ def test_model_picker_round_trips_a_choice(qtbot):
     qtbot.addWidget(picker)
     picker._accept()
     assert "draft model" in picker.problem.text() and not picker.result()
+
+
+def test_session_folders_are_pruned_to_the_newest_finished_ones(tmp_path):
+    from specscope.app.session_folders import prune_sessions
+    from specscope.core.autosave import SessionRecorder
+
+    root = tmp_path / "sessions"
+    folders = []
+    for i in range(5):
+        rec = SessionRecorder(root, {"prompt": f"p{i}"}, background_flush=False)
+        rec.close(ok=i != 1, fsync=False)
+        folders.append(rec.folder)
+    live = SessionRecorder(root, {"prompt": "running"}, background_flush=False)  # marked RUNNING
+    (root / "not-a-session").mkdir()
+    deleted = prune_sessions(root, keep=2)
+    left = sorted(p.name for p in root.iterdir())
+    assert live.folder.name in left and "not-a-session" in left
+    finished_left = [p for p in left if p not in (live.folder.name, "not-a-session")]
+    assert len(finished_left) == 2 and set(deleted).isdisjoint(root.iterdir())
+    live.close(ok=True, fsync=False)

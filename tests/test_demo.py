@@ -142,7 +142,8 @@ def test_short_greedy_run_with_the_model_drafter(pair: ModelPair) -> None:
     text = pair.tokenizer.decode(spec.token_ids, skip_special_tokens=True).strip()
     assert text and all(c.isprintable() or c in "\n\t" for c in text) and any(c.isalpha() for c in text)
     statuses = {t.status for r in spec.iterations for t in r.tokens}
-    assert statuses <= {TokenStatus.ACCEPTED, TokenStatus.REJECTED, TokenStatus.CORRECTION, TokenStatus.BONUS}
+    assert statuses <= {TokenStatus.ACCEPTED, TokenStatus.REJECTED, TokenStatus.CORRECTION, TokenStatus.BONUS,
+                        TokenStatus.TARGET}  # target: the last iteration, with one token of room, proposes nothing
     assert TokenStatus.ACCEPTED in statuses  # the distilled draft gets some proposals through
     assert all(r.drafter == "model" and r.n_drafted >= r.n_accepted for r in spec.iterations)
     assert len(spec.iterations) < len(spec.token_ids)  # fewer target passes than tokens

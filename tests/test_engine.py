@@ -60,7 +60,13 @@ def test_greedy_speculation_equals_plain_greedy(target, k: int) -> None:
 def test_statuses_follow_the_rule(target) -> None:
     dec = Decoder(target, V, drafter=ModelDrafter(target, V))
     res = dec.run([1, 2, 3], Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=17))
-    assert {t.status for r in res.iterations for t in r.tokens} == {TokenStatus.ACCEPTED, TokenStatus.BONUS}
+    # 17 = 4 iterations of 3 + 1, then one token of room: that last iteration proposes nothing, and its token
+    # is the target's own plain step, not a bonus.
+    assert {t.status for r in res.iterations for t in r.tokens} == {
+        TokenStatus.ACCEPTED, TokenStatus.BONUS, TokenStatus.TARGET}
+    for r in res.iterations:
+        assert (r.n_drafted == 0) == any(t.status is TokenStatus.TARGET for t in r.tokens)
+        assert (r.n_drafted == 0) == (r.tokens[-1].status is TokenStatus.TARGET)
     useless = Decoder(target, V, drafter=ModelDrafter(tiny_model(1, vocab_size=V, logit_scale=3.0), V))
     res = useless.run([1, 2, 3], Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=17))
     for r in res.iterations:

@@ -32,7 +32,7 @@ class AlphaPlot(LivePlot):
         self.right.addItem(self.tokens)
         self.right_follower = RangeFollower(self.right, x=False)
         pi.vb.sigResized.connect(self._sync_views)
-        pi.legend.addItem(self.tokens, "tokens/iter (right)")
+        self.add_key("tokens/iter (right)", PLOT_COLOURS["tokens_per_iteration"])
         self.window = self.curve("α window", PLOT_COLOURS["alpha_window"], width=2)
         self.cumulative = self.curve("α cumulative", PLOT_COLOURS["alpha_cumulative"], width=2, style="dash")
 

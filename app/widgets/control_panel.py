@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSlider,
@@ -25,9 +26,13 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.core.controls import K_MAX, K_MIN
+from specscope.core.kinds import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues
 
+from ..run_controller import RunState
+
 COALESCE_MS = 100
+CUSTOM = "custom"  # the preset list's entry for the user's own text
 
 FALLBACK_PROMPTS = {
     "examples": [
@@ -65,6 +70,7 @@ class ControlPanel(QWidget):
     pause_toggled = Signal(bool)
     stop_clicked = Signal()
     baseline_clicked = Signal()
+    drafter_changed = Signal(str)  # a drafter kind the user picked
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -88,11 +94,27 @@ class ControlPanel(QWidget):
         self.prompt_edit.setMaximumHeight(110)
         pl.addWidget(self.prompt_edit)
         layout.addWidget(prompt_box)
-        self.set_combo.currentTextChanged.connect(self._fill_prompts)
+        self.set_combo.activated.connect(self._pick_set)
         self.prompt_combo.activated.connect(self._pick_prompt)
+        self.prompt_edit.textChanged.connect(self._follow_text)
+        self._custom_text = ""  # what the user typed last, restored by choosing "custom"
 
-        spec_box = QGroupBox("Speculation (live)")
+        spec_box = QGroupBox("Speculation")
         form = QFormLayout(spec_box)
+        # The drafter kinds come from core.kinds (declared once); a new kind appears here by itself.
+        self.drafter = QComboBox()
+        for kind in DRAFTER_KINDS:
+            self.drafter.addItem(kind, kind)
+            self.drafter.setItemData(self.drafter.count() - 1, DRAFTER_HELP.get(kind, ""),
+                                     Qt.ItemDataRole.ToolTipRole)
+        self.drafter.setToolTip("How proposals are made; changing it reloads the pair (not during a run)")
+        self.drafter_help = QLabel("")
+        self.drafter_help.setWordWrap(True)
+        self.drafter_help.setStyleSheet("color:#555")
+        form.addRow("drafter", self.drafter)
+        form.addRow(self.drafter_help)
+        self.drafter.activated.connect(lambda i: self.drafter_changed.emit(self.drafter.itemData(i)))
+        self.drafter.currentIndexChanged.connect(self._show_drafter_help)
         self.k_slider = QSlider(Qt.Orientation.Horizontal)
         self.k_slider.setRange(K_MIN, K_MAX)
         self.k_spin = QSpinBox()
@@ -103,6 +125,9 @@ class ControlPanel(QWidget):
         form.addRow("k (draft tokens)", k_row)
         self.adaptive = QCheckBox("adaptive k (cost model picks k)")
         form.addRow(self.adaptive)
+        self.k_in_use = QLabel("")
+        self.k_in_use.setStyleSheet("color:#0072B2")
+        form.addRow(self.k_in_use)
         self.temp_slider = QSlider(Qt.Orientation.Horizontal)
         self.temp_slider.setRange(0, 200)
         self.temp_spin = QDoubleSpinBox()
@@ -165,25 +190,57 @@ class ControlPanel(QWidget):
         self.top_k.valueChanged.connect(self._changed)
         self.top_p.valueChanged.connect(self._changed)
         self.adaptive.toggled.connect(self._changed)
+        self.adaptive.toggled.connect(self._adaptive_toggled)
         self.start_button.clicked.connect(self.start_clicked)
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(self.stop_clicked)
         self.baseline_button.clicked.connect(self.baseline_clicked)
         self.set_values(ControlValues())
         self._fill_prompts(self.set_combo.currentText())
-        self._pick_prompt(0)
-        self.set_state("no_model")
+        self._pick_prompt(1 if self.prompt_combo.count() > 1 else 0)
+        self.set_state(RunState.NO_MODEL, False)
 
     # ---- prompt ----------------------------------------------------------------------------------------
+    # What is decoded is always the box's text; the two lists follow it. A kind lists its prompts under a
+    # first entry "custom" (the user's own text); choosing a kind loads its first prompt, choosing "custom"
+    # brings back what was typed, and typing or pasting selects the preset the text matches, or "custom".
     def _fill_prompts(self, set_name: str) -> None:
+        self.prompt_combo.blockSignals(True)
         self.prompt_combo.clear()
+        self.prompt_combo.addItem(CUSTOM, None)
         for p in self.prompt_sets.get(set_name, []):
             self.prompt_combo.addItem(p.title, p.text)
+        self.prompt_combo.blockSignals(False)
+
+    def _pick_set(self, index: int) -> None:
+        self._fill_prompts(self.set_combo.itemText(index))
+        self._pick_prompt(1 if self.prompt_combo.count() > 1 else 0)
 
     def _pick_prompt(self, index: int) -> None:
         text = self.prompt_combo.itemData(index)
-        if text:
-            self.prompt_edit.setPlainText(str(text))
+        self.prompt_edit.setPlainText(str(text) if text else self._custom_text)
+
+    def _follow_text(self) -> None:
+        text = self.prompt_edit.toPlainText()
+        found = self.find_preset(text)
+        if found is None:
+            self._custom_text = text
+            self.prompt_combo.setCurrentIndex(0)
+            return
+        set_name, index = found
+        if self.set_combo.currentText() != set_name:
+            self.set_combo.setCurrentText(set_name)
+            self._fill_prompts(set_name)
+        self.prompt_combo.setCurrentIndex(index + 1)
+
+    def find_preset(self, text: str) -> tuple[str, int] | None:
+        """(kind, index) of the preset whose text this is (ignoring surrounding blanks), or None."""
+        wanted = text.strip()
+        for set_name, prompts in self.prompt_sets.items():
+            for i, p in enumerate(prompts):
+                if p.text.strip() == wanted:
+                    return set_name, i
+        return None
 
     def prompt_text(self) -> str:
         return self.prompt_edit.toPlainText().strip()
@@ -225,20 +282,45 @@ class ControlPanel(QWidget):
             self._coalesce.stop()
             self._emit_controls()
 
+    def _adaptive_toggled(self, on: bool) -> None:
+        self.k_slider.setEnabled(not on)
+        self.k_spin.setEnabled(not on)
+
+    def _show_drafter_help(self) -> None:
+        self.drafter_help.setText(DRAFTER_HELP.get(str(self.drafter.currentData()), ""))
+
+    def set_drafter(self, kind: str) -> None:
+        """Show the drafter in use (no signal: only a user's pick asks for a reload)."""
+        i = self.drafter.findData(kind)
+        if i >= 0 and i != self.drafter.currentIndex():
+            self.drafter.setCurrentIndex(i)
+        self._show_drafter_help()
+
+    def show_k_in_use(self, k: int | None) -> None:
+        """With adaptive k on, the slider is not what runs: say what the controller chose."""
+        text = f"adaptive k is using k = {k} (the slider applies when adaptive is off)"
+        self.k_in_use.setText("" if k is None else text)
+        self.k_in_use.setVisible(k is not None)
+
+    def stop_timers(self) -> None:
+        """Closing: a pending coalesced change has nowhere to go."""
+        self._coalesce.stop()
+
     def _pause_toggled(self, paused: bool) -> None:
         self.pause_button.setText("Resume" if paused else "Pause")
         self.pause_toggled.emit(paused)
 
     # ---- state -----------------------------------------------------------------------------------------
-    def set_state(self, state: str) -> None:
-        """'no_model', 'loading', 'idle', 'running' or 'paused'."""
-        running = state in ("running", "paused")
-        self.start_button.setEnabled(state == "idle")
+    def set_state(self, state: RunState, can_start: bool) -> None:
+        """Enable what the run's state allows."""
+        running = state.active
+        self.start_button.setEnabled(can_start)
         self.pause_button.setEnabled(running)
         self.stop_button.setEnabled(running)
         self.baseline_button.setEnabled(running)
         self.max_new.setEnabled(not running)
         self.seed.setEnabled(not running)
+        self.drafter.setEnabled(not running and state != RunState.LOADING)
         if not running and self.pause_button.isChecked():
             self.pause_button.blockSignals(True)
             self.pause_button.setChecked(False)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from specscope.core.measurement import Estimate
 
 from ..theme import PLOT_COLOURS
-from .plot_base import cache_axes, pen
+from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -22,8 +23,9 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.setLabel("bottom", "k")
         pi.setLabel("left", "×")
         pi.showGrid(x=True, y=True, alpha=0.2)
+        plain_axes(pi)
         cache_axes(pi)
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
                              symbolBrush=PLOT_COLOURS["predicted_speedup"])
         self.one = pg.InfiniteLine(pos=1.0, angle=0, movable=False,
@@ -36,9 +38,13 @@ class KAdvisorPlot(pg.PlotWidget):
                                        label="current k", labelOpts={"position": 0.1, "color": "#555"})
         self.current.setVisible(False)
         pi.addItem(self.current)
-        self.note = pg.TextItem("needs a baseline and a few iterations", color="#777", anchor=(0.5, 0.5))
-        pi.addItem(self.note, ignoreBounds=True)
+        self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
         self.estimate: Estimate | None = None
+
+    def resizeEvent(self, ev: QResizeEvent) -> None:
+        super().resizeEvent(ev)
+        if "note" in self.__dict__:
+            self.note.place()
 
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""
@@ -53,7 +59,8 @@ class KAdvisorPlot(pg.PlotWidget):
             self.best.setData([], [])
             self.current.setVisible(False)
             reason = next((p.reason for p in est.curve if p.reason), "") if est is not None else ""
-            self.note.setText(f"no prediction yet: {reason}" if reason else "needs a baseline and a few iterations")
+            self.note.set_text(f"no prediction yet: {reason}" if reason else
+                               "no data yet: the curve needs a baseline and a few iterations")
             pi.setTitle("Predicted speed-up vs k (cost model)", size="9pt")
             return
         ks = np.array([p.k for p in est.curve], dtype=float)

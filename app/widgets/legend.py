@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
 
 from ..theme import style_for
 
-LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus")
+LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "target")
 
 
 def legend_html() -> str:

@@ -61,9 +61,12 @@ class MemoryPlot(LivePlot):
         self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
         self.band_item.setZValue(-10)
         pi.addItem(self.band_item, ignoreBounds=True)
-        pi.legend.setColumnCount(3)  # many series: keep the legend short
-        self.empty_note = pg.TextItem("no memory samples in these records", color="#777", anchor=(0.5, 0.5))
-        pi.addItem(self.empty_note, ignoreBounds=True)
+        pi.hideAxis("right")  # shown once a rate series (PCIe MB/s) exists: on CPU there is none
+
+    def empty_text(self, data: RunData | None) -> str | None:
+        if data is not None and len(data) and not any(plotted(k) for k in data.memory):
+            return "no memory samples in these records"
+        return super().empty_text(data)
 
     def _sync_views(self) -> None:
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
@@ -75,11 +78,12 @@ class MemoryPlot(LivePlot):
             colour, style = MEMORY_CYCLE[len(self.series) % len(MEMORY_CYCLE)]
             label = series_label(key) + (" (right)" if is_rate(key) else "")
             if is_rate(key):
+                self.plot_item.showAxis("right")
                 item = pg.PlotDataItem([], [], pen=pen(colour, 1.5, style))
                 item.setDownsampling(auto=True, method="peak")
                 item.setClipToView(True)
                 self.right.addItem(item)
-                self.plot_item.legend.addItem(item, label)
+                self.add_key(label, colour, style)
             else:
                 item = self.curve(label, colour, width=1.5, style=style)
             self.series[key] = item
@@ -88,7 +92,6 @@ class MemoryPlot(LivePlot):
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
         keys = [k for k in data.memory if plotted(k)]
-        self.empty_note.setVisible(not keys)
         left: list[np.ndarray] = []
         right: list[np.ndarray] = []
         for key in keys:
@@ -120,3 +123,5 @@ class MemoryPlot(LivePlot):
         self.band_item.clear()
         for item in self.series.values():
             item.setData([], [])
+        if not any(is_rate(k) for k in self.series):
+            self.plot_item.hideAxis("right")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGraphicsItem, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import ControlChange, RunData
 from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
@@ -16,11 +18,67 @@ pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT
 
 
 PEN_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
-              "dashdot": Qt.PenStyle.DashDotLine}
+              "dashdot": Qt.PenStyle.DashDotLine, "fill": Qt.PenStyle.SolidLine}
 
 
 def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
+
+
+PLOT_MIN_HEIGHT = 100  # three rows of plots must leave the token view a real share at 1280x720
+KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "fill": "■"}
+KEYS_PER_LINE = 4
+
+
+def title_html(title: str, keys: list[tuple[str, str, str]]) -> str:
+    """The plot's title with its key on the next line(s): a coloured line sample and the series name."""
+    if not keys:
+        return html.escape(title)
+    parts = [f'<span style="color:{c}">{KEY_GLYPHS.get(s, "━━")}</span>&nbsp;{html.escape(n)}'
+             for n, c, s in keys]
+    lines = ["&nbsp;&nbsp;&nbsp;".join(parts[i:i + KEYS_PER_LINE]) for i in range(0, len(parts), KEYS_PER_LINE)]
+    return f"<b>{html.escape(title)}</b><br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+
+
+def plain_axes(plot_item: pg.PlotItem) -> None:
+    """No automatic SI prefix: the axis label already gives the unit, and pyqtgraph would turn ×0.5 into
+    "500 (x0.001)"."""
+    for axis in plot_item.axes.values():
+        axis["item"].enableAutoSIPrefix(False)
+
+
+class EmptyNote(QLabel):
+    """A readable sentence over the middle of an empty plot ("no data yet"), in place of bare axes.
+
+    A widget on top of the plot, not a scene item, so it stays centred and unclipped whatever the view range
+    and ignores the mouse."""
+
+    STYLE = "color:#555; background:rgba(255,255,255,215); padding:6px 10px; border:1px solid #ccc;"
+
+    def __init__(self, plot: QWidget, text: str) -> None:
+        super().__init__(text, plot)
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setStyleSheet(self.STYLE)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self._place()  # the plot calls place() again from its resizeEvent (no event filter: see there)
+
+    def set_text(self, text: str) -> None:
+        if text != self.text():
+            self.setText(text)
+            self._place()
+
+    def place(self) -> None:
+        self._place()
+
+    def _place(self) -> None:
+        parent = self.parentWidget()
+        if parent is None:
+            return
+        width = min(max(160, parent.width() - 40), 420)
+        self.setFixedWidth(width)
+        self.adjustSize()
+        self.move((parent.width() - self.width()) // 2, (parent.height() - self.height()) // 2)
 
 
 def cache_axes(plot_item: pg.PlotItem) -> None:
@@ -120,16 +178,46 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setLabel("bottom", x_label)
         self.plot_item.setDownsampling(auto=True, mode="peak")
         self.plot_item.setClipToView(True)
+        plain_axes(self.plot_item)
         cache_axes(self.plot_item)
-        self.plot_item.addLegend(offset=(5, 5), labelTextSize="8pt", verSpacing=-6,
-                                 brush=(255, 255, 255, 190))
-        self.setMinimumHeight(150)
+        # The key sits under the title, outside the data: a legend box inside the view covered the first
+        # bars, the host-available line and the control-change labels.
+        self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
+        self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.markers: list[pg.InfiniteLine] = []
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
+        self.empty = EmptyNote(self, self.empty_text(None) or "")
+
+    def resizeEvent(self, ev: QResizeEvent) -> None:
+        # A resize handler, not an event filter: a Python event filter on a plot being destroyed crashed
+        # PySide6 when the window closed.
+        super().resizeEvent(ev)
+        if "empty" in self.__dict__:  # resized during construction, before the note exists
+            self.empty.place()
+
+    def empty_text(self, data: RunData | None) -> str | None:
+        """The sentence the plot shows while it has nothing to draw, or None once it has data."""
+        return "no data yet: press Start (F5) to decode the prompt" if data is None or not len(data) else None
+
+    def show_empty(self, data: RunData | None) -> None:
+        text = self.empty_text(data)
+        self.empty.setVisible(bool(text))
+        if text:
+            self.empty.set_text(text)
+
+    def add_key(self, name: str, colour: str, style: str = "solid") -> None:
+        self.keys.append((name, colour, style))
+        self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
+        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
+        lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)
+        height = 16 * lines + 4
+        self.plot_item.titleLabel.setMaximumHeight(height)
+        self.plot_item.layout.setRowFixedHeight(0, height)
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
-        item = self.plot_item.plot([], [], name=name, pen=pen(colour, width, style), **kw)
+        self.add_key(name, colour, style)
+        item = self.plot_item.plot([], [], pen=pen(colour, width, style), **kw)
         item.setDownsampling(auto=True, method="peak")
         item.setClipToView(True)
         return item
@@ -154,12 +242,14 @@ class LivePlot(pg.PlotWidget):
         self.markers.clear()
         self._version = -1
         self.follower.reset()
+        self.show_empty(None)
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:
             return
         self._version = data.version
         self.update_from(data)
+        self.show_empty(data)
         self.sync_markers(data.control_changes)
         x = data.col("iteration")
         self.follower.apply(float(x[-1]) if len(x) else 0.0)

@@ -33,6 +33,13 @@ class SpeedupPlot(LivePlot):
         self.band = pg.FillBetweenItem(self.band_lo, self.band_hi, brush=pg.mkBrush(colour))
         self.plot_item.addItem(self.band)
 
+    def empty_text(self, data: RunData | None) -> str | None:
+        if data is not None and len(data) and not (np.isfinite(data.col("measured_speedup")).any()
+                                                   or np.isfinite(data.col("predicted_speedup")).any()):
+            reason = data.estimate.measured_reason if data.estimate is not None else ""
+            return f"no speed-up yet: {reason or 'it needs plain-step baselines to compare with'}"
+        return super().empty_text(data)
+
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
         self.measured.setData(x, data.col("measured_speedup"), connect="finite")

@@ -33,7 +33,9 @@ def memory_text(data: RunData) -> str:
 
 
 class StatusPanel:
-    """Owns the permanent widgets of a QStatusBar (not a widget itself: the bar is the widget)."""
+    """Owns the permanent widgets of a QStatusBar (not a widget itself: the bar is the widget): the transient
+    message on the left (never hidden by anything else), live numbers, device and memory on the right. The
+    verdict and the paging warning live in the run panel, where they wrap."""
 
     def __init__(self, bar: QStatusBar) -> None:
         self.bar = bar
@@ -44,29 +46,18 @@ class StatusPanel:
         self.metrics = QLabel("no run yet")
         self.device = QLabel("")
         self.memory = QLabel("")
-        self.warning = QLabel("")
-        self.warning.setStyleSheet("color:#A34400")
-        self.warning.setMaximumWidth(420)
-        # Long texts must never widen the window: these labels shrink (full text in the tooltip).
-        self.warning.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.message = QLabel("")  # transient messages, in place of showMessage (which hides widgets)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.message.setMinimumWidth(240)
         self._clear = QTimer(self.message)
         self._clear.setSingleShot(True)
         self._clear.timeout.connect(self.message.clear)
-        self.verdict = QLabel("")
-        self.verdict.setStyleSheet("color:#FFFFFF; background:#A34400; padding:1px 6px; font-weight:bold")
-        self.verdict.setWordWrap(False)
-        self.verdict.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.verdict.hide()
         bar.addWidget(self.message, 1)
-        bar.addWidget(self.verdict, 3)
         for w in (self.progress, self.metrics, self.device, self.memory):
             bar.addPermanentWidget(w)
-        bar.addPermanentWidget(self.warning, 1)
 
     def widgets(self) -> list[QWidget]:
-        return [self.progress, self.metrics, self.device, self.memory, self.warning, self.verdict]
+        return [self.progress, self.metrics, self.device, self.memory, self.message]
 
     def show_message(self, text: str, timeout_ms: int = 0) -> None:
         self.message.setText(text)
@@ -75,6 +66,9 @@ class StatusPanel:
             self._clear.start(timeout_ms)
         else:
             self._clear.stop()
+
+    def stop_timers(self) -> None:
+        self._clear.stop()
 
     def show_progress(self, message: str, fraction: float) -> None:
         self.progress.show()
@@ -94,21 +88,11 @@ class StatusPanel:
     def update(self, data: RunData) -> None:
         """Numbers from the measurement's estimate only (the CLI prints the same ones)."""
         est = data.estimate
-        k = data.records[-1].controls.k if data.records else None
         if est is None:
-            self.metrics.setText(f"k {_f(k, 'd')} · {len(data.records)} it")
+            self.metrics.setText(f"{len(data.records)} it")
         else:
             self.metrics.setText(
                 f"{_f(est.tokens_per_s, '.1f')} tok/s · α {_f(est.alpha, '.2f')} · "
                 f"{_f(est.tokens_per_iteration, '.2f')} tok/iter · speed-up {est.measured_text} · "
-                f"k {_f(k, 'd')} · {len(data.records)} it")
+                f"{len(data.records)} it")
         self.memory.setText(memory_text(data))
-        sentence = data.flag_bands[-1].sentence if data.flag_bands else ""
-        elided = sentence if len(sentence) <= 70 else sentence[:69] + "…"
-        self.warning.setText(f"⚠ {elided}" if sentence else "")
-        self.warning.setToolTip(sentence)
-        verdict = est.verdict() if est is not None else None
-        self.verdict.setVisible(bool(verdict))
-        self.message.setVisible(not verdict)
-        self.verdict.setText(verdict or "")
-        self.verdict.setToolTip(verdict or "")

@@ -18,14 +18,16 @@ class TimingPlot(LivePlot):
         super().__init__(parent)
         self.plot_item.setLabel("left", "ms")
         # Stacked areas: each curve is a running sum, drawn back to front so the bands read bottom-up.
+        # Created back to front (rollback on top of the stack is drawn first); the key reads bottom-up.
         self.total = self._area("rollback", PLOT_COLOURS["rollback"])
         self.draft_verify = self._area("verify", PLOT_COLOURS["verify"])
         self.draft = self._area("draft", PLOT_COLOURS["draft"])
+        self.keys.reverse()
         self.plain = self.curve("plain step", PLOT_COLOURS["plain_step"], width=2, style="dash")
 
     def _area(self, name: str, colour: str):
         brush = pg.mkBrush(pg.mkColor(colour).lighter(130))
-        item = self.curve(name, colour, width=1)
+        item = self.curve(name, colour, width=1, style="fill")
         item.setFillLevel(0)
         item.setBrush(brush)
         return item

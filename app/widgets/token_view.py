@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import html
+import re
 from collections.abc import Callable, Iterable
 
 from PySide6.QtCore import QEvent, QObject
@@ -18,9 +19,11 @@ from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.core.records import IterationRecord, TokenRecord
 
-from ..theme import style_for
+from ..theme import STATUS_STYLES, style_for
 
-TokenDecoder = Callable[[int], str]
+STATUS_NAMES = tuple(STATUS_STYLES)
+
+TokenDecoder = Callable[[int], "str | None"]
 # QPlainTextEdit lays out text per block (paragraph); one endless block makes every append O(length).
 # A long run without newlines is therefore broken into blocks at a word boundary after this many tokens.
 BLOCK_TOKENS = 256
@@ -38,10 +41,26 @@ def char_format(status: str) -> QTextCharFormat:
     return fmt
 
 
+SPECIAL_TOKEN = re.compile(r"^<\|?(/?[\w.:-]+)\|?>$")  # <|im_end|>, </s>, <s>, <|endoftext|>, <eos>
+BYTE_FRAGMENT = "\ufffd"  # what a tokenizer decodes part of a multi-byte character to
+
+
 def visible_text(text: str) -> str:
-    """Token text as shown: carriage returns dropped, an empty token (special) as a visible marker."""
+    """Token text as shown: special tokens as ⟨name⟩, a byte fragment (part of a multi-byte character the
+    next token completes) as ⟨byte⟩, carriage returns dropped, an empty token as a visible marker."""
+    special = SPECIAL_TOKEN.match(text)
+    if special:
+        return f"⟨{special.group(1)}⟩"
+    if BYTE_FRAGMENT in text:
+        text = text.replace(BYTE_FRAGMENT, "⟨byte⟩")
     text = text.replace("\r", "")
     return text if text else "·"
+
+
+def readable(text: str) -> str:
+    """A token's text for a tooltip: quoted so spaces show, specials and bytes as in the view."""
+    shown = visible_text(text)
+    return repr(shown) if shown == text else f"{shown} ({text!r})"
 
 
 def _fmt_prob(x: float | None) -> str:
@@ -51,7 +70,7 @@ def _fmt_prob(x: float | None) -> str:
 def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None) -> str:
     status = tok.status.value if hasattr(tok.status, "value") else str(tok.status)
     rows = [
-        f"<b>{html.escape(repr(tok.text))}</b> (id {tok.token_id})",
+        f"<b>{html.escape(readable(tok.text))}</b> (id {tok.token_id})",
         f"iteration {iteration}, position {tok.position}, <b>{status}</b>",
         f"p(x) = {_fmt_prob(tok.p)} &nbsp; q(x) = {_fmt_prob(tok.q)} &nbsp; "
         f"min(1, p/q) = {_fmt_prob(tok.accept_prob)}",
@@ -59,8 +78,9 @@ def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None) 
     if tok.top5:
         rows.append("target top 5:")
         for tid, prob in tok.top5:
-            label = repr(decode(tid)) if decode is not None else f"id {tid}"
-            rows.append(f"&nbsp;&nbsp;{html.escape(label)} &nbsp; {prob:.4f}")
+            text = decode(tid) if decode is not None else None
+            label = f"{readable(text)} (id {tid})" if text is not None else f"id {tid} (text unknown)"
+            rows.append(f"&nbsp;&nbsp;{prob:.4f} &nbsp; {html.escape(label)}")
     return "<br>".join(rows)
 
 
@@ -76,13 +96,14 @@ class TokenView(QPlainTextEdit):
         font.setStyleHint(QFont.StyleHint.Monospace)
         font.setPointSize(10)
         self.document().setDefaultFont(font)
-        self._formats = {s: char_format(s) for s in ("accepted", "rejected", "correction", "bonus", "plain")}
+        self._formats = {s: char_format(s) for s in STATUS_NAMES}
         self._starts: list[int] = []  # document offset where each shown token starts
         self._shown: list[tuple[int, TokenRecord]] = []  # (iteration, token) for each shown token
         self._all: list[tuple[int, TokenRecord]] = []
         self._block_tokens = 0  # tokens in the current (last) block
         self.show_rejected = True
         self.decode: TokenDecoder | None = None  # set when a pair is loaded (top-5 ids -> text)
+        self._seen_text: dict[int, str] = {}  # id -> text of every token shown: names top-5 ids in a replay
         self.counts: dict[str, int] = {}
 
     # ---- content -------------------------------------------------------------------------------------
@@ -93,6 +114,7 @@ class TokenView(QPlainTextEdit):
         self._all.clear()
         self._block_tokens = 0
         self.counts.clear()
+        self._seen_text.clear()
 
     def append_records(self, records: Iterable[IterationRecord]) -> None:
         items = [(r.iteration, t) for r in records for t in r.tokens]
@@ -101,6 +123,7 @@ class TokenView(QPlainTextEdit):
         self._all.extend(items)
         for _, t in items:
             self.counts[t.status.value] = self.counts.get(t.status.value, 0) + 1
+            self._seen_text[t.token_id] = t.text
         self._insert(items)
 
     def _insert(self, items: list[tuple[int, TokenRecord]]) -> None:
@@ -152,7 +175,7 @@ class TokenView(QPlainTextEdit):
 
     def tooltip_for_offset(self, offset: int) -> str | None:
         hit = self.token_at_offset(offset)
-        return None if hit is None else tooltip_html(hit[0], hit[1], self.decode)
+        return None if hit is None else tooltip_html(hit[0], hit[1], self.decode or self._seen_text.get)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.viewport() and event.type() == QEvent.Type.ToolTip:

@@ -1,4 +1,4 @@
-"""Helpers for the app tests (no tests here): tiny pairs built directly, a fake tokenizer, a window fixture.
+"""Helpers for the app tests (not a test module): tiny pairs, a fake tokenizer, a window factory, records.
 
 Pairs are built with ``core.pair.ModelPair`` around tiny random models, so the tests skip model loading and
 know the outcome: a draft that *is* the target is always accepted under greedy decoding; a draft whose LM

@@ -1,0 +1,89 @@
+"""The run panel above the plots: the run's state in words, the pair and drafter in use, the k in use, and
+the two sentences that must be read in full — the verdict (speculation is losing, and why) and the last
+paging warning. Both wrap instead of being cut at the status bar's width."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from ..run_controller import RunState
+
+STATE_COLOURS = {
+    RunState.NO_MODEL: "#777777", RunState.LOADING: "#0072B2", RunState.READY: "#006B4E",
+    RunState.RUNNING: "#006B4E", RunState.PAUSED: "#A36A00", RunState.FINISHED: "#333333",
+    RunState.STOPPED: "#333333", RunState.FAILED: "#A34400",
+}
+
+STATE_HINTS = {
+    RunState.NO_MODEL: "load a pair: Models ▸ Load the embedded demo",
+    RunState.LOADING: "loading the models…",
+    RunState.READY: "press Start (F5) to decode the prompt",
+    RunState.PAUSED: "Resume (F6) continues at the next iteration",
+    RunState.FAILED: "see the message below",
+}
+
+
+def _wrapping(style: str) -> QLabel:
+    label = QLabel("")
+    label.setWordWrap(True)
+    label.setStyleSheet(style)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens
+    label.hide()
+    return label
+
+
+class RunPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 2, 4, 2)
+        col.setSpacing(2)
+        row = QHBoxLayout()
+        row.setSpacing(12)
+        self.state = QLabel("")
+        self.state.setMinimumWidth(110)
+        self.pair = QLabel("")
+        self.pair.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.k_in_use = QLabel("")
+        self.hint = QLabel("")
+        self.hint.setStyleSheet("color:#555")
+        row.addWidget(self.state)
+        row.addWidget(self.k_in_use)
+        row.addWidget(self.pair, 1)
+        row.addWidget(self.hint)
+        col.addLayout(row)
+        self.verdict = _wrapping("color:#FFFFFF; background:#A34400; padding:2px 6px; font-weight:bold")
+        self.warning = _wrapping("color:#7A3300; background:#FBE3D1; padding:2px 6px")
+        col.addWidget(self.verdict)
+        col.addWidget(self.warning)
+
+    def show_state(self, state: RunState, detail: str = "") -> None:
+        colour = STATE_COLOURS.get(state, "#333333")
+        self.state.setText(f'<span style="color:{colour}; font-weight:bold">● {state.value}</span>'
+                           + (f" <span style='color:#555'>({detail})</span>" if detail else ""))
+        self.hint.setText(STATE_HINTS.get(state, ""))
+
+    def show_pair(self, description: str, drafter: str) -> None:
+        if not description:
+            self.pair.setText("no pair loaded")
+            return
+        self.pair.setText(f"pair: <b>{description}</b> · drafter: <b>{drafter}</b>")
+        self.pair.setToolTip(description)
+
+    def show_k(self, k: int | None, adaptive: bool) -> None:
+        """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider)."""
+        if k is None:
+            self.k_in_use.setText("")
+            return
+        self.k_in_use.setText(f"k in use: <b>{k}</b>" + (" (adaptive)" if adaptive else ""))
+
+    def show_verdict(self, verdict: str | None) -> None:
+        self.verdict.setText(verdict or "")
+        self.verdict.setVisible(bool(verdict))
+
+    def show_warning(self, sentence: str | None, iteration: int | None = None) -> None:
+        text = f"⚠ iteration {iteration}: {sentence}" if sentence and iteration is not None else (sentence or "")
+        self.warning.setText(text)
+        self.warning.setVisible(bool(sentence))

@@ -1,0 +1,88 @@
+"""The first minutes: a clear first step, shortcuts, the way back after a failed load, housekeeping."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtGui import QKeySequence
+
+from specscope.app.pair_choice import PairChoice
+
+from .app_helpers import load_tiny, make_window, qt_binding_broken
+
+pytestmark = [pytest.mark.gui,
+              pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
+
+
+def test_empty_plots_name_the_first_step_and_run_keys_exist(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    assert "Start (F5)" in w.plots.timing.empty.text()
+    keys = {a.text(): a.shortcut().toString() for a in (w.start_action, w.pause_action, w.stop_action)}
+    assert keys == {"&Start": "F5", "&Pause / resume": "F6", "S&top": "Shift+F5"}
+    assert w.full_screen_action.shortcut() == QKeySequence(QKeySequence.StandardKey.FullScreen)
+    assert not w.start_action.isEnabled()  # nothing loaded yet
+    load_tiny(qtbot, w, "perfect")
+    assert w.start_action.isEnabled()
+    w.panel.max_new.setValue(8)
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        w.start_action.trigger()
+    assert w.state == "finished"
+
+
+def test_a_failed_load_offers_the_demo_and_the_dialog_keeps_what_was_typed(qtbot, tmp_path):
+    from specscope.app.widgets.model_picker import ModelPicker
+
+    w = make_window(qtbot, tmp_path)
+    typed = PairChoice(target=str(tmp_path / "no-such-model"), drafter="lookup")
+    with qtbot.waitSignal(w.pair_failed, timeout=120_000):
+        w.load_pair(typed)
+    assert w.state == "failed" and w.banner.isVisible()
+    assert w.banner.action.text() == "Load the embedded demo" and w.banner.action.isVisible()
+    dialog = ModelPicker(w.pair_choice, w)
+    assert dialog.choice() == typed  # reopening the dialog shows what the user typed
+    loads = []
+    w.controller.load = lambda what: loads.append(what) or True
+    w.banner.action.click()
+    assert loads == [PairChoice()]
+
+
+def test_a_live_run_after_a_replay_drops_replay_from_the_title(qtbot, tmp_path):
+    from .app_helpers import synthetic_records
+
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(10))
+    assert w.export_trace(tmp_path / "t.csv")
+    load_tiny(qtbot, w, "perfect")
+    assert w.open_trace(tmp_path / "t.csv") and "(replay)" in w.windowTitle()
+    w.panel.max_new.setValue(8)
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        w.start_run()
+    assert "(replay)" not in w.windowTitle() and w.replay_path is None
+
+
+def test_open_trace_lists_only_files_it_opens(qtbot, tmp_path):
+    from specscope.app.window import is_openable_trace
+
+    from .app_helpers import synthetic_records
+
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(5))
+    assert w.export_trace(tmp_path / "run.csv") and w.export_chrome_trace(tmp_path / "run.json")
+    assert w.export_png(tmp_path / "run.png")
+    listed = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and is_openable_trace(p.name))
+    assert listed == ["run.csv", "run.session.json"]
+    for name in listed:
+        assert w.open_trace(tmp_path / name)
+
+
+def test_runs_prune_old_session_folders_to_the_setting(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.settings.set_keep_sessions(2)
+    load_tiny(qtbot, w, "perfect")
+    w.panel.max_new.setValue(4)
+    for _ in range(4):
+        with qtbot.waitSignal(w.run_ended, timeout=60_000):
+            w.start_run()
+    assert len(list((w.data_dir / "sessions").iterdir())) == 2

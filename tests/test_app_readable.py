@@ -1,0 +1,144 @@
+"""What the window shows can be read: the run panel's full sentences, the state in words, the k in use, the
+token view's share of the window, keys outside the data, the drafter in the control panel, the top-5 text."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt
+
+from specscope.core.kinds import DRAFTER_HELP, DRAFTER_KINDS
+from specscope.core.records import TokenRecord, TokenStatus
+
+from .app_helpers import load_tiny, make_window, qt_binding_broken, synthetic_records
+
+pytestmark = [pytest.mark.gui,
+              pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
+
+LONG_WARNING = ("target verify 5x its recent median with host memory nearly full: weights may be paging "
+                "between host and device, slow, memory low; try a smaller model or dtype")
+
+
+def test_verdict_and_warning_wrap_in_full_and_messages_stay_visible(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.resize(1280, 720)
+    from specscope.core.measurement import replay
+
+    events = synthetic_records(60, k=8, accept=lambda i: 0, draft_ms=4.0, flag_every=30, baseline_every=6)
+    events[-1].flags = [LONG_WARNING]
+    replay(events)  # the measurement's numbers, as a live session puts them on the records
+    w.ingest(events)
+    panel = w.run_panel
+    verdict = w.data.estimate.verdict() if w.data.estimate is not None else None
+    assert verdict
+    assert panel.verdict.isVisible() and panel.verdict.text() == verdict  # the whole sentence
+    assert panel.verdict.wordWrap() and panel.warning.wordWrap()
+    assert LONG_WARNING in panel.warning.text()
+    qtbot.waitUntil(lambda: panel.warning.height() > panel.warning.fontMetrics().height() * 1.5
+                    or panel.warning.width() > panel.warning.fontMetrics().horizontalAdvance(LONG_WARNING))
+    w.status.show_message("Trace written: /tmp/x.csv", 8000)
+    assert w.status.message.isVisible()  # the verdict no longer hides transient messages
+
+
+def test_token_view_has_a_real_share_and_the_layout_choice_is_remembered(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.resize(1280, 720)
+    qtbot.waitUntil(lambda: w.token_view.height() > 0)
+    qtbot.wait(10)
+    plots, tokens = w.splitter.sizes()
+    assert tokens >= 0.29 * (plots + tokens)  # 40%, or 30% when the room is short
+    assert w.splitter.handleWidth() >= 6
+    w.beside_action.trigger()
+    assert w.splitter.orientation() == Qt.Orientation.Horizontal
+    w.splitter.setSizes([700, 400])
+    w.close()
+    beside, saved = w.settings.token_layout()
+    assert beside and saved == w.splitter.sizes()
+    again = make_window(qtbot, tmp_path)
+    assert again.splitter.orientation() == Qt.Orientation.Horizontal and again.beside_action.isChecked()
+
+
+def test_plot_keys_sit_outside_the_data(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(20, k=4))
+    for plot in w.plots.live_plots:
+        assert plot.plot_item.legend is None  # no legend box inside the view
+    title = w.plots.timing.plot_item.titleLabel.text
+    assert all(name in title for name in ("draft", "verify", "rollback", "plain step"))
+    memory_title = w.plots.memory.plot_item.titleLabel.text
+    assert "host rss" in memory_title and "MB/s" not in memory_title.split("<br>", 1)[1]
+
+
+def test_state_in_words_pair_and_drafter_and_the_k_in_use(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    assert "no model" in w.run_panel.state.text()
+    load_tiny(qtbot, w, "perfect")
+    assert "ready" in w.run_panel.state.text() and "Start (F5)" in w.run_panel.hint.text()
+    assert "drafter: <b>model</b>" in w.run_panel.pair.text()
+    w.panel.max_new.setValue(12)
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        w.start_run()
+    assert "finished" in w.run_panel.state.text() and "max new tokens" in w.run_panel.state.text()
+    # Adaptive k: the panel says the k the records ran with, not the slider's.
+    events = synthetic_records(5, k=2)
+    from dataclasses import replace
+
+    from specscope.core.records import ControlValues
+
+    adaptive = [replace(e, controls=ControlValues(k=1, adaptive_k=True)) if hasattr(e, "tokens") else e
+                for e in events]
+    w.panel.k_spin.setValue(6)
+    w.ingest(adaptive)
+    assert "k in use: <b>1</b> (adaptive)" in w.run_panel.k_in_use.text()
+    assert "k = 1" in w.panel.k_in_use.text()
+
+
+def test_measure_baseline_now_gives_feedback_and_a_marker(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    load_tiny(qtbot, w, "perfect")
+    w.panel.max_new.setValue(100_000)
+    assert w.start_run()
+    qtbot.waitUntil(lambda: len(w.data.records) >= 3, timeout=60_000)
+    w.panel.baseline_button.click()
+    assert "Baseline requested" in w.status.message.text()
+    qtbot.waitUntil(lambda: any(c.label.startswith("baseline") for c in w.data.control_changes), timeout=60_000)
+    with qtbot.waitSignal(w.run_ended, timeout=30_000):
+        w.stop_run()
+    marker = next(c for c in w.data.control_changes if c.label.startswith("baseline"))
+    assert any(m.value() == marker.iteration for m in w.plots.timing.markers)
+
+
+def test_drafter_choice_lives_in_the_control_panel(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    combo = w.panel.drafter
+    assert [combo.itemData(i) for i in range(combo.count())] == list(DRAFTER_KINDS)
+    assert combo.itemData(1, Qt.ItemDataRole.ToolTipRole) == DRAFTER_HELP[DRAFTER_KINDS[1]]
+    asked = []
+    w.controller.load = lambda what: asked.append(what) or True  # no real load: see what it would load
+    combo.setCurrentIndex(DRAFTER_KINDS.index("lookup"))
+    w.panel.drafter_changed.emit("lookup")  # what a pick in the list emits
+    assert asked and asked[0].drafter == "lookup" and w.pair_choice.drafter == "lookup"
+
+
+def test_top5_tooltip_shows_token_text_and_readable_special_tokens(qtbot, tmp_path):
+    from specscope.app.widgets.token_view import tooltip_html, visible_text
+
+    texts = {284: " the", 2: "<|im_end|>", 9: "\ufffd"}
+    tok = TokenRecord(284, " the", TokenStatus.ACCEPTED, 0, p=0.9, q=0.8,
+                      top5=[(284, 0.9983), (2, 0.001), (9, 0.0005)])
+    tip = html.unescape(tooltip_html(0, tok, texts.get))
+    assert "' the'" in tip and "id 284" in tip and "0.9983" in tip
+    assert "⟨im_end⟩" in tip and "byte" in tip
+    assert visible_text("<|im_end|>") == "⟨im_end⟩" and visible_text("</s>") == "⟨/s⟩"
+    assert visible_text("\ufffd") == "⟨byte⟩"
+    # A replay has no tokenizer: the top 5 are named from the tokens the trace itself holds.
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_records(3, k=4))
+    w.token_view.decode = None
+    i = next(i for i, (_, t) in enumerate(w.token_view.shown_tokens()) if t.top5 and t.token_id == 50)
+    tip = html.unescape(w.token_view.tooltip_for_offset(w.token_view._starts[i]) or "")
+    assert "0.6000 \xa0 ' y' (id 50)" in tip
