@@ -13,7 +13,7 @@ from specscope.core.controls import Controls
 from specscope.core.drill import DrillSpec
 from specscope.core.records import DrillEvent
 
-from .test_app_support import synthetic_records
+from .app_helpers import synthetic_records
 
 
 def test_drill_start_and_end_are_marked_from_the_records() -> None:

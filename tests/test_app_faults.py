@@ -14,7 +14,7 @@ pytest.importorskip("pytestqt")
 from specscope.core.trace import write_trace
 
 from .faults import full_disk, leftovers
-from .test_app_support import make_window, qt_binding_broken
+from .app_helpers import make_window, qt_binding_broken
 from .trace_samples import sample_baselines, sample_records
 
 pytestmark = [pytest.mark.gui,

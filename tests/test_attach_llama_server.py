@@ -174,7 +174,7 @@ def _window(qtbot: object, tmp_path: Path) -> object:
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     pytest.importorskip("pytestqt")
-    from .test_app_support import make_window, qt_binding_broken
+    from .app_helpers import make_window, qt_binding_broken
 
     if qt_binding_broken():
         pytest.skip(str(qt_binding_broken()))
