@@ -13,8 +13,8 @@ pytest.importorskip("pytestqt")
 
 from specscope.core.trace import write_trace
 
-from .faults import full_disk, leftovers
 from .app_helpers import make_window, qt_binding_broken
+from .faults import full_disk, leftovers
 from .trace_samples import sample_baselines, sample_records
 
 pytestmark = [pytest.mark.gui,
