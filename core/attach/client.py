@@ -69,6 +69,19 @@ class AttachResult:
         return {"drafts": d.drafts, "draft_tokens": d.draft_tokens, "accepted_tokens": d.accepted_tokens}
 
 
+def _idle_scrape(scraper: _Scraper, timeout_s: float) -> CounterSnapshot | None:
+    """The first scrape, taken once the engine runs no other request (a bounded wait: an earlier request,
+    e.g. one a client abandoned, would otherwise land its counts inside ours)."""
+    wait = threading.Event()
+    deadline = time.monotonic() + min(timeout_s, 10.0)
+    snap = scraper.scrape()
+    while snap is not None and snap.requests_running and time.monotonic() < deadline:
+        wait.wait(0.1)  # poll the server's own gauge
+        snap = scraper.scrape()
+    scraper.start_from_last()  # the totals run from this scrape, not from the busy ones before it
+    return snap
+
+
 def redact_url(url: str) -> str:
     """The URL without user:password (and without a query, where tokens are sometimes passed)."""
     parts = urlsplit(url)
@@ -136,6 +149,10 @@ class _Scraper:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="specscope-attach-scraper", daemon=True)
+
+    def start_from_last(self) -> None:
+        with self._lock:
+            del self.snapshots[:-1]
 
     def scrape(self) -> CounterSnapshot | None:
         try:
@@ -271,7 +288,10 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
             return result
         info = _server_info(client, clean_root)
         scraper = _Scraper(scrape_client, clean_root + options.metrics_path, options.scrape_interval_s)
-        before = scraper.scrape()
+        before = _idle_scrape(scraper, options.timeout_s)
+        if before is not None and before.requests_running:
+            result.warnings.append(f"the server was still working on {before.requests_running:.0f} other "
+                                   "request(s): its counter totals may include them")
         engine = before.engine if before is not None and before.engine is not Engine.UNKNOWN \
             else _engine_from_info(info)
         model = options.model or (info.get("models") or [None])[0]

@@ -57,6 +57,9 @@ class CounterSnapshot:
     accepted_per_pos: list[int] | None = None  # index = draft position (0-based)
     accept_length: float | None = None  # SGLang's gauge (already a mean, not a counter)
     accept_rate: float | None = None  # SGLang's gauge
+    # Requests the engine is working on now (llama.cpp's requests_processing, vLLM's num_requests_running):
+    # counters move only when they finish, so totals are clean only from a scrape taken while it is 0.
+    requests_running: float | None = None
     families: list[str] = field(default_factory=list)  # every family name seen (for diagnostics)
 
     @property
@@ -157,6 +160,8 @@ def parse_counters(text: str, t_s: float) -> CounterSnapshot:
     snap.accepted_tokens = count(ACCEPTED_TOKENS)
     if per_pos:
         snap.accepted_per_pos = [round(per_pos.get(i, 0.0)) for i in range(max(per_pos) + 1)]
+    running = gauges.get("requests_processing") or gauges.get("num_requests_running")
+    snap.requests_running = sum(running) if running else None
     if engine is Engine.SGLANG:  # gauges per rank: their mean, not their sum
         length, rate = gauges.get(SGLANG_ACCEPT_LENGTH), gauges.get(SGLANG_ACCEPT_RATE)
         snap.accept_length = sum(length) / len(length) if length else None
