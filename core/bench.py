@@ -434,9 +434,15 @@ def _f(v: float | None, digits: int = 2) -> str:
 
 
 def _ratio_cell(s: MethodSummary | None) -> str:
+    """The centre with its interval; from fewer than 6 pairs the interval is their range and says so."""
     if s is None or s.ratio is None:
         return "—"
-    return f"{s.ratio.value:.2f} ({s.ratio.lo:.2f}–{s.ratio.hi:.2f})"
+    r = s.ratio
+    if r.n == 1:
+        return f"{r.value:.2f} (one pair)"
+    if r.confidence < 0.95:
+        return f"{r.value:.2f} (range {r.lo:.2f}–{r.hi:.2f}, n={r.n})"
+    return f"{r.value:.2f} ({r.lo:.2f}–{r.hi:.2f})"
 
 
 def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
@@ -457,7 +463,7 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
         "greedy",
         "- Methods run back to back per prompt, order rotating per round; ratios are to the plain run of the "
         "same prompt in the same round. Speeds include the prefill.",
-        "- × plain: the paired ratio over (prompt, round) pairs, Hodges-Lehmann centre with a 95% bootstrap "
+        "- × plain: the paired ratio over (prompt, round) pairs, Hodges-Lehmann centre with its 95% distribution-free "
         "interval (specscope.core.measurement.paired_ratio).",
         "- α = accepted / judged proposals (the cost model's α); predicted = the measurement's cost model at the "
         "run's mean k, its plain step from the adjacent plain run, decode only; measured = the same ratio "

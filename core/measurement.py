@@ -73,8 +73,8 @@ def signed_rank_cdf(n: int) -> np.ndarray:
 
 
 def hodges_lehmann_interval(x: Sequence[float] | np.ndarray,
-                            confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(centre, lo, hi): the Hodges-Lehmann centre and its distribution-free interval.
+                            confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+    """(centre, lo, hi, achieved confidence): the Hodges-Lehmann centre and its distribution-free interval.
 
     The interval runs between order statistics of the Walsh averages chosen from the exact signed-rank
     distribution (Tukey's interval, the one ``wilcoxon`` inverts): its coverage is at least ``confidence``
@@ -89,10 +89,11 @@ def hodges_lehmann_interval(x: Sequence[float] | np.ndarray,
     cdf = signed_rank_cdf(n)
     tail = (1.0 - confidence) / 2.0
     below = np.nonzero(cdf <= tail)[0]
-    c = int(below[-1]) + 1 if len(below) else 0  # number of Walsh averages cut from each end
-    if c == 0:
-        return centre, float(walsh[0]), float(walsh[-1])  # the widest interval is all there is
-    return centre, float(walsh[c]), float(walsh[len(walsh) - 1 - c])
+    # [W_(k), W_(M+1-k)] covers with 1 - 2 P(T <= k-1): cut k-1 = the largest t with P(T <= t) <= tail from
+    # each end; with too few pairs for the confidence asked, the whole range is all there is.
+    cut = int(below[-1]) if len(below) else 0
+    achieved = 1.0 - 2.0 * float(cdf[cut])
+    return centre, float(walsh[cut]), float(walsh[len(walsh) - 1 - cut]), achieved
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class RatioInterval:
     lo: float
     hi: float
     n: int  # pairs (blocks, or rounds in the bench)
-    confidence: float = CONFIDENCE
+    confidence: float = CONFIDENCE  # what the interval achieves: below 95% with fewer than 6 pairs
 
     def covers(self, x: float) -> bool:
         return self.lo <= x <= self.hi
@@ -122,8 +123,8 @@ def paired_ratio(ratios: Sequence[float], min_pairs: int = MIN_BLOCKS) -> RatioI
     n = len(logs)
     if n < max(1, min_pairs):
         return None
-    centre, lo, hi = hodges_lehmann_interval(logs)
-    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n)
+    centre, lo, hi, achieved = hodges_lehmann_interval(logs)
+    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, achieved)
 
 
 def monotone_fit(values_by_length: dict[int, float], weights: dict[int, float] | None = None) -> dict[int, float]:

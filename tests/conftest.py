@@ -29,7 +29,8 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     if "qtbot" not in request.fixturenames:
         yield
         return
-    from PySide6.QtCore import QCoreApplication, QThread, QTimer
+    import shiboken6
+    from PySide6.QtCore import QCoreApplication, QEvent, QThread, QTimer
     from PySide6.QtWidgets import QApplication
 
     threads: list[QThread] = []
@@ -42,12 +43,17 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     monkeypatch.setattr(QThread, "start", start_thread)
     yield
     QCoreApplication.processEvents()  # let the last queued signals run
+    # Finish the deletions pytest-qt queued (deleteLater) before looking at widgets: walking the children of a
+    # widget half way through its deletion crashes the process.
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     running, active = [], []
     for t in threads:
         with contextlib.suppress(RuntimeError):  # the C++ object is gone: it ended
             if t.isRunning():
                 running.append(t.objectName() or repr(t))
     for top in QApplication.topLevelWidgets():
+        if not shiboken6.isValid(top):
+            continue
         with contextlib.suppress(RuntimeError):
             for t in top.findChildren(QTimer):
                 if t.isActive():
