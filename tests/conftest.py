@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import tempfile
 
@@ -45,6 +46,10 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     QCoreApplication.processEvents()  # let the last queued signals run
     # Finish the deletions pytest-qt queued (deleteLater) before looking at widgets: walking the children of a
     # widget half way through its deletion crashes the process.
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    # Collect this test's Qt wrappers now, between tests: collected later, inside another test's paint or
+    # resize event, their C++ destructors deadlock or crash PySide6 6.11.
+    gc.collect()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     running, active = [], []
     for t in threads:
