@@ -162,7 +162,7 @@ if not isinstance(text, str) or not text.strip():
     problems.append(f"text should be non-empty, got {text!r}")
 if problems:
     sys.exit("\n".join(problems))
-print(f"  {len(ids)} tokens, {out['iterations']} iterations, finish={out['finish_reason']}: {text!r}")
+print(f"  {len(ids)} tokens, {out['metrics']['iterations']} iterations, finish={out['finish_reason']}: {text!r}")
 PYEOF
 step_done "specscope run --demo --drafter eagle (the shipped EAGLE-3 head) from $OUTSIDE"
 

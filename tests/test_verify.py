@@ -143,8 +143,11 @@ def test_command_line(tiny_pair_dir, tmp_path, capsys) -> None:
     assert "Greedy: 1 of 1 speculative runs identical" in capsys.readouterr().out
     assert json.loads(out_json.read_text())["ok"] is True
     bad = parser.parse_args(["--target", str(tmp_path / "missing"), "--drafter", "lookup"])
-    assert verify.main(bad) == 2
-    assert capsys.readouterr().err.strip().endswith(f"error: no model directory at {tmp_path / 'missing'}")
+    from specscope.core.cli_checks import CliError
+
+    with pytest.raises(CliError) as err:  # one sentence; the CLI's error path prints it and exits 2
+        verify.main(bad)
+    assert err.value.exit_code == 2 and "no model directory" in str(err.value)
 
 
 def test_a_greedy_difference_is_explained_with_its_gap(tiny_pair_dir) -> None:
