@@ -128,7 +128,15 @@ def prompt_set(seed: int) -> list[tuple[str, str]]:
         out += [("structured", task.format(t=t)) for t in rng.sample(TOPICS, 12)]
     out += [("structured", t) for t in STRUCTURED_EXTRA]
     rng.shuffle(out)
-    return out
+    # Second round: every template/topic pair the first round left out, in its own shuffle. It comes after
+    # the first round so that the held-out prompts (the first ones) and a resumed cache stay what they were.
+    used = set(out)
+    rest = [("prose", task.format(t=t)) for task in PROSE_TASKS for t in TOPICS]
+    rest += [("code", task.format(s=s)) for task in CODE_TASKS for s in CODE_SUBJECTS]
+    rest += [("structured", task.format(t=t)) for task in STRUCTURED_TASKS for t in TOPICS]
+    rest = [p for p in rest if p not in used]
+    random.Random(seed + 1).shuffle(rest)
+    return out + rest
 
 
 def load_target(threads: int) -> tuple[Any, Any]:
