@@ -57,6 +57,7 @@ CONFIDENCE = 0.95
 PASSES_KEPT_PER_LENGTH = 16  # recent verify passes per pass length kept for the fit
 WINDOW = 32  # iterations in the recent window (α window, step costs)
 POSITION_DECAY = 0.98  # per-iteration forgetting of per-position acceptance counts (~50 iterations)
+TRUSTED_PASSES = 3  # passes of one length before an optimistic score takes its cost as known
 POSITION_PRIOR_WEIGHT = 2.0  # pseudo-counts shrinking a position's acceptance toward the one before it
 NOT_ENOUGH = "not enough data yet"
 
@@ -173,6 +174,17 @@ class VerifyCostFit:
     @property
     def max_length(self) -> int:
         return max(self.points, default=0)
+
+    def passes(self, length: int) -> int:
+        """How many passes of this length the fit keeps."""
+        return len(self._passes.get(length, ()))
+
+    def floor(self, length: int, min_passes: int) -> float | None:
+        """A lower bound on a pass of ``length``: the fit at the longest length up to it measured at least
+        ``min_passes`` times (the fit never falls with length). One slow pass, or none, at a length then
+        never hides what a longer pass may cost."""
+        trusted = [n for n in self.points if n <= length and self.passes(n) >= min_passes]
+        return self.points[max(trusted)] if trusted else None
 
     def __call__(self, length: int) -> float | None:
         """ms for a pass of this length; None past the longest measured length (or before any data)."""
@@ -581,13 +593,20 @@ class Measurement:
             curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1))
         return {p.k: p.speedup for p in curve if p.speedup is not None}
 
-    def scores_for(self, conditional: Sequence[float], k_lo: int, k_hi: int) -> dict[int, float]:
+    def scores_for(self, conditional: Sequence[float], k_lo: int, k_hi: int,
+                   optimistic: bool = False) -> dict[int, float]:
         """Predicted speed-up for each k in [k_lo, k_hi] that has data, for a given conditional acceptance by
         position (a caller that knows more about this iteration's proposals than the run's pooled counts, e.g.
-        prompt lookup's match length): the same costs, verify fit and formula as :meth:`scores`."""
+        prompt lookup's match length): the same costs, verify fit and formula as :meth:`scores`.
+
+        ``optimistic`` scores each k at a lower bound on its verify pass's cost instead, the fit at the
+        longest length up to k + 1 measured at least ``TRUSTED_PASSES`` times (the fit is non-decreasing), so
+        k with a pass never measured, or measured once or twice, get an upper bound on their speed-up: what a
+        policy needs to decide whether measuring such a pass could pay."""
         with self._lock:
             drafter = self._recent[-1].drafter if self._recent else ""
-            curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1), list(conditional))
+            curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1), list(conditional),
+                                       cost_floor_beyond=optimistic)
         return {p.k: p.speedup for p in curve if p.speedup is not None}
 
     # ---- internals (lock held) ---------------------------------------------------------------------------
@@ -604,8 +623,8 @@ class Measurement:
         points = dict(self.fit.points)
         return Costs(points.get(1), draft_step, draft_iter, fixed, points)
 
-    def _curve_locked(self, costs: Costs, ks: Iterable[int],
-                      conditional: list[float] | None = None) -> list[CurvePoint]:
+    def _curve_locked(self, costs: Costs, ks: Iterable[int], conditional: list[float] | None = None,
+                      cost_floor_beyond: bool = False) -> list[CurvePoint]:
         out: list[CurvePoint] = []
         plain = costs.plain_step_ms
         ks = list(ks)
@@ -619,7 +638,7 @@ class Measurement:
             if plain is None or plain <= 0:
                 out.append(CurvePoint(k, None, "no plain step measured yet"))
                 continue
-            verify = self.fit(k + 1)
+            verify = self.fit.floor(k + 1, TRUSTED_PASSES) if cost_floor_beyond else self.fit(k + 1)
             if verify is None:
                 longest = self.fit.max_length
                 out.append(CurvePoint(k, None, f"no verify pass of length {k + 1} measured (longest {longest})"))

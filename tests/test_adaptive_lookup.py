@@ -43,8 +43,11 @@ def feed(policy: LookupLengthPolicy, match_ngram: int, drafted: int, accepted: i
 
 def test_everything_accepted_with_flat_verification_proposes_the_whole_continuation():
     policy = policy_with(FLAT)
-    for _ in range(12):  # it climbs one position per iteration past those judged
-        feed(policy, 3, 10, 10, FLAT)
+    climb = []
+    for _ in range(6):  # it doubles the positions judged each iteration
+        climb.append(policy.proposal_length(3, 10))
+        policy.observe(rec(climb[-1], climb[-1], FLAT))
+    assert climb == [1, 2, 4, 8, 10, 10]
     assert policy.proposal_length(3, 10) == 10
     assert policy.proposal_length(3, 4) == 4  # never more than the match offers
 
@@ -53,11 +56,29 @@ def test_proposals_that_are_never_accepted_stop_and_only_probes_remain():
     policy = policy_with(RISING, probe_every=4)
     for _ in range(12):
         feed(policy, 2, 8, 0, RISING)
-    choices = [policy.proposal_length(2, 8) for _ in range(8)]
-    for c in choices:  # what it chose is judged: the probes' rejections are counted too
-        policy.observe(rec(c, 0, RISING))
-    assert sorted(choices) == [0, 0, 0, 0, 0, 0, 1, 1]
+    choices = []
+    for _ in range(15):  # what it chose is judged: the probes' rejections are counted too
+        choices.append(policy.proposal_length(2, 8))
+        policy.observe(rec(choices[-1], 0, RISING))
+    assert set(choices) == {0, 1} and choices.count(1) == 3  # backed off to one probe per probe_every + 1
     assert policy.scores[0] > policy.scores[1]
+
+
+STEEP = {n: 10.0 + 8.0 * (n - 1) for n in range(1, 18)}  # a 2-token pass costs 1.8 plain steps
+
+
+def test_probes_back_off_while_rejected_and_resume_at_once_after_an_acceptance():
+    policy = policy_with(STEEP)
+    choices = []
+    for _ in range(16):  # a 1-token probe costs 0.8 of a step here, so the prior 0.5 never pays by itself
+        choices.append(policy.proposal_length(2, 8))
+        policy.observe(rec(choices[-1], 0, STEEP))
+    # the first proposal of a match size is tried (it climbs from plain steps); rejected, it is probed
+    # again after 2, 4 and 8 declined matches
+    assert [i for i, c in enumerate(choices) if c] == [0, 3, 8]
+    assert policy.proposal_length(3, 8) == 1  # another match size has its own schedule
+    policy.observe(rec(1, 1, STEEP))
+    assert policy.proposal_length(3, 8) >= 1  # accepted: the next 3-gram match is tried again
 
 
 def test_a_rising_verify_cost_stops_where_acceptance_no_longer_pays():
@@ -66,7 +87,9 @@ def test_a_rising_verify_cost_stops_where_acceptance_no_longer_pays():
         feed(policy, 3, 3, 3, RISING)
     long = policy.proposal_length(3, 10)
     policy.observe(rec(long, 3, RISING))
-    assert 3 <= long <= 4  # at most ``reach`` past the judged positions: it keeps measuring the next ones
+    assert 3 <= long <= 6  # at most double the judged positions: it keeps measuring the next ones
+    for _ in range(6):
+        policy.observe(rec(policy.proposal_length(3, 10), 3, RISING))
     assert policy.proposal_length(3, 10) == 3
 
 
