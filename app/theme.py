@@ -56,6 +56,7 @@ PLOT_COLOURS = {
     "verify": OKABE_ITO["blue"],
     "rollback": OKABE_ITO["reddish_purple"],
     "plain_step": OKABE_ITO["black"],
+    "engine_pass": OKABE_ITO["bluish_green"],
     "alpha_window": OKABE_ITO["blue"],
     "alpha_cumulative": OKABE_ITO["sky_blue"],
     "tokens_per_iteration": OKABE_ITO["bluish_green"],

@@ -49,7 +49,7 @@ from .metrics import (
     time_to_first_token_ms,
     tokens_per_second,
 )
-from .records import BaselineRecord, ControlValues, IterationRecord
+from .records import ATTACHED_MODE, JUDGING_MODES, SPECULATIVE_MODE, BaselineRecord, ControlValues, IterationRecord
 
 MIN_BLOCKS = 5  # blocks (adjacent plain/speculative pairs) before a measured speed-up is given (94% at most)
 MIN_BLOCK_ITERATIONS = 2  # a block cut shorter by a control change is dropped
@@ -57,6 +57,8 @@ CONFIDENCE = 0.95
 PASSES_KEPT_PER_LENGTH = 16  # recent verify passes per pass length kept for the fit
 WINDOW = 32  # iterations in the recent window (α window, step costs)
 POSITION_DECAY = 0.98  # per-iteration forgetting of per-position acceptance counts (~50 iterations)
+ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain steps (specscope attach "
+                   "--plain-url or --plain-model measures plain requests beside them)")
 TRUSTED_PASSES = 3  # passes of one length before an optimistic score takes its cost as known
 POSITION_PRIOR_WEIGHT = 2.0  # pseudo-counts shrinking a position's acceptance toward the one before it
 NOT_ENOUGH = "not enough data yet"
@@ -217,7 +219,7 @@ class PositionCounts:
         self.accepted: list[float] = []
 
     def add(self, record: IterationRecord) -> None:
-        if record.mode != "speculative" or record.n_drafted == 0:
+        if record.mode not in JUDGING_MODES or record.n_drafted == 0:
             return
         if self.decay < 1.0:
             self.reached = [x * self.decay for x in self.reached]
@@ -519,8 +521,9 @@ class Measurement:
         self._iterations += 1
         self._emitted += r.n_emitted
         self._decode_ms += r.iteration_ms
-        self.fit.add(r.n_drafted + 1, r.verify_ms)
-        if r.mode == "speculative":
+        if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
+            self.fit.add(r.n_drafted + 1, r.verify_ms)
+        if r.mode in JUDGING_MODES:
             self._recent.append(r)
             self.counts.add(r)
             self._spec_iterations += 1
@@ -535,7 +538,7 @@ class Measurement:
                     self._positions[i][0] += 1
                 if i < r.n_accepted:
                     self._positions[i][1] += 1
-            if self._block is not None:
+            if self._block is not None and r.mode == SPECULATIVE_MODE:
                 self._block.tokens += r.n_emitted
                 self._block.ms += r.iteration_ms
                 self._block.iterations += 1
@@ -611,7 +614,7 @@ class Measurement:
 
     # ---- internals (lock held) ---------------------------------------------------------------------------
     def _costs_locked(self, drafter: str) -> Costs:
-        recent = list(self._recent)
+        recent = [r for r in self._recent if r.mode == SPECULATIVE_MODE]  # attached passes have no split
         per_token = draft_cost_per_token(drafter)
         draft_step = draft_iter = None
         if per_token:
@@ -674,8 +677,12 @@ class Measurement:
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
         if self._measured is None:
             have = len(self._ratios)
-            reason = (f"{NOT_ENOUGH} ({have} of {self.min_blocks} plain/speculative blocks)"
-                      if self._spec_iterations else "plain decoding: nothing to compare")
+            if self._recent and all(r.mode == ATTACHED_MODE for r in self._recent):
+                reason = ATTACHED_REASON
+            elif self._spec_iterations:
+                reason = f"{NOT_ENOUGH} ({have} of {self.min_blocks} plain/speculative blocks)"
+            else:
+                reason = "plain decoding: nothing to compare"
         else:
             reason = ""
         busy = self._last_busy if iteration - self._last_busy_iteration < self.window else ""
@@ -706,7 +713,7 @@ def replay(events: Iterable[object], window: int = WINDOW) -> Measurement:
 
 
 def _median_or_none(values: Iterable[float]) -> float | None:
-    vs = list(values)
+    vs = [v for v in values if math.isfinite(v)]  # an attached engine does not report the split (NaN)
     return float(median(vs)) if vs else None
 
 
@@ -715,7 +722,7 @@ def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
     """A whole run in one JSON-ready dict (CLI ``--json``, session.json, bench rows): the records' own
     totals and rates, plus the estimate's costs and speed-ups (measured with its interval, predicted, best k).
     """
-    spec = [r for r in records if r.mode == "speculative"]
+    spec = [r for r in records if r.mode in JUDGING_MODES]
     intervals = inter_token_intervals_ms(records)
     out: dict[str, Any] = {
         "iterations": len(records),

@@ -3,8 +3,9 @@
 Pure functions of records. ``core.measurement`` is the one owner that applies them to a run (and adds costs,
 speed-ups and best k); consumers read its estimates and ``run_summary``, not these functions directly.
 
-Speculative metrics read only speculative records (plain records have nothing drafted); token timing reads
-every record. Positions are 0-based: position i is the (i+1)-th proposal of an iteration.
+Acceptance metrics read the records whose proposals were judged (``JUDGING_MODES``: this loop's
+speculative iterations and an attached engine's passes; plain records have nothing drafted); token timing
+reads every record. Positions are 0-based: position i is the (i+1)-th proposal of an iteration.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .records import IterationRecord
+from .records import JUDGING_MODES, IterationRecord
 
 
 def _speculative(records: Sequence[IterationRecord]) -> list[IterationRecord]:
-    return [r for r in records if r.mode == "speculative"]
+    return [r for r in records if r.mode in JUDGING_MODES]
 
 
 def acceptance_rate(records: Sequence[IterationRecord]) -> float | None:

@@ -72,12 +72,20 @@ class TokenRecord:
         return min(1.0, self.p / self.q)
 
 
+SPECULATIVE_MODE = "speculative"  # this loop drafted and verified: every time is split and measured
+PLAIN_MODE = "plain"  # one target step, nothing drafted
+# A serving engine's verify pass, read while attached: drafted and accepted counts are the engine's, its time is
+# the client's view of the whole pass (no draft/verify split), so it counts for acceptance and never for costs.
+ATTACHED_MODE = "attached"
+JUDGING_MODES = frozenset({SPECULATIVE_MODE, ATTACHED_MODE})  # records whose proposals were judged
+
+
 @dataclass
 class IterationRecord:
     """Everything one iteration did and cost. Times in milliseconds; ``t_*_s`` are time.monotonic()."""
 
     iteration: int
-    mode: str  # "speculative" or "plain"
+    mode: str  # SPECULATIVE_MODE, PLAIN_MODE or ATTACHED_MODE
     drafter: str
     controls: ControlValues
     tokens: list[TokenRecord]

@@ -334,7 +334,7 @@ def _col(name: str, unit: str, type_: CellType, doc: str, **kw: Any) -> Column:
 # Memory columns (one per memory key, or one JSON column) follow these in the iteration CSV.
 ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("iteration", "", INT, "iteration number in the run, from 0", required=True, plotted=True),
-    _col("mode", "", TEXT, "`speculative` or `plain`", required=True),
+    _col("mode", "", TEXT, "`speculative`, `plain`, or `attached` (a serving engine's pass)", required=True),
     _col("drafter", "", TEXT, "drafter name", required=True),
     _col("k", "tokens", INT, "proposals requested this iteration", field="controls.k", required=True, plotted=True),
     _col("temperature", "", FLOAT, "sampling temperature (0 = greedy)", field="controls.temperature",

@@ -192,6 +192,17 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
     assert result.error is None, result.error
     assert len(window.data.records) == len(result.records) > 1
     assert window.attach_session["engine"] == "llama.cpp"
+    # the same plots as a local run where the engine reports the numbers, and a sentence where it does not
+    from specscope.app.widgets.timing_plot import ENGINE_KEY
+    from specscope.core.attach.summary import summarize_attached
+    from specscope.core.measurement import ATTACHED_REASON
+
+    plots = window.plots
+    plots.refresh(window.data)
+    assert window.data.col("alpha_cumulative")[-1] == pytest.approx(summarize_attached(result.records)["alpha"])
+    assert any(name == ENGINE_KEY for name, _, _ in plots.timing.keys) and not plots.timing.empty.isVisible()
+    assert ATTACHED_REASON in (plots.speedup.empty_text(window.data) or "")
+    assert window.data.estimate is not None and window.data.estimate.positions  # acceptance by position
 
 
 @pytest.mark.gui

@@ -350,3 +350,26 @@ def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, 
     assert c.plain_step_ms is not None and c.plain_step_ms >= base_ms + per_token_ms
     assert all(r.measured_speedup is None or r.measured_speedup_lo <= r.measured_speedup <= r.measured_speedup_hi
                for r in records)
+
+
+def test_an_attached_engines_passes_count_for_acceptance_and_never_for_costs():
+    from dataclasses import replace
+
+    from specscope.core.measurement import ATTACHED_REASON
+    from specscope.core.records import ATTACHED_MODE
+
+    m = Measurement(window=8)
+    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0))
+    nan = float("nan")
+    passes = [replace(rec(i, 4, acc, 30.0), mode=ATTACHED_MODE, draft_ms=nan, verify_ms=nan, rollback_ms=nan)
+              for i, acc in enumerate([4, 1, 2, 0])]
+    for p in passes:
+        est = m.enrich(p)
+    # judged: 4 + 2 + 3 + 1 = 10 proposals, 7 accepted: the same α as for the loop's own records
+    assert est.alpha == pytest.approx(0.7) and passes[-1].alpha_cumulative == pytest.approx(0.7)
+    assert [p.reached for p in est.positions][:2] == [4, 3]  # judged at positions 0 and 1
+    assert m.fit.points == {1: 10.0}  # a 30 ms client-side pass is no verify time of this machine
+    assert est.costs.draft_step_ms is None and est.measured is None and est.measured_reason == ATTACHED_REASON
+    summary = run_summary(passes)
+    assert summary["alpha"] == pytest.approx(0.7) and summary["drafted"] == 16
+    assert summary["verify_ms_median"] is None and summary["draft_ms_median"] is None  # not reported: no number

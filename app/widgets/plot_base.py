@@ -208,6 +208,13 @@ class LivePlot(pg.PlotWidget):
 
     def add_key(self, name: str, colour: str, style: str = "solid") -> None:
         self.keys.append((name, colour, style))
+        self._show_keys()
+
+    def remove_key(self, name: str) -> None:
+        self.keys = [k for k in self.keys if k[0] != name]
+        self._show_keys()
+
+    def _show_keys(self) -> None:
         self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
         # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
         lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)

@@ -1,5 +1,6 @@
 """Plot 1: where each iteration's time goes — drafting, verification, rollback (stacked) — against the
-target's plain step time (the cost of one token without speculation)."""
+target's plain step time (the cost of one token without speculation). An attached engine does not split
+its passes: their whole time, as the client saw it, is drawn as one line with its own key."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from ..run_data import RunData
 from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot
+from .plot_base import LivePlot, pen
+
+ENGINE_KEY = "engine pass (not split)"
 
 
 class TimingPlot(LivePlot):
@@ -24,6 +27,8 @@ class TimingPlot(LivePlot):
         self.draft = self._area("draft", PLOT_COLOURS["draft"])
         self.keys.reverse()
         self.plain = self.curve("plain step", PLOT_COLOURS["plain_step"], width=2, style="dash")
+        self.engine_pass = self.plot_item.plot([], [], pen=pen(PLOT_COLOURS["engine_pass"], 2.0, "solid"))
+        self._engine_key = False  # its key is added the first time an engine pass is drawn
 
     def _area(self, name: str, colour: str):
         brush = pg.mkBrush(pg.mkColor(colour).lighter(130))
@@ -31,6 +36,12 @@ class TimingPlot(LivePlot):
         item.setFillLevel(0)
         item.setBrush(brush)
         return item
+
+    def reset(self) -> None:
+        super().reset()
+        if self._engine_key:  # a local run after an attached one has no engine passes to name
+            self.remove_key(ENGINE_KEY)
+            self._engine_key = False
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
@@ -40,6 +51,13 @@ class TimingPlot(LivePlot):
         self.draft_verify.setData(x, dv)
         total = dv + data.col("rollback_ms")
         self.total.setData(x, total)
+        whole = data.col("iteration_ms")
+        unsplit = np.isnan(d) & np.isfinite(whole)  # an attached engine's pass: no draft/verify split
+        if unsplit.any() and not self._engine_key:
+            self.add_key(ENGINE_KEY, PLOT_COLOURS["engine_pass"])
+            self._engine_key = True
+        self.engine_pass.setData(x[unsplit], whole[unsplit])
+        total = np.where(unsplit, whole, total)
         plain = data.col("plain_step_ms")
         self.follower.observe(total, plain)
         ok = ~np.isnan(plain)

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..records import ControlValues, IterationRecord, TokenRecord, TokenStatus
+from ..records import ATTACHED_MODE, ControlValues, IterationRecord, TokenRecord, TokenStatus
 from .chunks import Chunk
 
-ATTACHED_MODE = "attached"
+__all__ = ["ATTACHED_MODE"]  # re-exported: the mode the passes' records carry (declared in records)
 NOT_REPORTED = math.nan  # draft_ms / verify_ms / rollback_ms: the engine does not split a pass's time
 PROMPT_PASS_FLAG = "prompt pass: the target's first token after prompt processing (time includes the prompt)"
 ASSUMED_DRAFT_FLAG = "drafted count assumed = the engine's draft length k (the engine does not send it per pass)"

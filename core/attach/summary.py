@@ -1,10 +1,8 @@
 """The numbers of an attached request, read through the one owner of every derived number, ``core.measurement``.
 
-``measurement.run_summary`` reads speculative numbers from records with mode "speculative"; attached records carry mode
-"attached" so that nothing that fits local step costs (verify-cost fits, adaptive k, the live baseline)
-mistakes a client-side pass time for a verify time. ``judged_view`` relabels copies of the attached records
-for the summary only, so α here *is* the measurement's α: accepted / judged, judged = accepted + the first
-rejected proposal of each pass (one record = one verify pass, see ``passes``).
+Attached records carry mode ``ATTACHED_MODE``: the measurement counts their drafted and accepted proposals
+like its own (α = accepted / judged, judged = accepted + the first rejected proposal of each pass; one record
+= one verify pass, see ``passes``) and keeps their client-side pass times out of every cost fit.
 
 accepted / drafted is reported as ``acceptance_rate`` (vLLM's "draft acceptance rate"), never as α.
 tokens/s is the summary's tokens/s over the decode passes (the prompt pass, whose time includes
@@ -14,17 +12,11 @@ prompt processing, is left out — the engines' own generation rate leaves it ou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from .. import measurement
 from ..records import IterationRecord
-from .passes import ATTACHED_MODE, PROMPT_PASS_FLAG
-
-
-def judged_view(records: Sequence[IterationRecord]) -> list[IterationRecord]:
-    """Copies of the attached records relabelled "speculative", for ``metrics``' acceptance functions."""
-    return [replace(r, mode="speculative") if r.mode == ATTACHED_MODE else r for r in records]
+from .passes import PROMPT_PASS_FLAG
 
 
 def decode_records(records: Sequence[IterationRecord]) -> list[IterationRecord]:
@@ -40,7 +32,7 @@ ATTACHED_KEYS = ("tokens", "drafted", "accepted", "judged", "alpha", "acceptance
 def summarize_attached(records: Sequence[IterationRecord]) -> dict[str, Any]:
     """The measurement's run summary over the decode passes, limited to what an engine lets us know
     (no draft/verify split, no cost fit); ``tokens`` counts the prompt pass's token too."""
-    decode = judged_view(decode_records(records))
+    decode = decode_records(records)
     full = measurement.run_summary(decode)
     out = {key: full[key] for key in ATTACHED_KEYS}
     out["passes"] = len(decode)
