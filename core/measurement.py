@@ -183,10 +183,13 @@ class VerifyCostFit:
 
     def floor(self, length: int, min_passes: int) -> float | None:
         """A lower bound on a pass of ``length``: the fit at the longest length up to it measured at least
-        ``min_passes`` times (the fit never falls with length). One slow pass, or none, at a length then
-        never hides what a longer pass may cost."""
-        trusted = [n for n in self.points if n <= length and self.passes(n) >= min_passes]
-        return self.points[max(trusted)] if trusted else None
+        ``min_passes`` times, else at the shortest length measured (the fit never falls with length). One
+        slow pass, or none, at a length then never hides what a longer pass may cost."""
+        pts = self.points
+        if not pts:
+            return None
+        trusted = [n for n in pts if n <= length and self.passes(n) >= min_passes]
+        return pts[max(trusted)] if trusted else pts[min(pts)]
 
     def __call__(self, length: int) -> float | None:
         """ms for a pass of this length; None past the longest measured length (or before any data)."""

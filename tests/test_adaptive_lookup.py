@@ -88,9 +88,13 @@ def test_a_rising_verify_cost_stops_where_acceptance_no_longer_pays():
     long = policy.proposal_length(3, 10)
     policy.observe(rec(long, 3, RISING))
     assert 3 <= long <= 6  # at most double the judged positions: it keeps measuring the next ones
-    for _ in range(6):
-        policy.observe(rec(policy.proposal_length(3, 10), 3, RISING))
-    assert policy.proposal_length(3, 10) == 3
+    explored = []
+    for _ in range(16):  # a pass length measured fewer than 3 times may be tried until it is known not to pay
+        explored.append(policy.proposal_length(3, 10))
+        policy.observe(rec(explored[-1], 3, RISING))
+    lengths = {n + 1 for n in explored if n > 3}
+    assert all(policy.measurement.fit.passes(n) >= 3 for n in lengths)  # each tried only until measured
+    assert explored[-4:] == [3, 3, 3, 3]
 
 
 def test_acceptance_is_conditioned_on_the_match_size():

@@ -373,3 +373,17 @@ def test_an_attached_engines_passes_count_for_acceptance_and_never_for_costs():
     summary = run_summary(passes)
     assert summary["alpha"] == pytest.approx(0.7) and summary["drafted"] == 16
     assert summary["verify_ms_median"] is None and summary["draft_ms_median"] is None  # not reported: no number
+
+
+def test_verify_floor_is_a_lower_bound_that_one_slow_pass_cannot_raise():
+    fit = VerifyCostFit()
+    assert fit.floor(3, 3) is None  # nothing measured
+    fit.add(1, 10.0)
+    fit.add(2, 400.0)  # one pass slowed by something else on the machine
+    assert fit(2) == 400.0 and fit.floor(2, 3) == 10.0 and fit.floor(9, 3) == 10.0
+    for ms in (16.0, 15.0, 14.0, 17.0):
+        fit.add(2, ms)
+    fit.add(1, 10.0)
+    fit.add(1, 10.0)
+    assert fit.floor(2, 3) == fit(2) == 16.0  # measured enough: the bound is the fit itself
+    assert fit.floor(5, 3) == 16.0  # past the longest measured: at least the longest trusted length's cost
