@@ -398,8 +398,9 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dic
                      f"verify {_fmt(s['verify_ms_median'], '.2f', ' ms')}, "
                      f"rollback {_fmt(s['rollback_ms_median'], '.3f', ' ms')} (medians)")
         if estimate is not None:
+            left_out = f" ({estimate.blocks_busy} machine-busy blocks left out)" if estimate.blocks_busy else ""
             measured = (f"measured {estimate.measured.text()} over {estimate.blocks} interleaved plain/speculative "
-                        f"blocks" if estimate.measured else f"measured: {estimate.measured_reason}")
+                        f"blocks{left_out}" if estimate.measured else f"measured: {estimate.measured_reason}")
             lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
                          f"at k={estimate.k}")
             if estimate.best_k is not None and estimate.best_speedup is not None:

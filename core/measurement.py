@@ -18,6 +18,8 @@ Definitions (docs/cost-model.md has the derivations):
   baselines form a block; its ratio is the block's tokens/ms times the bracketing baselines' median plain step.
   The estimate is the Hodges-Lehmann centre of the blocks' log ratios (one outlying block barely moves it),
   with its distribution-free interval. Fewer than ``MIN_BLOCKS`` blocks give no number, only a reason.
+  A block with an iteration flagged "machine busy" is left out once ``MIN_BLOCKS`` quiet blocks exist (a
+  stall of another program's making is not the speed-up); the estimate counts the blocks left out.
 """
 
 from __future__ import annotations
@@ -361,12 +363,13 @@ class Estimate:
     costs: Costs
     measured: RatioInterval | None
     measured_reason: str  # why there is no measured number (empty when there is one)
-    blocks: int
+    blocks: int  # blocks the measured speed-up is over
     predicted_speedup: float | None  # at the k in use, same cost model as the curve
     curve: tuple[CurvePoint, ...]
     best_k: int | None  # None when no k has a prediction; 0 = do not speculate
     best_speedup: float | None
     busy: str = ""  # the latest machine-busy sentence in the window, if any
+    blocks_busy: int = 0  # blocks with a machine-busy iteration, left out of the measured speed-up
 
     @property
     def measured_text(self) -> str:
@@ -444,6 +447,7 @@ class _Block:
     tokens: int = 0
     ms: float = 0.0
     iterations: int = 0
+    busy: bool = False  # an iteration in it was flagged "machine busy"
 
 
 class Measurement:
@@ -475,6 +479,7 @@ class Measurement:
         self._baseline: BaselineRecord | None = None
         self._block: _Block | None = None
         self._ratios: list[float] = []
+        self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
         self._measured: RatioInterval | None = None
         self._last_busy = ""
         self._last_busy_iteration = -(10**9)
@@ -518,6 +523,7 @@ class Measurement:
                 self._recent.clear()
             if _regime(values) != _regime(self._last_values):
                 self._ratios = []
+                self._busy_ratios = []
                 self._measured = None
                 self._block = None  # the iterations until the next baseline belong to no block
         self._last_values = values
@@ -554,8 +560,15 @@ class Measurement:
         if not steps:
             return
         plain = float(median(steps))
-        self._ratios.append(blk.tokens / blk.ms * plain)
-        self._measured = paired_ratio(self._ratios, self.min_blocks)
+        (self._busy_ratios if blk.busy else self._ratios).append(blk.tokens / blk.ms * plain)
+        self._measured = paired_ratio(self._blocks_used(), self.min_blocks)
+
+    def _blocks_used(self) -> list[float]:
+        """The quiet blocks once there are enough of them; every block while there are not (a machine busy
+        throughout still gets a number, and its estimate says how many blocks were busy)."""
+        if len(self._ratios) >= self.min_blocks or not self._busy_ratios:
+            return self._ratios
+        return self._ratios + self._busy_ratios
 
     def enrich(self, r: IterationRecord) -> Estimate:
         """Observe the record, fill its measurement fields, attach and return the current estimate."""
@@ -564,6 +577,8 @@ class Measurement:
             for flag in r.flags:
                 if flag.startswith(BUSY_PREFIX):
                     self._last_busy, self._last_busy_iteration = flag, r.iteration
+                    if self._block is not None and r.mode == SPECULATIVE_MODE:
+                        self._block.busy = True  # its ratio says more about the machine than the speed-up
             est = self._estimate_locked(r.iteration, r.controls.k, r.drafter)
             self._estimate = est
         r.plain_step_ms = est.costs.plain_step_ms
@@ -678,8 +693,9 @@ class Measurement:
         judged_w = sum(checked_proposals(r) for r in recent)
         alpha_w = sum(r.n_accepted for r in recent) / judged_w if judged_w else None
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
+        used = self._blocks_used()
         if self._measured is None:
-            have = len(self._ratios)
+            have = len(used)
             if self._recent and all(r.mode == ATTACHED_MODE for r in self._recent):
                 reason = ATTACHED_REASON
             elif self._spec_iterations:
@@ -697,7 +713,8 @@ class Measurement:
             tokens_per_iteration=self._emitted / self._iterations if self._iterations else None,
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,
             positions=positions, costs=costs, measured=self._measured, measured_reason=reason,
-            blocks=len(self._ratios), predicted_speedup=predicted, curve=tuple(curve),
+            blocks=len(used), blocks_busy=len(self._busy_ratios) if used is self._ratios else 0,
+            predicted_speedup=predicted, curve=tuple(curve),
             best_k=best.k if best else None, best_speedup=best.speedup if best else None, busy=busy,
         )
 
@@ -762,6 +779,7 @@ def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
         "measured_speedup_lo": e.measured.lo if e and e.measured else None,
         "measured_speedup_hi": e.measured.hi if e and e.measured else None,
         "measured_speedup_blocks": e.blocks if e else 0,
+        "measured_speedup_busy_blocks_left_out": e.blocks_busy if e else 0,
         "measured_speedup_note": e.measured_reason if e else NOT_ENOUGH,
         "predicted_speedup": e.predicted_speedup if e else None,
         "best_k": e.best_k if e else None,

@@ -387,3 +387,27 @@ def test_verify_floor_is_a_lower_bound_that_one_slow_pass_cannot_raise():
     fit.add(1, 10.0)
     assert fit.floor(2, 3) == fit(2) == 16.0  # measured enough: the bound is the fit itself
     assert fit.floor(5, 3) == 16.0  # past the longest measured: at least the longest trusted length's cost
+
+
+def test_blocks_with_a_busy_iteration_are_left_out_once_enough_quiet_blocks_exist():
+    def block(m: Measurement, start: int, ms: float, busy: bool) -> None:
+        for i in range(start, start + 3):
+            r = rec(i, 2, 2, ms)  # 3 tokens per iteration
+            if busy:
+                r.flags = [f"{BUSY_PREFIX}: the process got 30% of a core during this step"]
+            m.enrich(r)
+        m.observe_baseline(baseline(start + 2, 10.0, 10.0, 10.0))
+
+    m = Measurement(window=8)
+    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0))
+    n = 1
+    for busy in (True, True, False, False, False, False):  # 3 tokens in 15 ms = 2× when quiet
+        block(m, n, 60.0 if busy else 15.0, busy)
+        n += 3
+    est = m.estimate()
+    assert est is not None and est.measured is not None  # too few quiet blocks: every block counts
+    assert est.blocks == 6 and est.blocks_busy == 0 and est.measured.value < 2.0
+    block(m, n, 15.0, False)
+    est = m.estimate()
+    assert est is not None and est.measured is not None
+    assert est.blocks == 5 and est.blocks_busy == 2 and est.measured.value == pytest.approx(2.0)
