@@ -66,6 +66,7 @@ def main() -> int:
                          "measured": m["measured_speedup"], "lo": m["measured_speedup_lo"],
                          "hi": m["measured_speedup_hi"], "blocks": m["measured_speedup_blocks"],
                          "note": m["measured_speedup_note"], "busy": len(js["busy_flags"]),
+                         "left_out": m.get("measured_speedup_busy_blocks_left_out", 0),
                          "paging": len(js["paging_flags"]), "tok_s": m["tokens_per_s"],
                          "plain_ms": m["plain_step_ms"], "wall_s": js["wall_s"]})
             print(rows[-1], file=sys.stderr, flush=True)
@@ -82,14 +83,15 @@ def main() -> int:
         "processes beside them; quiet and busy alternate, the order flipping each round.",
         f"- Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
         "",
-        "| round | machine | iterations | measured × plain (95% interval) | blocks | busy flags | paging flags "
-        "| tok/s | plain step ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| round | machine | iterations | measured × plain (95% interval) | blocks used | busy blocks left out "
+        "| busy flags | paging flags | tok/s | plain step ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         measured = (f"{r['measured']:.2f} ({r['lo']:.2f}–{r['hi']:.2f})" if r["measured"] is not None
                     else r["note"])
-        lines.append(f"| {r['round']} | {r['label']} | {r['iterations']} | {measured} | {r['blocks']} | {r['busy']} "
+        lines.append(f"| {r['round']} | {r['label']} | {r['iterations']} | {measured} | {r['blocks']} "
+                     f"| {r['left_out']} | {r['busy']} "
                      f"| {r['paging']} | {r['tok_s']:.1f} | {r['plain_ms']:.1f} |")
     lines += ["", "## Verdict", ""]
     if quiet_figure is None:
