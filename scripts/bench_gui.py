@@ -72,7 +72,7 @@ def main() -> int:
     print(f"time to window visible: median {statistics.median(visible):.2f} s (runs: "
           + ", ".join(f"{v:.2f}" for v in visible) + ")")
 
-    from PySide6.QtCore import QElapsedTimer, QTimer
+    from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     app = QApplication(sys.argv[:1])
@@ -114,17 +114,19 @@ def main() -> int:
     timer.setInterval(period_ms)
     timer.timeout.connect(probe)
     timer.start()
-    QTimer.singleShot(int(args.decode_seconds * 1000), app.quit)
-    app.exec()
+    # A local loop, not app.exec(): quitting the application would shut the window's worker down with it.
+    loop = QEventLoop()
+    QTimer.singleShot(int(args.decode_seconds * 1000), loop.quit)
+    loop.exec()
     timer.stop()
     for h in hogs:
         h.kill()
         h.wait()
     n_live = len(window.data.records)
-    window.stop_run()
-    ended = []
+    ended: list[str] = []
     window.run_ended.connect(ended.append)
-    while not ended:
+    window.stop_run()
+    while not ended and window.controller.state.active:  # the run may have ended by itself already
         app.processEvents()
     where = f"display {os.environ['DISPLAY']}" if os.environ.get("QT_QPA_PLATFORM") != "offscreen" else "offscreen"
     print(f"event-loop latency while decoding ({where}, {args.hogs} busy processes beside it, "
@@ -145,7 +147,7 @@ def main() -> int:
     t0 = time.perf_counter()
     for i in range(frames):
         window.ingest([events[args.iterations + 1 + i]])
-        window.plots.refresh(window.data, window.advice)  # every plot, not one per tick
+        window.plots.refresh(window.data)  # every plot, not one per tick
         window.plots.grab()  # forces a full, synchronous paint of all six plots
     fps = frames / (time.perf_counter() - t0)
     print(f"redraw with {args.iterations} iterations loaded: {fps:.1f} frames/s (all six plots, one new "
