@@ -142,3 +142,21 @@ def test_top5_tooltip_shows_token_text_and_readable_special_tokens(qtbot, tmp_pa
     i = next(i for i, (_, t) in enumerate(w.token_view.shown_tokens()) if t.top5 and t.token_id == 50)
     tip = html.unescape(w.token_view.tooltip_for_offset(w.token_view._starts[i]) or "")
     assert "0.6000 \xa0 ' y' (id 50)" in tip
+
+
+def test_the_controls_fit_their_dock_with_the_adaptive_k_sentence_shown(qtbot, tmp_path):
+    from dataclasses import replace
+
+    from specscope.core.records import ControlValues
+
+    w = make_window(qtbot, tmp_path)
+    w.resize(1600, 1000)
+    events = [replace(e, controls=ControlValues(k=10, adaptive_k=True)) if hasattr(e, "tokens") else e
+              for e in synthetic_records(5, k=4)]
+    w.ingest(events)
+    assert "k = 10" in w.panel.k_in_use.text()
+    scroll = w.controls_dock.widget()
+    # the whole panel is visible across: no sideways scrolling, nothing cut at the dock's edge
+    assert w.panel.minimumSizeHint().width() <= scroll.viewport().width()
+    qtbot.wait(50)
+    assert not scroll.horizontalScrollBar().isVisible()

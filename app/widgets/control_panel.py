@@ -126,6 +126,7 @@ class ControlPanel(QWidget):
         self.adaptive = QCheckBox("adaptive k (cost model picks k)")
         form.addRow(self.adaptive)
         self.k_in_use = QLabel("")
+        self.k_in_use.setWordWrap(True)  # one long line widened the panel past its dock (clipped, scrolled)
         self.k_in_use.setStyleSheet("color:#0072B2")
         form.addRow(self.k_in_use)
         self.temp_slider = QSlider(Qt.Orientation.Horizontal)
