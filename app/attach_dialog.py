@@ -25,7 +25,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.core.attach.client import API_KEY_VARIABLES, AttachError, AttachOptions, AttachResult, attach, base_url
+from specscope.core.attach.client import (
+    API_KEY_VARIABLES,
+    AttachError,
+    AttachOptions,
+    AttachResult,
+    attach,
+    base_url,
+    redact_url,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -135,12 +143,16 @@ def start_attach(window: Any, options: AttachOptions) -> AttachRunner:
     window.attach_runner = runner
     window._reset_view()
     window.attach_result = None
-    window.setWindowTitle(f"specscope — attached to {options.url}")
+    shown_url = redact_url(options.url)
+    window.setWindowTitle(f"specscope — attached to {shown_url}")
+    window.run_panel.show_attached(shown_url, "running")
     runner.record.connect(lambda rec: window.ingest([rec]))
 
     def done(result: AttachResult) -> None:
         window.attach_result = result
         window.attach_session = result.session
+        engine = str(result.session.get("engine") or "server")
+        window.run_panel.show_attached(f"{engine} at {shown_url}", "failed" if result.error else "finished")
         if result.error:
             window.show_error(result.error)
         else:

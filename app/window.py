@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.core.kinds import adaptive_k_default
-from specscope.core.records import ControlValues, DrillEvent, IterationRecord
+from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
 from .run_controller import FINISH_WORDS, RunController, RunState
@@ -415,7 +415,10 @@ class MainWindow(QMainWindow):
         data = self.data
         self.status.update(data)
         last = data.records[-1] if data.records else None
-        self.run_panel.show_k(last.controls.k if last else None, bool(last and last.controls.adaptive_k))
+        k = last.controls.k if last else None
+        if last is not None and last.mode == ATTACHED_MODE and not k:  # the engine did not say its k: what it drafted
+            k = max(r.n_drafted for r in data.records[-8:])
+        self.run_panel.show_k(k, bool(last and last.controls.adaptive_k))
         self.panel.show_k_in_use(last.controls.k if last and last.controls.adaptive_k else None)
         self.run_panel.show_verdict(data.estimate.verdict() if data.estimate is not None else None)
         band = data.flag_bands[-1] if data.flag_bands else None

@@ -203,6 +203,9 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
     assert any(name == ENGINE_KEY for name, _, _ in plots.timing.keys) and not plots.timing.empty.isVisible()
     assert ATTACHED_REASON in (plots.speedup.empty_text(window.data) or "")
     assert window.data.estimate is not None and window.data.estimate.positions  # acceptance by position
+    assert "attached: finished" in window.run_panel.state.text() and "llama.cpp" in window.run_panel.pair.text()
+    assert "k in use: <b>0</b>" not in window.run_panel.k_in_use.text()
+    assert "speed-up —" in window.status.metrics.text()  # one line; the reason is in the tooltip and the plot
 
 
 @pytest.mark.gui

@@ -33,7 +33,9 @@ class AcceptanceBars(pg.PlotWidget):
         pi.setTitle("Acceptance by draft position", size="9pt")
         pi.setLabel("left", "P(accept | reached)")
         pi.setLabel("bottom", "draft position (1 = first proposal; n = times reached)")
-        pi.setYRange(0, 1.2)
+        # Room above a full bar for its "rate n=…" label at the plot's usual ~60 px height.
+        pi.setYRange(0, 1.45, padding=0)
+        pi.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
         pi.enableAutoRange(axis="y", enable=False)
         pi.showGrid(y=True, alpha=0.2)
         pi.setMouseEnabled(x=False, y=False)

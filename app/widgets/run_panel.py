@@ -72,6 +72,14 @@ class RunPanel(QWidget):
         self.pair.setText(f"pair: <b>{description}</b> · drafter: <b>{drafter}</b>")
         self.pair.setToolTip(description)
 
+    def show_attached(self, where: str, state: str) -> None:
+        """An attached request: the engine runs the pair, this window only reads it."""
+        colour = {"running": "#0072B2", "finished": "#009E73", "failed": "#D55E00"}.get(state, "#333333")
+        self.state.setText(f'<span style="color:{colour}; font-weight:bold">● attached: {state}</span>')
+        self.hint.setText("")
+        self.pair.setText(f"engine: <b>{where}</b> · its own drafter and k")
+        self.pair.setToolTip(where)
+
     def show_k(self, k: int | None, adaptive: bool) -> None:
         """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider)."""
         if k is None:

@@ -91,8 +91,12 @@ class StatusPanel:
         if est is None:
             self.metrics.setText(f"{len(data.records)} it")
         else:
+            # The status bar is one line: a missing speed-up is a dash here, its reason the tooltip (and the
+            # speed-up plot's own sentence).
+            speedup = est.measured.text() if est.measured is not None else "—"
             self.metrics.setText(
                 f"{_f(est.tokens_per_s, '.1f')} tok/s · α {_f(est.alpha, '.2f')} · "
-                f"{_f(est.tokens_per_iteration, '.2f')} tok/iter · speed-up {est.measured_text} · "
+                f"{_f(est.tokens_per_iteration, '.2f')} tok/iter · speed-up {speedup} · "
                 f"{len(data.records)} it")
+            self.metrics.setToolTip("" if est.measured is not None else f"speed-up: {est.measured_reason}")
         self.memory.setText(memory_text(data))
