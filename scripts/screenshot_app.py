@@ -1,4 +1,4 @@
-"""Drive the real app for the README screenshot: load the demo, decode, change k mid-run, grab the window.
+"""Drive the real app for the README screenshot: load the demo, decode the showcase preset, grab the window.
 
 Run under a display (scripts/screenshot.sh starts Xvfb). If the demo cannot load, a synthetic trace is
 replayed instead so the screenshot still shows every view. Writes the Qt grab to the given PNG and touches
@@ -23,7 +23,6 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
     p.add_argument("--iterations", type=int, default=70)
-    p.add_argument("--change-k-at", type=int, default=20)
     p.add_argument("--linger-ms", type=int, default=4000)
     p.add_argument("--drafter", default="lookup", choices=["model", "lookup", "early-exit"],
                    help="the demo's drafter (lookup: the one that wins on this CPU for structured text)")
@@ -55,7 +54,7 @@ def main() -> int:
     showcase = next(p for p in load_prompt_sets()["structured"] if p.id == SHOWCASE_PROMPT_ID)
     window.panel.set_prompt_text(showcase.text)
     window.show()
-    state: dict[str, bool] = {"k_changed": False, "done": False}
+    state: dict[str, bool] = {"done": False}
 
     def fallback(reason: str) -> None:
         if not state.get("tried_lookup"):
@@ -79,9 +78,6 @@ def main() -> int:
 
     def check() -> None:
         n = len(window.data.records)
-        if not state["k_changed"] and n >= args.change_k_at and window.state == "running":
-            window.panel.k_spin.setValue(6)
-            state["k_changed"] = True
         ended = not window.state.active and n > 0
         if (n >= args.iterations or ended) and not state["done"]:
             state["done"] = True
