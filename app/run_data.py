@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specscope.core.attach.passes import NOTE_FLAGS
 from specscope.core.measurement import Estimate
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 from specscope.core.trace import ITERATION_SCHEMA
@@ -164,6 +165,8 @@ class RunData:
         for arr in self.memory.values():
             arr.pad_to(n)
         for sentence in r.flags:
+            if sentence in NOTE_FLAGS:
+                continue  # how an attached pass was read (kept in the trace), not a warning to shade and show
             last = self.flag_bands[-1] if self.flag_bands else None
             if last is not None and r.iteration - last.end <= 1:
                 last.end = r.iteration

@@ -206,6 +206,7 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
     assert "attached: finished" in window.run_panel.state.text() and "llama.cpp" in window.run_panel.pair.text()
     assert "k in use: <b>0</b>" not in window.run_panel.k_in_use.text()
     assert "speed-up —" in window.status.metrics.text()  # one line; the reason is in the tooltip and the plot
+    assert not window.data.flag_bands and not window.run_panel.warning.isVisible()  # the prompt pass is no warning
 
 
 @pytest.mark.gui

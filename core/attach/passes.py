@@ -31,6 +31,7 @@ __all__ = ["ATTACHED_MODE"]  # re-exported: the mode the passes' records carry (
 NOT_REPORTED = math.nan  # draft_ms / verify_ms / rollback_ms: the engine does not split a pass's time
 PROMPT_PASS_FLAG = "prompt pass: the target's first token after prompt processing (time includes the prompt)"
 ASSUMED_DRAFT_FLAG = "drafted count assumed = the engine's draft length k (the engine does not send it per pass)"
+NOTE_FLAGS = frozenset({PROMPT_PASS_FLAG, ASSUMED_DRAFT_FLAG})  # say how a record was read; not warnings
 UNKNOWN_TOKEN_ID = -1  # the OpenAI-compatible stream carries text, not token ids
 
 
