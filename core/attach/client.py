@@ -83,13 +83,17 @@ def _idle_scrape(scraper: _Scraper, timeout_s: float) -> CounterSnapshot | None:
     return snap
 
 
-def redact_url(url: str) -> str:
-    """The URL without user:password (and without a query, where tokens are sometimes passed)."""
+def _without_userinfo(url: str, keep_query: bool) -> str:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return urlunsplit((parts.scheme, host, parts.path, parts.query if keep_query else "", ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password (and without a query, where tokens are sometimes passed)."""
+    return _without_userinfo(url, keep_query=False)
 
 
 def api_key_from_env() -> str | None:
@@ -119,11 +123,8 @@ def _auth_from_url(url: str) -> httpx.BasicAuth | None:
 
 
 def _strip_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc = f"{netloc}:{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    """The URL to request: credentials go in the auth header instead; the query stays."""
+    return _without_userinfo(url, keep_query=True)
 
 
 def describe_http_error(exc: Exception, url: str) -> str:

@@ -39,22 +39,20 @@ def process_io() -> dict[str, int]:
     return out
 
 
-def io_and_faults() -> dict[str, float]:
-    """The cumulative counters a step's evidence is taken from (read bytes, rchar, major faults)."""
-    out: dict[str, float] = {}
+def _io_counters() -> dict[str, float]:
+    """/proc/self/io's read bytes and rchar under the trace's names (absent where the platform has none)."""
     io = process_io()
-    if "read_bytes" in io:
-        out["host_read_bytes"] = float(io["read_bytes"])
-    if "rchar" in io:
-        out["host_rchar_bytes"] = float(io["rchar"])
+    return {name: float(io[key]) for key, name in (("read_bytes", "host_read_bytes"), ("rchar", "host_rchar_bytes"))
+            if key in io}
+
+
+def io_and_faults() -> dict[str, float]:
+    """The cumulative counters a step's evidence is taken from (read bytes, rchar, major faults); read once a
+    step on the decode thread, so /proc is read once each."""
+    out = _io_counters()
     faults = _major_faults()
     if faults is not None:
         out["host_major_faults"] = float(faults)
-    io = process_io()
-    if "read_bytes" in io:
-        out["host_read_bytes"] = float(io["read_bytes"])
-    if "rchar" in io:
-        out["host_rchar_bytes"] = float(io["rchar"])
     return out
 
 
@@ -81,9 +79,5 @@ def host_memory() -> dict[str, float]:
             faults = None
     if faults is not None:
         out["host_major_faults"] = float(faults)
-    io = process_io()
-    if "read_bytes" in io:
-        out["host_read_bytes"] = float(io["read_bytes"])
-    if "rchar" in io:
-        out["host_rchar_bytes"] = float(io["rchar"])
+    out.update(_io_counters())
     return out
