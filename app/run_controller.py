@@ -233,7 +233,7 @@ class RunController(QObject):
             keep = self._keep_sessions()  # 0 = keep every session
             if keep > 0:
                 prune_sessions(self._sessions_dir(), keep=keep - 1)  # the new one makes it keep
-            self.recorder = SessionRecorder(self._sessions_dir(), meta)
+            self.recorder = SessionRecorder(self._sessions_dir(), meta, writer_thread=True)
         except Exception as exc:  # autosave is a safety net; a failure must not stop the run
             log.warning("autosave disabled: %s", exc)
             self.recorder = None

@@ -25,6 +25,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime
@@ -98,8 +99,18 @@ def _process_alive(pid: int, created: float | None) -> bool:
 SIDECAR_SPARE_BYTES = 1024  # room left in the running session file for its final state (see close)
 
 
+Recorded = IterationRecord | BaselineRecord | DrillEvent
+
+
 class SessionRecorder:
-    """Appends records to a new session folder; thread-safe (GUI thread, worker, flush timer)."""
+    """Appends records to a new session folder; thread-safe (GUI thread, worker, flush timer).
+
+    ``writer_thread=True`` (the app) moves all the work off the caller: ``append`` only queues the record,
+    and a writer thread renders the queued rows and writes them every ``flush_interval_s``. The GUI thread
+    then never formats a CSV cell (it was an eighth of its busy time), and the loss on a kill is the same: at
+    most the last interval. Without it, ``append`` renders at once and writes when the last write is about an
+    interval old (the CLI, whose loop waits on the model anyway).
+    """
 
     def __init__(
         self,
@@ -109,6 +120,7 @@ class SessionRecorder:
         flush_interval_s: float = FLUSH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         background_flush: bool = True,
+        writer_thread: bool = False,
     ):
         self.flush_interval_s = flush_interval_s
         self._clock = clock
@@ -119,6 +131,9 @@ class SessionRecorder:
         self._closed = False
         self.error: str | None = None  # set when a write failed; recording stops, the run goes on
         self.flushes = 0
+        self._queued: deque[Recorded] = deque()  # writer-thread mode: appended, not rendered yet
+        self._stop_writer = threading.Event()
+        self._writer: threading.Thread | None = None
 
         root = Path(root)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -148,6 +163,9 @@ class SessionRecorder:
                 self._files.append(open_for_csv(path, "x"))
             self._appender = TraceAppender(self._files[0], self._files[1], self._files[2], memory_keys=None)
             self._appender.flush()
+            if writer_thread:
+                self._writer = threading.Thread(target=self._write_loop, name="specscope-autosave", daemon=True)
+                self._writer.start()
         except (OSError, TraceWriteError) as e:
             # Nothing recorded yet: leave nothing behind (a folder with a marker and empty files would be
             # offered as an interrupted session that holds nothing).
@@ -171,17 +189,19 @@ class SessionRecorder:
 
     # -- recording ------------------------------------------------------------------------------------
 
-    def append(self, item: IterationRecord | BaselineRecord | DrillEvent) -> None:
+    def append(self, item: Recorded) -> None:
         """Buffer one record's rows; write the buffer when the last write is about a second old."""
+        if not isinstance(item, (IterationRecord, BaselineRecord)):
+            return  # a drill event: its state is in every iteration's drill_*_layers_count column
+        if self._writer is not None:
+            if not self._closed and self.error is None:
+                self._queued.append(item)  # deque.append is atomic: no lock, so no wait on a write
+            return
         with self._lock:
             if self._closed or self.error is not None:
                 return
-            if not isinstance(item, (IterationRecord, BaselineRecord)):
-                return  # a drill event: its state is in every iteration's drill_*_layers_count column
-            try:
-                self._appender.append(item)
-            except ValueError as e:  # a record the format cannot hold: stop recording, never the run
-                self.error = f"autosave to {self.folder} stopped: {e}"
+            self._render_locked(item)
+            if self.error is not None:
                 return
             now = self._clock()
             if self._last_flush is None or now - self._last_flush >= self.flush_interval_s:
@@ -193,10 +213,34 @@ class SessionRecorder:
                 self._timer.daemon = True
                 self._timer.start()
 
+    def _render_locked(self, item: IterationRecord | BaselineRecord) -> None:
+        try:
+            self._appender.append(item)
+        except ValueError as e:  # a record the format cannot hold: stop recording, never the run
+            self._flush_locked()  # the rows before it are good: write them first
+            self.error = f"autosave to {self.folder} stopped: {e}"
+
+    def _render_queued_locked(self) -> bool:
+        """Render what the writer-thread mode queued; True if there was anything."""
+        rendered = False
+        while self._queued and self.error is None:
+            self._render_locked(self._queued.popleft())
+            rendered = True
+        return rendered
+
+    def _write_loop(self) -> None:
+        while not self._stop_writer.wait(self.flush_interval_s):
+            with self._lock:
+                if self._closed:
+                    return
+                if self._render_queued_locked():
+                    self._flush_locked()
+
     def flush(self) -> None:
         """Write the buffered rows now."""
         with self._lock:
             if not self._closed:
+                self._render_queued_locked()
                 self._flush_locked()
 
     def _timer_flush(self) -> None:
@@ -224,12 +268,16 @@ class SessionRecorder:
         ``reason`` when given; either way the process saw the end, so the folder is not offered as
         interrupted. Idempotent.
         """
+        if self._writer is not None:
+            self._stop_writer.set()
+            self._writer.join()  # at most one render and write of an interval's rows
         with self._lock:
             if self._closed:
                 return
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            self._render_queued_locked()
             self._flush_locked()
             self._closed = True
             for f in self._files:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,48 @@ def test_background_timer_writes_rows_when_appends_stop(tmp_path: Path) -> None:
         time.sleep(0.01)
     assert read_trace(rec.folder).records == records[:2]
     rec.close()
+
+
+def test_writer_thread_mode_renders_nothing_on_the_caller_and_loses_nothing_at_close(tmp_path: Path) -> None:
+    rec = SessionRecorder(tmp_path, SESSION, flush_interval_s=3600, writer_thread=True)
+    records, baselines = sample_records(), sample_baselines()
+    for r in records[:3]:
+        rec.append(r)
+    rec.append(baselines[0])
+    assert rec.n_iterations == 0 and rec.flushes == 0  # queued: no row rendered on the appending thread
+    assert read_trace(rec.folder).records == []
+    rec.close()
+    assert not any(t.name == "specscope-autosave" for t in threading.enumerate())
+    loaded = read_trace(rec.folder)
+    assert loaded.records == records[:3] and loaded.baselines == baselines[:1]
+    assert json.loads(rec.paths.session.read_text(encoding="utf-8"))["recording"]["iterations"] == 3
+
+
+def test_writer_thread_writes_rows_within_an_interval_without_further_appends(tmp_path: Path) -> None:
+    rec = SessionRecorder(tmp_path, SESSION, flush_interval_s=0.05, writer_thread=True)
+    records = sample_records()
+    rec.append(records[0])
+    rec.append(records[1])
+    deadline = time.monotonic() + 10.0
+    while rec.flushes < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # waiting for the writer, not making a race pass: the assertion is what it wrote
+    assert read_trace(rec.folder).records == records[:2]
+    assert (rec.folder / RUNNING_MARKER).exists()  # written while the session runs, not at its close
+    rec.close()
+
+
+def test_writer_thread_stops_at_a_record_the_format_cannot_hold(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    rec = SessionRecorder(tmp_path, SESSION, flush_interval_s=3600, writer_thread=True)
+    records, baselines = sample_records(), sample_baselines()
+    rec.append(records[0])
+    rec.append(replace(baselines[0], verify_ms_by_len={999: 1.0}))
+    rec.append(records[1])
+    rec.close()
+    assert rec.error is not None and "verify pass lengths" in rec.error
+    assert read_trace(rec.folder).records == records[:1]
+    assert json.loads(rec.paths.session.read_text(encoding="utf-8"))["recording"]["ok"] is False
 
 
 def test_disk_full_mid_run_stops_recording_keeps_rows_and_closes_the_session(tmp_path: Path, monkeypatch) -> None:
