@@ -53,6 +53,21 @@ def time_to_visible(runs: int = 3) -> list[float]:
     return out
 
 
+def count_plot_paints() -> list[int]:
+    """Count every plot's paint from now on (a wrapper around pyqtgraph's GraphicsView.paintEvent)."""
+    import pyqtgraph as pg
+
+    count = [0]
+    paint = pg.GraphicsView.paintEvent
+
+    def counted(view: object, event: object) -> object:
+        count[0] += 1
+        return paint(view, event)
+
+    pg.GraphicsView.paintEvent = counted
+    return count
+
+
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -80,6 +95,7 @@ def main() -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
+    from specscope.app.run_controller import TICK_MS
     from specscope.app.settings import AppSettings, make_qsettings
     from specscope.app.window import MainWindow
     from tests.app_helpers import pair_factory, synthetic_records
@@ -98,6 +114,7 @@ def main() -> int:
         app.processEvents()
     window.panel.max_new.setValue(1_000_000)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    paints = count_plot_paints()
     window.start_run()
     lateness: list[float] = []
     clock = QElapsedTimer()
@@ -134,6 +151,8 @@ def main() -> int:
           f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
           f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms, "
           f"{sum(1 for x in lateness if x > 150)} pauses over 150 ms")
+    print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "
+          f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
 
     # 2. Redraw rate with many iterations loaded: one new record per frame, then a synchronous repaint.
     window._reset_view()

@@ -69,3 +69,35 @@ def test_tick_ingests_a_backlog_over_several_ticks_without_dropping(qtbot, tmp_p
     while w.controller._pending:
         w.tick()
     assert [r.iteration for r in w.data.records] == [e.iteration for e in events[1:]]
+
+
+@needs_qt
+def test_plots_share_one_x_range_applied_at_each_plots_own_turn(qtbot, tmp_path):
+    """No pyqtgraph x link: a range step repaints one plot per tick, and a zoom still reaches every plot."""
+    w = make_window(qtbot, tmp_path)
+    events = synthetic_records(400, k=4)
+    w.ingest(events[:100])
+    plots = w.plots.live_plots
+    timing, alpha = w.plots.timing, w.plots.alpha
+    before = alpha.plot_item.vb.viewRange()[0]
+    w.controller.ingest(events[100:300])  # no redraw: the data crossed several round bounds
+    timing.refresh(w.data)
+    assert timing.plot_item.vb.viewRange()[0][1] >= 299
+    assert alpha.plot_item.vb.viewRange()[0] == pytest.approx(before)  # its turn has not come
+    alpha.refresh(w.data)
+    assert alpha.plot_item.vb.viewRange()[0] == pytest.approx(timing.plot_item.vb.viewRange()[0])
+
+    # A zoom in the α plot: every plot shows that range, x stops following, y still follows elsewhere.
+    alpha.plot_item.vb.setXRange(10, 20, padding=0)
+    alpha.plot_item.vb.sigRangeChangedManually.emit([True, False])
+    for plot in plots:
+        assert plot.plot_item.vb.viewRange()[0] == pytest.approx([10, 20])
+    y_before = timing.plot_item.vb.viewRange()[1]
+    w.ingest(events[300:])
+    for plot in plots:
+        assert plot.plot_item.vb.viewRange()[0] == pytest.approx([10, 20])
+    assert timing.plot_item.vb.viewRange()[1] != y_before or timing.total.getData()[1].max() <= y_before[1]
+
+    w.plots.memory.plot_item.autoBtn.clicked.emit(w.plots.memory.plot_item.autoBtn)  # 'A': all follow again
+    for plot in plots:
+        assert plot.plot_item.vb.viewRange()[0][1] >= 400

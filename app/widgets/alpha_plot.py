@@ -48,6 +48,7 @@ class AlphaPlot(LivePlot):
         self.tokens.setData(x, tokens)
         self.right_follower.observe(tokens)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
+        self.right.prepareForPaint()  # see settle()
 
     def reset(self) -> None:
         super().reset()

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QWidget
 from specscope.core.measurement import Estimate
 
 from ..theme import PLOT_COLOURS
-from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes
+from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -79,3 +79,4 @@ class KAdvisorPlot(pg.PlotWidget):
         self.current.setPos(est.k)
         self.current.setVisible(True)
         pi.setTitle(f"Predicted speed-up vs k at {alpha} — {best_text}", size="9pt")
+        settle(pi)

@@ -102,6 +102,7 @@ class MemoryPlot(LivePlot):
         self.follower.observe(*left)
         self.right_follower.observe(*right)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
+        self.right.prepareForPaint()  # see settle()
         self._sync_bands(data.flag_bands)
 
     @property

@@ -88,6 +88,12 @@ def cache_axes(plot_item: pg.PlotItem) -> None:
         axis["item"].setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
+def settle(plot_item: pg.PlotItem) -> None:
+    """Apply a view's pending range and transform now. pyqtgraph defers them to the paint, where the items
+    they move ask for a second paint of the whole plot on the next frame."""
+    plot_item.vb.prepareForPaint()
+
+
 ROUND_MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 
 
@@ -98,6 +104,41 @@ def step_up(value: float) -> float:
     target = value * 1.05
     base = 10.0 ** math.floor(math.log10(target))
     return next(m * base for m in ROUND_MANTISSAS if m * base >= target)
+
+
+class SharedXRange:
+    """The per-iteration plots show one iteration range, without pyqtgraph's ``setXLink``.
+
+    A link repaints every linked plot in the frame the range steps: four full paints, axes included, in one
+    tick, which was the window's p99 event-loop lateness (about 100 ms on 2 cores). Here each plot's follower
+    computes the same round bound and applies it at the plot's own redraw turn, so a step costs one plot's
+    paint per tick. A user's zoom or pan in any plot is an interaction, not a tick: it is copied to the
+    others at once, and x stops following in all of them until an auto-range ('A') button is pressed."""
+
+    def __init__(self) -> None:
+        self.following = True
+        self.plots: list[pg.PlotWidget] = []
+
+    def add(self, plot: LivePlot) -> None:
+        self.plots.append(plot)
+        plot.follower.shared_x = self
+        plot.plot_item.vb.sigRangeChangedManually.connect(lambda *_: self.copy_from(plot))
+        # After pyqtgraph's own handler (connected first): the clicked plot has auto-range on by then.
+        plot.plot_item.autoBtn.clicked.connect(lambda *_: self.resume())
+
+    def copy_from(self, source: LivePlot) -> None:
+        self.following = False
+        x_range = source.plot_item.vb.viewRange()[0]
+        for plot in self.plots:
+            if plot is not source:
+                plot.plot_item.vb.setXRange(*x_range, padding=0)
+
+    def resume(self) -> None:
+        """An auto-range button: every plot follows the data's x range again, now (not at its next turn)."""
+        self.following = True
+        for plot in self.plots:
+            plot.follower.shown = None
+            plot.follower.apply(plot.follower.x_max)
 
 
 class RangeFollower:
@@ -112,6 +153,8 @@ class RangeFollower:
         self.vb = vb
         self.follow_x = x  # False for a view whose x is linked to another's
         self.follow_y = y
+        self.shared_x: SharedXRange | None = None  # x is one range across plots: see SharedXRange
+        self.x_max = 0.0  # the last data extent applied
         vb.sigRangeChangedManually.connect(self.stop)
         self.reset()
 
@@ -122,7 +165,7 @@ class RangeFollower:
         self.seen = 0
         self.lo = math.inf
         self.hi = -math.inf
-        self.shown: tuple[float, float, float, float] | None = None
+        self.shown: tuple[float, float, float] | None = None
         self.following = True
         self.vb.enableAutoRange(x=False, y=False)
 
@@ -142,26 +185,32 @@ class RangeFollower:
 
     def apply(self, x_max: float) -> None:
         """Set the range if the data outgrew it (or the user asked for auto-range again)."""
+        self.x_max = x_max
         auto = self.vb.autoRangeEnabled()
         if auto[0] or auto[1]:
             self.following = True  # the 'A' button: take over from pyqtgraph again
+            if self.shared_x is not None:
+                self.shared_x.following = True
             self.vb.enableAutoRange(x=False, y=False)
             self.shown = None
-        if not self.following:
-            return
-        old = self.shown
-        x_hi = step_up(x_max)
+        # x follows the shared range when there is one (a zoom in any plot holds it); y this plot's own zoom.
+        x_follows = self.follow_x and (self.shared_x.following if self.shared_x is not None else self.following)
+        y_follows = self.follow_y and self.following
         y_lo, y_hi = 0.0, 1.0
         if math.isfinite(self.lo):
             y_lo = 0.0 if self.lo >= 0 else -step_up(-self.lo)
             y_hi = step_up(self.hi)
-        new = (0.0, x_hi, y_lo, y_hi)
-        if new == old:
-            return
+        old = self.shown or (math.nan, math.nan, math.nan)
+        new = (step_up(x_max) if x_follows else math.nan, y_lo if y_follows else math.nan,
+               y_hi if y_follows else math.nan)
+        x_moves = x_follows and new[0] != old[0]
+        y_moves = y_follows and new[1:] != old[1:]
         self.shown = new
-        if self.follow_x:
-            self.vb.setXRange(0.0, x_hi, padding=0.02)
-        if self.follow_y:
+        if not (x_moves or y_moves):
+            return
+        if x_moves:
+            self.vb.setXRange(0.0, new[0], padding=0.02)
+        if y_moves:
             self.vb.setYRange(y_lo, y_hi, padding=0)
 
 
@@ -260,6 +309,7 @@ class LivePlot(pg.PlotWidget):
         self.sync_markers(data.control_changes)
         x = data.col("iteration")
         self.follower.apply(float(x[-1]) if len(x) else 0.0)
+        settle(self.plot_item)
 
     def update_from(self, data: RunData) -> None:
         raise NotImplementedError

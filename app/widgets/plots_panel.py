@@ -1,4 +1,4 @@
-"""The plot grid: four per-iteration plots (x axes linked) plus acceptance-by-position and the k advisor."""
+"""The plot grid: four per-iteration plots (one shared x range) plus acceptance-by-position and the k advisor."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .acceptance_bars import AcceptanceBars
 from .alpha_plot import AlphaPlot
 from .k_advisor import KAdvisorPlot
 from .memory_plot import MemoryPlot
-from .plot_base import LivePlot
+from .plot_base import LivePlot, SharedXRange
 from .speedup_plot import SpeedupPlot
 from .timing_plot import TimingPlot
 
@@ -24,11 +24,9 @@ class PlotsPanel(QWidget):
         self.speedup = SpeedupPlot()
         self.positions = AcceptanceBars()
         self.k_advisor = KAdvisorPlot()
-        for plot in (self.alpha, self.memory, self.speedup):
-            plot.setXLink(self.timing)  # zoom one iteration range, see it everywhere
-            plot.follower.follow_x = False  # the timing plot sets the shared x range
-            # A zoom in any linked plot moves the shared x range: stop the timing plot from resetting it.
-            plot.plot_item.vb.sigRangeChangedManually.connect(self.timing.follower.stop)
+        self.shared_x = SharedXRange()  # zoom one iteration range, see it everywhere
+        for plot in self.live_plots:
+            self.shared_x.add(plot)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(4)
