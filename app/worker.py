@@ -8,6 +8,7 @@ iteration boundaries. Engine modules (torch, transformers) are imported here laz
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -87,6 +88,20 @@ def _leave_a_core_for_the_gui(pair: ModelPair) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
 
 
+def _warm_up(pair: ModelPair) -> None:
+    """Do at load what the first Start would otherwise do on this thread while the window draws the first
+    records: import the decode modules and measure each device's memory bandwidth (cached per device).
+    Imports run Python for long stretches under the GIL, and PySide's import hook reads each new module's
+    source; at Start they froze the window for 0.4-0.5 s (scripts/bench_gui.py)."""
+    from specscope.core import session  # noqa: F401  (speculative, measurement, memory, drafters)
+    from specscope.core.memory.bandwidth import device_bandwidth
+
+    for model in (getattr(pair, "target", None), getattr(pair, "draft", None)):
+        device = getattr(model, "device", None)
+        if device is not None:
+            device_bandwidth(str(device))
+
+
 def _session_stream(pair: ModelPair, controls: Controls, request: RunRequest,
                     prompt_ids: list[int]) -> Iterator[Event]:
     """The full session (measurement, memory, paging) when present; otherwise the bare decoder."""
@@ -150,6 +165,10 @@ class Worker(QObject):
             return
         self.pair = pair
         _leave_a_core_for_the_gui(pair)
+        try:
+            _warm_up(pair)
+        except Exception:  # a warm-up is an optimisation: the run does the same work when it starts
+            traceback.print_exc()
         self.loaded.emit(str(getattr(pair, "description", "") or "pair loaded"))
 
     @Slot(object, object)
@@ -174,6 +193,9 @@ class Worker(QObject):
         self.finished.emit(reason)
 
 
+GUI_SWITCH_INTERVAL_S = 0.001
+
+
 class WorkerHost(QObject):
     """GUI-side owner of the worker thread: starts jobs, holds the current run's Controls, shuts down."""
 
@@ -183,6 +205,10 @@ class WorkerHost(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.buffer = RecordBuffer()
+        # The decode thread runs Python between torch calls; the GUI thread takes the GIL back on every
+        # callback a paint makes. At the default 5 ms switch interval each take-back could wait 5 ms, and a
+        # plot paint with a few dozen callbacks stalled the window for 120-170 ms (scripts/bench_gui.py).
+        sys.setswitchinterval(min(sys.getswitchinterval(), GUI_SWITCH_INTERVAL_S))
         self.worker_thread = QThread()
         self.worker_thread.setObjectName("specscope-worker")
         self.worker = Worker(self.buffer)

@@ -131,7 +131,7 @@ class SessionRecorder:
         self._closed = False
         self.error: str | None = None  # set when a write failed; recording stops, the run goes on
         self.flushes = 0
-        self._queued: deque[Recorded] = deque()  # writer-thread mode: appended, not rendered yet
+        self._queued: deque[IterationRecord | BaselineRecord] = deque()  # writer-thread mode: not rendered yet
         self._stop_writer = threading.Event()
         self._writer: threading.Thread | None = None
 

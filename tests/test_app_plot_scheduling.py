@@ -101,3 +101,20 @@ def test_plots_share_one_x_range_applied_at_each_plots_own_turn(qtbot, tmp_path)
     w.plots.memory.plot_item.autoBtn.clicked.emit(w.plots.memory.plot_item.autoBtn)  # 'A': all follow again
     for plot in plots:
         assert plot.plot_item.vb.viewRange()[0][1] >= 400
+
+
+@needs_qt
+def test_loading_a_pair_does_the_first_starts_imports_and_bandwidth_probe(qtbot, tmp_path):
+    """The first Start used to import the decode modules and measure bandwidth on the worker, freezing the
+    window for 0.4-0.5 s; a load does both now, while the window says it is loading."""
+    import sys
+
+    from specscope.core.memory import bandwidth
+
+    from .app_helpers import load_tiny
+
+    bandwidth.forget_bandwidth()
+    w = make_window(qtbot, tmp_path)
+    load_tiny(qtbot, w)
+    assert "cpu" in bandwidth._cache
+    assert "specscope.core.session" in sys.modules
