@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.kinds import DRAFTER_KINDS
+from ..core.kinds import DRAFTER_KINDS, default_drafter
 
 T0 = time.monotonic()
 
@@ -77,8 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     choice = window.pair_choice
     if args.target or args.draft or args.drafter or args.device or args.dtype:
-        choice = PairChoice(target=args.target or "demo", draft=args.draft or "",
-                            drafter=args.drafter or "model", target_device=args.device or "cpu",
+        target = args.target or "demo"
+        choice = PairChoice(target=target, draft=args.draft or "",
+                            drafter=args.drafter or default_drafter(target), target_device=args.device or "cpu",
                             target_dtype=args.dtype or "auto")
     if args.open_trace:
         window.open_trace(args.open_trace)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..core.kinds import DRAFTER_KINDS
+from ..core.kinds import DEMO_DRAFTER, DRAFTER_KINDS
 
 if TYPE_CHECKING:
     from specscope.core.models import PairSpec
@@ -20,7 +20,7 @@ DEVICE_MAPS = ("", "auto")  # "" = the whole model on its device; "auto" = accel
 class PairChoice:
     target: str = "demo"  # "demo", a local directory or a hub id
     draft: str = ""  # for drafter "model"; empty with the demo = the demo's own draft
-    drafter: str = "model"
+    drafter: str = DEMO_DRAFTER  # the demo's own default, as in the CLI (kinds.default_drafter)
     target_device: str = "cpu"
     draft_device: str = ""  # empty = the target's
     target_dtype: str = "auto"

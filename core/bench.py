@@ -30,7 +30,7 @@ from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .adaptive_lookup import LookupLengthPolicy
 from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
-from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
+from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .measurement import Measurement, RatioInterval, paired_ratio, run_summary
 from .pair import ModelPair
 from .prompts import Prompt
@@ -627,7 +627,7 @@ def resolved_drafter(args: argparse.Namespace) -> str:
     """--drafter as given, else the demo's default for the demo and the draft model for anything else."""
     if args.drafter:
         return str(args.drafter)
-    return DEMO_DRAFTER if args.target == "demo" else DEFAULT_DRAFTER
+    return default_drafter(args.target)
 
 
 def main(args: argparse.Namespace) -> int:

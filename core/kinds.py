@@ -10,6 +10,13 @@ from __future__ import annotations
 DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit", "eagle")
 DEFAULT_DRAFTER = "model"
 DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
+
+
+def default_drafter(target: str) -> str:
+    """The drafter used when none is chosen: the demo's EAGLE-3 head for the demo, a draft model otherwise."""
+    return DEMO_DRAFTER if target == "demo" else DEFAULT_DRAFTER
+
+
 DRAFTER_HELP = {
     "model": "a small draft model proposes tokens",
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .drafters.base import Drafter
-from .kinds import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS
+from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .memory.residency import compute_device
 from .pair import LoadedModel, ModelPair
 
@@ -710,7 +710,7 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> PairSpec:
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
-    drafter = args.drafter or (DEMO_DRAFTER if args.demo else DEFAULT_DRAFTER)
+    drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
     return PairSpec(
