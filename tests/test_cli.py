@@ -98,3 +98,14 @@ def test_launcher_routes_headless_commands(dirs, capsys) -> None:
     rc = launcher_main(["run", "--target", str(dirs["target"]), "--drafter", "lookup", "--prompt", "w5",
                         "--max-new-tokens", "4", "--no-chat-template", "--json"])
     assert rc == 0 and len(json.loads(capsys.readouterr().out)["token_ids"]) == 4
+
+
+def test_launcher_sends_every_cli_subcommand_to_the_cli() -> None:
+    """`specscope attach …` opened the app, which rejected --url as its own argument."""
+    import argparse
+
+    from specscope.core.cli import build_parser
+    from specscope.launcher import HEADLESS_COMMANDS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == HEADLESS_COMMANDS
