@@ -6,7 +6,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from ..run_data import RunData
 from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot, RangeFollower, pen
+from .plot_base import LivePlot, RangeFollower, pen, settle
 
 
 class AlphaPlot(LivePlot):
@@ -48,7 +48,7 @@ class AlphaPlot(LivePlot):
         self.tokens.setData(x, tokens)
         self.right_follower.observe(tokens)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
-        self.right.prepareForPaint()  # see settle()
+        settle(self.right)
 
     def reset(self) -> None:
         super().reset()

@@ -79,4 +79,4 @@ class KAdvisorPlot(pg.PlotWidget):
         self.current.setPos(est.k)
         self.current.setVisible(True)
         pi.setTitle(f"Predicted speed-up vs k at {alpha} — {best_text}", size="9pt")
-        settle(pi)
+        settle(pi.vb)

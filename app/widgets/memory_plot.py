@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 from ..run_data import FlagBand, RunData
 from ..theme import MEMORY_CYCLE, PAGING_BAND_RGBA
 from .flag_bands import FlagBandsItem, ShadedBand
-from .plot_base import LivePlot, RangeFollower, pen
+from .plot_base import LivePlot, RangeFollower, pen, settle
 
 GIB = float(1 << 30)
 
@@ -102,7 +102,7 @@ class MemoryPlot(LivePlot):
         self.follower.observe(*left)
         self.right_follower.observe(*right)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
-        self.right.prepareForPaint()  # see settle()
+        settle(self.right)
         self._sync_bands(data.flag_bands)
 
     @property

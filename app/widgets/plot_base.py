@@ -88,10 +88,10 @@ def cache_axes(plot_item: pg.PlotItem) -> None:
         axis["item"].setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
-def settle(plot_item: pg.PlotItem) -> None:
+def settle(view: pg.ViewBox) -> None:
     """Apply a view's pending range and transform now. pyqtgraph defers them to the paint, where the items
     they move ask for a second paint of the whole plot on the next frame."""
-    plot_item.vb.prepareForPaint()
+    view.prepareForPaint()
 
 
 ROUND_MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
@@ -117,7 +117,7 @@ class SharedXRange:
 
     def __init__(self) -> None:
         self.following = True
-        self.plots: list[pg.PlotWidget] = []
+        self.plots: list[LivePlot] = []
 
     def add(self, plot: LivePlot) -> None:
         self.plots.append(plot)
@@ -309,7 +309,7 @@ class LivePlot(pg.PlotWidget):
         self.sync_markers(data.control_changes)
         x = data.col("iteration")
         self.follower.apply(float(x[-1]) if len(x) else 0.0)
-        settle(self.plot_item)
+        settle(self.plot_item.vb)
 
     def update_from(self, data: RunData) -> None:
         raise NotImplementedError
