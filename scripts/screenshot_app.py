@@ -20,11 +20,13 @@ SHOWCASE_PROMPT_ID = "struct-list-field"  # structured ▸ "Repeat a list, addin
 
 
 def main() -> int:
+    from specscope.core.kinds import DRAFTER_KINDS  # torch-free: the one list of drafter kinds
+
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
     p.add_argument("--iterations", type=int, default=70)
     p.add_argument("--linger-ms", type=int, default=4000)
-    p.add_argument("--drafter", default="lookup", choices=["model", "lookup", "early-exit"],
+    p.add_argument("--drafter", default="lookup", choices=DRAFTER_KINDS,
                    help="the demo's drafter (lookup: the one that wins on this CPU for structured text)")
     p.add_argument("--timeout-s", type=int, default=240)
     args = p.parse_args()
