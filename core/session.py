@@ -15,7 +15,6 @@ over the iteration (``/proc/self/io``, ``getrusage``).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -248,8 +247,7 @@ class Session:
                 self.records.append(event)
                 yield event
         finally:
-            with contextlib.suppress(AttributeError):
-                events.close()  # type: ignore[attr-defined]  # a generator: its finally sets the result
+            events.close()  # the decoder's finally sets the result
             if self.drill is not None:  # a run that stops mid-drill gives the weights back
                 self.drill_events.append(self._end_drill(len(self.records)))
             self.meter.unwatch()

@@ -9,7 +9,7 @@ and reads k+1 rows of logits; afterwards the cache is cropped back to the new ``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -166,6 +166,7 @@ class Decoder:
             if isinstance(dev, torch.device) and dev != self.target.device:
                 synchronize(dev)
 
+    @torch.inference_mode()
     def _prefill(self, prompt_ids: list[int]) -> None:
         t0 = time.perf_counter()
         self.target.reset()
@@ -190,6 +191,7 @@ class Decoder:
             return int(torch.argmax(logits_row).item())
         return sample_from(processed_probs(logits_row.unsqueeze(0), controls)[0], gen)
 
+    @torch.inference_mode()
     def measure_baseline(self, ids: list[int], after_iteration: int, opts: DecodeOptions) -> BaselineRecord:
         """Plain target steps (and optionally a pass-length sweep) on the live context; cache restored."""
         base_len = len(ids) - 1
@@ -219,14 +221,16 @@ class Decoder:
         )
 
     # ---- the loops -----------------------------------------------------------------------------------
-    @torch.inference_mode()
+    # The steps run in inference mode; the generator itself is not wrapped. torch's decorator turns a generator
+    # into an outer one that enters the mode around each send, and an exception raised in that outer frame
+    # (a SIGINT landing there) leaves this generator unclosed, so its ``finally`` never sets the result.
     def stream(
         self,
         prompt_ids: list[int],
         controls: Controls | None = None,
         options: DecodeOptions | None = None,
         plain: bool = False,
-    ) -> Iterator[IterationRecord | BaselineRecord]:
+    ) -> Generator[IterationRecord | BaselineRecord, None, None]:
         if not prompt_ids:
             raise ValueError("the prompt is empty: at least one token is needed")
         if not plain and self.drafter is None:
@@ -339,6 +343,7 @@ class Decoder:
             return new[:room], "max_new_tokens"
         return new, ""
 
+    @torch.inference_mode()
     def _plain_step(
         self,
         ids: list[int],
@@ -373,6 +378,7 @@ class Decoder:
             cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0,
         )
 
+    @torch.inference_mode()
     def _speculative_step(
         self,
         ids: list[int],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 
 import numpy as np
@@ -261,3 +262,58 @@ def test_pause_resume_and_stop_return_tokens_so_far(target) -> None:
     assert 0 < len(res.token_ids) < 400
     assert res.token_ids == _plain(target, [1, 2, 3], len(res.token_ids))
     assert res.token_ids == [t.token_id for r in res.iterations for t in r.tokens if t.status.committed]
+
+
+class _Interrupt(BaseException):
+    """What a SIGINT handler raises (the CLI's ``Interrupted`` is a BaseException too)."""
+
+
+_WATCHED = ("specscope", "torch/utils/_contextlib.py", "torch/autograd/grad_mode.py")
+
+
+def _consume_with_interrupt_at(decoder: Decoder, prompt: list[int], at: int | None) -> tuple[int, BaseException | None]:
+    """Consume a stream like the CLI does, raising an interrupt at the ``at``-th traced line of the loop's own
+    frames, of torch's grad-mode wrappers, and of this consumer. Returns the lines seen and what was raised."""
+    seen = 0
+
+    def local(frame, event, arg):
+        nonlocal seen
+        if event in ("call", "line"):
+            seen += 1
+            if seen == at:
+                raise _Interrupt
+        return local
+
+    def watch(frame, event, arg):
+        filename = frame.f_code.co_filename
+        return local(frame, event, arg) if any(w in filename for w in _WATCHED) or filename == __file__ else None
+
+    caught: BaseException | None = None
+    stream = decoder.stream(prompt, Controls(ControlValues(k=2)), DecodeOptions(max_new_tokens=6, baseline_every=2))
+    sys.settrace(watch)
+    try:
+        for _ in stream:
+            pass
+    except _Interrupt as exc:
+        caught = exc  # held like the CLI holds it: its traceback keeps the frames it passed through alive
+    finally:
+        sys.settrace(None)
+        stream.close()
+    return seen, caught
+
+
+def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
+    """A signal handler raises at whatever line runs when the signal comes. Wherever that is (the loop, a step,
+    the grad-mode wrapper around it, the consumer), closing the stream leaves what was decoded in ``result``."""
+    drafter = ModelDrafter(perturbed(target, 0.03), V)
+    total, caught = _consume_with_interrupt_at(Decoder(target, V, drafter=drafter), [1, 2, 3], None)
+    assert caught is None and total > 100
+    landed = 0
+    for at in np.linspace(1, total - 1, 120).astype(int):
+        decoder = Decoder(target, V, drafter=drafter)
+        _, caught = _consume_with_interrupt_at(decoder, [1, 2, 3], int(at))
+        if caught is None:
+            continue  # this line ran only in the traced-through run: nothing was interrupted
+        landed += 1
+        assert decoder.result is not None, f"the result was lost when the interrupt landed at line {at} of {total}"
+    assert landed > 100
