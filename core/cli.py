@@ -188,7 +188,9 @@ def _start_recorder(description: dict[str, Any], quiet: bool) -> Any:
     from .trace import TraceError
 
     try:
-        recorder = SessionRecorder(default_sessions_dir(), description)
+        # A writer thread does the writing, as in the app: a signal is handled on this thread, so it can never
+        # land in the middle of a row being written (and write it twice, or half).
+        recorder = SessionRecorder(default_sessions_dir(), description, writer_thread=True)
     except TraceError as exc:
         print(f"specscope: warning: autosave is off for this run: {exc}", file=sys.stderr)
         return None
@@ -252,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorder = _start_recorder(description, quiet)
     _Run.session_folder = recorder.folder if recorder is not None else None
 
-    with SignalGuard().installed() as guard:
+    with SignalGuard(controls).installed() as guard:
         return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
 
 
@@ -271,13 +273,18 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
         for event in stream:
             if recorder is not None:
                 recorder.append(event)
-    except Interrupted as exc:
+    except Interrupted as exc:  # a second signal: the step under way was cut
         stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
         error = f"the model failed mid-run: {exc}"
     finally:
         guard.raising = False  # from here a signal waits until the results are written
         stream.close()  # ends the loop (and the memory sampler) if the signal came between iterations
+        if stopped is None and guard.pending is not None:
+            if session.result is not None and session.result.finish_reason != "stop":
+                guard.late = guard.late or guard.pending  # the run had ended by itself: its results are whole
+            else:
+                stopped = guard.pending  # the first signal stopped the loop at an iteration boundary
         if recorder is not None:
             recorder.close(ok=error is None and stopped is None,
                            reason=stopped.reason if stopped is not None else "error" if error else "")

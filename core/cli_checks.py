@@ -15,7 +15,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from .controls import Controls
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -187,21 +190,32 @@ class Interrupted(BaseException):
 
 
 class SignalGuard:
-    """SIGINT and SIGTERM while it is active. During decoding (``raising``) a signal raises ``Interrupted``,
-    so the caller keeps what was decoded and labels it; afterwards, while the results are written (a second
+    """SIGINT and SIGTERM while it is active.
+
+    During decoding (``raising``) the first signal asks the loop to stop at its next iteration boundary
+    (``Controls.stop_soon``) and is kept in ``pending``: the iteration under way ends whole, so the records,
+    the tokens and the autosave agree. A second signal raises ``Interrupted`` at once, for a step too long to
+    wait for. Without controls, the first signal raises. Afterwards, while the results are written (a second
     or two), a signal is only noted in ``late`` so that the writing finishes, and the caller exits with the
     signal's code. Outside the ``with`` block signals act as before."""
 
-    def __init__(self) -> None:
+    def __init__(self, controls: Controls | None = None) -> None:
+        self.controls = controls
         self.raising = True
+        self.pending: Interrupted | None = None
         self.late: Interrupted | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.raising:
-            self.raising = False  # a second signal while this one is handled must not cut the cleanup
-            raise Interrupted(signum)
-        if self.late is None:
-            self.late = Interrupted(signum)
+        if not self.raising:
+            if self.late is None:
+                self.late = Interrupted(signum)
+            return
+        if self.pending is None and self.controls is not None:
+            self.pending = Interrupted(signum)
+            self.controls.stop_soon()
+            return
+        self.raising = False  # a further signal while this one is handled must not cut the cleanup
+        raise Interrupted(signum)
 
     @contextmanager
     def installed(self) -> Iterator[SignalGuard]:

@@ -41,6 +41,7 @@ class Controls:
         self._running = threading.Event()  # set = not paused
         self._running.set()
         self._stop = threading.Event()
+        self._stop_signalled = False  # set by stop_soon(), from a signal handler: a plain flag, no lock
         self._baseline_requested = threading.Event()
         self._drill_request: tuple[str, Any] | None = None  # ("start", DrillSpec) or ("end", None)
 
@@ -69,9 +70,15 @@ class Controls:
         self._stop.set()
         self._running.set()  # a paused loop must wake up to see the stop
 
+    def stop_soon(self) -> None:
+        """``stop`` for a signal handler. The handler runs on the loop's own thread, between any two bytecodes,
+        possibly while that thread holds one of these events' locks, so it takes none: the loop sees the flag at
+        its next boundary (a paused loop is not woken; the CLI, which installs the handler, never pauses)."""
+        self._stop_signalled = True
+
     @property
     def stop_requested(self) -> bool:
-        return self._stop.is_set()
+        return self._stop_signalled or self._stop.is_set()
 
     def request_baseline(self) -> None:
         """Ask the loop to measure plain step time at the next boundary ("measure baseline now")."""
@@ -102,8 +109,8 @@ class Controls:
     def checkpoint(self) -> ControlValues | None:
         """Called by the loop between iterations: wait while paused; None means stop."""
         while not self._running.wait(timeout=0.1):
-            if self._stop.is_set():
+            if self.stop_requested:
                 return None
-        if self._stop.is_set():
+        if self.stop_requested:
             return None
         return self.values

@@ -19,6 +19,8 @@ import torch
 from specscope.core import trace
 from specscope.core.autosave import default_sessions_dir
 from specscope.core.cli import main
+from specscope.core.cli_checks import Interrupted, SignalGuard
+from specscope.core.controls import Controls
 from specscope.core.trace import read_trace
 from tests.faults import leftovers
 from tests.models import save_model_dir, tiny_model, word_tokenizer
@@ -242,6 +244,25 @@ def test_signal_keeps_the_trace_and_labels_it(dirs, tmp_path, sig, reason, code)
     assert meta["recording"]["state"] == "closed" and meta["recording"]["reason"] == reason
     assert not (folder / "RUNNING").exists()
     assert len(read_trace(folder).records) == len(read_trace(out_trace).records)
+
+
+def test_first_signal_stops_at_the_boundary_and_a_second_one_at_once() -> None:
+    controls = Controls()
+    with SignalGuard(controls).installed() as guard:
+        signal.raise_signal(signal.SIGINT)  # the handler runs here, on this thread, and must not raise
+        assert controls.stop_requested and controls.checkpoint() is None
+        assert guard.pending is not None and guard.pending.reason == "interrupted"
+        with pytest.raises(Interrupted) as second:
+            signal.raise_signal(signal.SIGTERM)
+        assert second.value.reason == "terminated" and not guard.raising
+        signal.raise_signal(signal.SIGINT)  # while the results are written: only noted
+        assert guard.late is not None and guard.late.exit_code == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_without_controls_the_first_signal_raises() -> None:
+    with SignalGuard().installed(), pytest.raises(Interrupted):
+        signal.raise_signal(signal.SIGTERM)
 
 
 # --- verify and bench ------------------------------------------------------------------------------------
