@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from specscope.core.collector import freeze_what_is_loaded, unfreeze_before_reload
 from specscope.core.controls import Controls
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
@@ -149,6 +150,7 @@ class Worker(QObject):
         if self.pair is not None:
             self.pair.release()
             self.pair = None
+        unfreeze_before_reload()
         try:
             if callable(what):
                 pair = what(self._progress)
@@ -169,6 +171,9 @@ class Worker(QObject):
             _warm_up(pair)
         except Exception:  # a warm-up is an optimisation: the run does the same work when it starts
             traceback.print_exc()
+        # No 0.5 s full collection in the middle of a run (core/collector.py); no collection here either,
+        # on this thread: it would destroy the window's dropped Qt wrappers off the GUI thread.
+        freeze_what_is_loaded(collect=False)
         self.loaded.emit(str(getattr(pair, "description", "") or "pair loaded"))
 
     @Slot(object, object)

@@ -632,6 +632,7 @@ def resolved_drafter(args: argparse.Namespace) -> str:
 
 def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
+    from .collector import loaded_objects_frozen
     from .models import ModelLoadError, PairSpec, load_pair
 
     try:
@@ -665,7 +666,8 @@ def main(args: argparse.Namespace) -> int:
         def progress(message: str, label: str = label) -> None:
             print(f"{label} {message}", file=sys.stderr, flush=True)
 
-        part = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens, progress=progress)
+        with loaded_objects_frozen():  # no full collection inside a timed step (core/collector.py)
+            part = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens, progress=progress)
         for r in part:
             r.threads = threads or default_threads
         rows += part

@@ -234,6 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if quiet:
         _quiet_libraries()
 
+    from .collector import loaded_objects_frozen
     from .models import ModelLoadError, load_pair, spec_from_args
     from .session import Session, SessionOptions
 
@@ -254,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorder = _start_recorder(description, quiet)
     _Run.session_folder = recorder.folder if recorder is not None else None
 
-    with SignalGuard(controls).installed() as guard:
+    with SignalGuard(controls).installed() as guard, loaded_objects_frozen():  # no full collection in a step
         return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
 
 

@@ -48,7 +48,9 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     # widget half way through its deletion crashes the process.
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     # Collect this test's Qt wrappers now, between tests: collected later, inside another test's paint or
-    # resize event, their C++ destructors deadlock or crash PySide6 6.11.
+    # resize event, their C++ destructors deadlock or crash PySide6 6.11. A loaded pair froze what was alive
+    # (core/collector.py): give it back first, or its wrappers would be collected in a later test's load.
+    gc.unfreeze()
     gc.collect()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     running, active = [], []

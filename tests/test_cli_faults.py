@@ -359,3 +359,23 @@ def test_unknown_architecture_is_our_sentence_with_the_detail_below(dirs, capsys
                     f"{model_dir / 'config.json'}; specscope needs a causal language model that transformers "
                     "can load")
     assert "alien-arch" in err.splitlines()[err.splitlines().index(line) + 1]
+
+
+def test_a_cli_run_freezes_what_is_loaded_only_while_it_runs(dirs, capsys, monkeypatch) -> None:
+    """Full collections stay out of timed steps (core/collector.py), and the process gets its objects back."""
+    import gc
+
+    from specscope.core import session as session_module
+
+    seen: list[int] = []
+    stream = session_module.Session.stream
+
+    def watching(self, prompt_ids):  # the loop runs with the loaded objects frozen
+        seen.append(gc.get_freeze_count())
+        yield from stream(self, prompt_ids)
+
+    monkeypatch.setattr(session_module.Session, "stream", watching)
+    rc, _, _ = cli(capsys, *run_args(dirs, "--prompt", "w5 w6", "--max-new-tokens", "4"))
+    assert rc == 0
+    assert seen and seen[0] > 10_000  # torch and the pair, not a handful
+    assert gc.get_freeze_count() == 0
