@@ -3,6 +3,7 @@ iterations loaded, and memory growth over a long session. Prints one line per nu
 
     .venv/bin/python scripts/bench_gui.py [--decode-seconds 10] [--iterations 20000] [--hogs 2]
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python scripts/bench_gui.py   # as users see it
+    ... scripts/bench_gui.py --dump-pauses /tmp/pauses [--native]   # what every thread did in each pause
 
 Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set); decoding uses a tiny random pair, so
 the loop runs at full speed and the GUI gets the most records per second it will ever see. ``--hogs N``
@@ -13,8 +14,10 @@ window on a machine that is doing something else too.
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -68,6 +71,18 @@ def count_plot_paints() -> list[int]:
     return count
 
 
+def start_pause_watch(folder: Path, native: bool) -> tuple[mmap.mmap, subprocess.Popen]:
+    """A heartbeat the GUI thread writes, and a watcher process that dumps stacks when it goes stale."""
+    folder.mkdir(parents=True, exist_ok=True)
+    beat_path = folder / "heartbeat"
+    beat_path.write_bytes(b"\0" * 8)
+    beat_file = beat_path.open("r+b")
+    heartbeat = mmap.mmap(beat_file.fileno(), 8)
+    watcher = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "pause_watch.py"), str(os.getpid()),
+                                str(beat_path), str(folder / "pause")] + (["--native"] if native else []))
+    return heartbeat, watcher
+
+
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -79,6 +94,10 @@ def main() -> int:
     p.add_argument("--iterations", type=int, default=20_000)
     p.add_argument("--hogs", type=int, default=0, help="busy processes beside the decode (latency part)")
     p.add_argument("--session-iterations", type=int, default=54_000, help="30 min at 30 iterations/s")
+    p.add_argument("--dump-pauses", metavar="DIR", type=Path,
+                   help="while decoding, save py-spy stack dumps of every thread whenever the GUI thread "
+                        "stalls over 150 ms (scripts/pause_watch.py; needs py-spy)")
+    p.add_argument("--native", action="store_true", help="with --dump-pauses: C/C++ frames too (slow)")
     args = p.parse_args()
 
     from specscope.app.qt_check import binding_problem
@@ -124,8 +143,13 @@ def main() -> int:
     period_ms = 10
 
     pauses: list[tuple[float, float]] = []  # (seconds after Start, ms) of each pause over 150 ms
+    heartbeat = watcher = None
+    if args.dump_pauses is not None:
+        heartbeat, watcher = start_pause_watch(args.dump_pauses, args.native)
 
     def probe() -> None:
+        if heartbeat is not None:
+            heartbeat[:8] = struct.pack("q", time.monotonic_ns())
         now = clock.nsecsElapsed()
         lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
         if lateness[-1] > 150:
@@ -141,6 +165,10 @@ def main() -> int:
     QTimer.singleShot(int(args.decode_seconds * 1000), loop.quit)
     loop.exec()
     timer.stop()
+    if watcher is not None:
+        watcher.terminate()
+        watcher.wait()
+        print(f"stack dumps of the pauses: {args.dump_pauses}/pause.N")
     for h in hogs:
         h.kill()
         h.wait()
