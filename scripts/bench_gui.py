@@ -93,6 +93,9 @@ def main() -> int:
     p.add_argument("--decode-seconds", type=float, default=10.0)
     p.add_argument("--iterations", type=int, default=20_000)
     p.add_argument("--hogs", type=int, default=0, help="busy processes beside the decode (latency part)")
+    p.add_argument("--pair", choices=("tiny", "demo"), default="tiny",
+                   help="tiny: a random pair decoding as fast as the loop goes (the most records a second); "
+                        "demo: the embedded demo with its default drafter, as a first-time user runs it")
     p.add_argument("--session-iterations", type=int, default=54_000, help="30 min at 30 iterations/s")
     p.add_argument("--dump-pauses", metavar="DIR", type=Path,
                    help="while decoding, save py-spy stack dumps of every thread whenever the GUI thread "
@@ -129,7 +132,12 @@ def main() -> int:
     # 1. Event-loop latency while decoding at full speed (tiny pair: hundreds of iterations per second).
     loaded = []
     window.pair_ready.connect(lambda: loaded.append(True))
-    window.load_pair(pair_factory("partial"))
+    if args.pair == "demo":
+        from specscope.app.pair_choice import PairChoice
+
+        window.load_pair(PairChoice())
+    else:
+        window.load_pair(pair_factory("partial"))
     while not loaded:
         app.processEvents()
     window.panel.max_new.setValue(1_000_000)
@@ -179,7 +187,7 @@ def main() -> int:
     while not ended and window.controller.state.active:  # the run may have ended by itself already
         app.processEvents()
     where = f"display {os.environ['DISPLAY']}" if os.environ.get("QT_QPA_PLATFORM") != "offscreen" else "offscreen"
-    print(f"event-loop latency while decoding ({where}, {args.hogs} busy processes beside it, "
+    print(f"event-loop latency while decoding ({args.pair} pair, {where}, {args.hogs} busy processes beside it, "
           f"{n_live / args.decode_seconds:.0f} iterations/s, "
           f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
           f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms, "

@@ -28,7 +28,7 @@ def main() -> int:
     p.add_argument("heartbeat")
     p.add_argument("out_prefix")
     p.add_argument("--max-dumps", type=int, default=12)
-    p.add_argument("--stale-ms", type=float, default=150.0)
+    p.add_argument("--stale-ms", type=float, default=100.0)
     p.add_argument("--native", action="store_true")
     args = p.parse_args()
     py_spy = shutil.which("py-spy")
