@@ -105,11 +105,13 @@ Recorded = IterationRecord | BaselineRecord | DrillEvent
 class SessionRecorder:
     """Appends records to a new session folder; thread-safe (GUI thread, worker, flush timer).
 
-    ``writer_thread=True`` (the app) moves all the work off the caller: ``append`` only queues the record,
-    and a writer thread renders the queued rows and writes them every ``flush_interval_s``. The GUI thread
-    then never formats a CSV cell (it was an eighth of its busy time), and the loss on a kill is the same: at
-    most the last interval. Without it, ``append`` renders at once and writes when the last write is about an
-    interval old (the CLI, whose loop waits on the model anyway).
+    ``writer_thread=True`` (the app and the CLI) moves all the work off the caller: ``append`` only queues
+    the record, and a writer thread renders the queued rows and writes them every ``flush_interval_s``. The
+    GUI thread then never formats a CSV cell (it was an eighth of its busy time), a signal handled on the
+    CLI's thread never lands in the middle of a row, and the loss on a kill is the same: at most the last
+    interval. Without it, ``append`` renders at once and writes when the last write is about an interval
+    old, from a timer thread when appends stop (``background_flush``); the tests drive that mode with a
+    fake clock.
     """
 
     def __init__(

@@ -213,6 +213,11 @@ class SignalGuard:
         if self.pending is None and self.controls is not None:
             self.pending = Interrupted(signum)
             self.controls.stop_soon()
+            # os.write, not print: this handler may run while this thread is inside sys.stderr's own write.
+            again = "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
+            with suppress(OSError):
+                os.write(2, f"specscope: {self.pending.signal_name} received: stopping when the iteration "
+                            f"under way ends ({again} to stop at once)\n".encode())
             return
         self.raising = False  # a further signal while this one is handled must not cut the cleanup
         raise Interrupted(signum)

@@ -246,12 +246,14 @@ def test_signal_keeps_the_trace_and_labels_it(dirs, tmp_path, sig, reason, code)
     assert len(read_trace(folder).records) == len(read_trace(out_trace).records)
 
 
-def test_first_signal_stops_at_the_boundary_and_a_second_one_at_once() -> None:
+def test_first_signal_stops_at_the_boundary_and_a_second_one_at_once(capfd) -> None:
     controls = Controls()
     with SignalGuard(controls).installed() as guard:
         signal.raise_signal(signal.SIGINT)  # the handler runs here, on this thread, and must not raise
         assert controls.stop_requested and controls.checkpoint() is None
         assert guard.pending is not None and guard.pending.reason == "interrupted"
+        said = capfd.readouterr().err  # said at once, so a user knows the key press was heard
+        assert "SIGINT received: stopping when the iteration under way ends (press Ctrl-C again" in said
         with pytest.raises(Interrupted) as second:
             signal.raise_signal(signal.SIGTERM)
         assert second.value.reason == "terminated" and not guard.raising
