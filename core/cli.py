@@ -337,8 +337,9 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
         print_error(f"{guard.late.signal_name} received after the run ended; its results above are complete")
         return guard.late.exit_code
     if stopped is not None:
-        print_error(f"stopped by {stopped.signal_name} after {len(records)} iterations "
-                    f"({len(result.token_ids)} tokens); what was decoded is kept"
+        n_it, n_tok = len(records), len(result.token_ids)
+        print_error(f"stopped by {stopped.signal_name} after {n_it} iteration{'s' * (n_it != 1)} "
+                    f"({n_tok} token{'s' * (n_tok != 1)}); what was decoded is kept"
                     + (f" in {recorder.folder}" if recorder is not None else ""))
         return stopped.exit_code
     if error is not None:
