@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from specscope.core.collector import freeze_what_is_loaded, unfreeze_before_reload
+from specscope.core.collector import freeze_what_is_loaded, unfreeze
 from specscope.core.controls import Controls
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
@@ -150,7 +150,7 @@ class Worker(QObject):
         if self.pair is not None:
             self.pair.release()
             self.pair = None
-        unfreeze_before_reload()
+        unfreeze()  # what the last load froze, the old pair among it
         try:
             if callable(what):
                 pair = what(self._progress)

@@ -15,28 +15,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def freeze_what_is_loaded(collect: bool = True) -> int:
-    """Collect once (unless ``collect`` is false), then freeze everything alive. Returns how many objects
-    are frozen. Without the collection, garbage not yet collected is frozen too, until the next unfreeze:
-    the app's worker thread freezes that way, because a collection there would run the destructors of the
-    window's dropped Qt wrappers off the GUI thread (and stall the window for the collection's length)."""
+def freeze_what_is_loaded(collect: bool = True) -> None:
+    """Collect once (unless ``collect`` is false), then freeze everything alive. Without the collection,
+    garbage not yet collected is frozen too, until the next unfreeze: the app's worker thread freezes that
+    way, because a collection there would run the destructors of the window's dropped Qt wrappers off the
+    GUI thread (and stall the window for the collection's length)."""
     if collect:
         gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
 
 
-def unfreeze_before_reload() -> None:
-    """Give the frozen objects back to the collector, so a pair being replaced has its cycles collected."""
+def unfreeze() -> None:
+    """Give the frozen objects back to the collector (before a pair is replaced, so its cycles are collected)."""
     gc.unfreeze()
 
 
 @contextmanager
-def loaded_objects_frozen() -> Iterator[int]:
+def loaded_objects_frozen() -> Iterator[None]:
     """Frozen for the block (a CLI run, a bench), given back after it: a caller in a longer-lived process
     (the tests call the CLI in-process) does not keep objects that later become cyclic garbage."""
-    count = freeze_what_is_loaded()
+    freeze_what_is_loaded()
     try:
-        yield count
+        yield
     finally:
-        gc.unfreeze()
+        unfreeze()

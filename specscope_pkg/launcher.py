@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return cli_main(args)
     if args and args[0] in {"-h", "--help"} and len(args) == 1:
-        print("usage: specscope [APP OPTIONS]            open the desktop app (see specscope --app-help)\n"
+        print("usage: specscope [APP OPTIONS]                  open the desktop app (see specscope --app-help)\n"
               "       specscope run|bench|verify|attach ...  headless commands (specscope run --help)")
         return 0
     from specscope.app.main import main as app_main
