@@ -576,6 +576,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookup-variants", type=_variant_list, default=[],
                         help="with --drafter lookup, extra adaptive rows with other matching: MATCH:MAX_N:MIN_N, "
                              "comma-separated, e.g. earliest:2:1,recent:4:2")
+    parser.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
+                        help="on CPU, PyTorch's default kernels for multi-token passes (see specscope run --help)")
     parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
 
 
@@ -619,8 +621,20 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--lookup-variants", ",".join(f"{v.match}:{v.max_ngram}:{v.min_ngram}"
                                                 for v in args.lookup_variants)]
     parts += ["--threads", ",".join(str(t) for t in args.threads)] if any(args.threads) else []
+    parts += [] if getattr(args, "prepack_cpu", True) else ["--no-prepack"]
     parts += ["--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _pair_line(pair: ModelPair) -> str:
+    """The pair, and which CPU kernels its multi-token passes ran on (they change what a verify pass costs)."""
+    from .cpu_linear import prepacked_bytes
+
+    line = pair.description or pair.target.name
+    if pair.target.device.type == "cpu":
+        line += ("; multi-token passes on oneDNN weights prepacked at load" if prepacked_bytes(pair.target.model)
+                 else "; PyTorch's default CPU kernels for every pass")
+    return line
 
 
 def resolved_drafter(args: argparse.Namespace) -> str:
@@ -649,7 +663,7 @@ def main(args: argparse.Namespace) -> int:
         check_writable(path, "--out")
     try:
         pair = load_pair(PairSpec(target=args.target, draft=args.draft, drafter=args.drafter,
-                                  target_device=args.device))
+                                  target_device=args.device, prepack_cpu=args.prepack_cpu))
     except ModelLoadError as e:
         raise CliError(str(e)) from None
     prompts = [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]
@@ -673,7 +687,7 @@ def main(args: argparse.Namespace) -> int:
         rows += part
     mismatches = find_mismatches(rows, pair, prompts)
     command = command_line(args)
-    report = markdown_report(rows, mismatches, pair.description or pair.target.name, command, args.rounds,
+    report = markdown_report(rows, mismatches, _pair_line(pair), command, args.rounds,
                              args.max_new_tokens)
     emit(report)  # first: whatever happens to the files, the results are on stdout
     try:

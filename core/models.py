@@ -74,6 +74,9 @@ class PairSpec:
     draft_max_memory: dict[int | str, int] | None = None
     target_offload_folder: str | None = None
     draft_offload_folder: str | None = None
+    # Float32 linears on CPU get a oneDNN copy packed for passes of 2+ tokens (core/cpu_linear); False keeps
+    # PyTorch's default kernels for every pass.
+    prepack_cpu: bool = True
 
 
 @dataclass
@@ -624,8 +627,28 @@ def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
 def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: int = 4096) -> ModelPair:
     """Resolve, check and load a pair; every failure is one ModelLoadError and leaves nothing loaded."""
     _validate(spec)
-    if spec.target == "demo":
-        return _load_demo(spec, progress)
+    pair = _load_demo(spec, progress) if spec.target == "demo" else _load_files(spec, progress, context_tokens)
+    if spec.prepack_cpu:
+        _prepack(pair, progress)
+    _report(progress, "Ready", 1.0)
+    return pair
+
+
+def _prepack(pair: ModelPair, progress: Progress | None) -> None:
+    """Pack the CPU float32 linears of the target and the draft for multi-token passes (core/cpu_linear)."""
+    from . import cpu_linear
+
+    for role, loaded in (("target", pair.target), ("draft", pair.draft)):
+        if loaded is None or not cpu_linear.packable_bytes(loaded.model):
+            continue
+        _report(progress, f"Packing the {role}'s weights for multi-token passes", 0.97)
+        why_not = cpu_linear.prepack_linears(loaded.model)
+        if why_not is not None:
+            loaded.warnings.append(f"{role}: {why_not}")
+            _report(progress, f"Warning: {role}: {why_not}", 0.98)
+
+
+def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) -> ModelPair:
     _report(progress, f"Reading {spec.target}", 0.0)
     tsrc = _open_source(spec.target, spec.target_device, spec.target_dtype, spec, "target")
     width = tokenizer_width(tsrc.tokenizer)
@@ -669,7 +692,6 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
         if loaded is not None and src is not None:
             for warning in loaded.warnings[len(src.warnings):]:  # placement: not wholly on its device
                 _report(progress, f"Warning: {warning}", 0.95)
-    _report(progress, "Ready", 1.0)
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,
                      draft=draft, vocab_size=width, eos_token_ids=_eos_ids(target.model, tsrc.tokenizer),
@@ -695,6 +717,9 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lookup-max-ngram", type=int, default=3)
     g.add_argument("--lookup-num-tokens", type=int, default=10)
     g.add_argument("--early-exit-layers", type=int, default=None)
+    g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
+                   help="on CPU, keep PyTorch's default kernels for multi-token passes instead of oneDNN weights "
+                        "packed at load (which cost a second copy of the weights in host memory)")
     p = parser.add_argument_group("placement (transformers/accelerate device maps)")
     p.add_argument("--device-map", "--target-device-map", dest="device_map", default=None,
                    help="target placement: auto (device, host memory, disk under --max-memory) or a device")
@@ -726,4 +751,5 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
         draft_max_memory=parse_max_memory(getattr(args, "draft_max_memory", None), "draft"),
         target_offload_folder=getattr(args, "offload_folder", None),
         draft_offload_folder=getattr(args, "draft_offload_folder", None),
+        prepack_cpu=getattr(args, "prepack_cpu", True),
     )

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from specscope.core import cpu_linear
 from specscope.core import models as loading
 from specscope.core.drafters.early_exit import EarlyExitDrafter
 from specscope.core.drafters.lookup import PromptLookupDrafter
@@ -74,6 +75,20 @@ def test_loads_a_pair_from_directories(pair_dirs) -> None:
     dec = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter)
     spec = dec.run(ids, options=DecodeOptions(max_new_tokens=12)).token_ids
     assert spec == dec.run(ids, options=DecodeOptions(max_new_tokens=12), plain=True).token_ids
+
+
+@pytest.mark.skipif(not cpu_linear.available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("prepack", [True, False])
+def test_cpu_models_are_prepacked_for_multi_token_passes_unless_opted_out(pair_dirs, prepack) -> None:
+    seen: list[str] = []
+    pair = load_pair(PairSpec(str(pair_dirs["target"]), str(pair_dirs["draft"]), prepack_cpu=prepack),
+                     progress=lambda m, f: seen.append(m))
+    assert pair.draft is not None
+    for loaded in (pair.target, pair.draft):
+        kinds = {type(m) for m in loaded.model.modules() if isinstance(m, torch.nn.Linear)}
+        assert kinds == ({cpu_linear.PrepackedLinear} if prepack else {torch.nn.Linear})
+    assert any("multi-token passes" in m for m in seen) == prepack
+    assert seen[-1] == "Ready"
 
 
 def test_lookup_and_early_exit_need_no_draft(pair_dirs) -> None:
@@ -271,7 +286,8 @@ def test_demo_is_delegated(monkeypatch) -> None:
 
     calls: list[dict] = []
     monkeypatch.setattr(demo, "load_demo_pair", lambda **kw: calls.append(kw) or "pair")
-    assert load_pair(PairSpec("demo", drafter="early-exit", early_exit_layers=3)) == "pair"
+    # (no packing: the stand-in pair is a string)
+    assert load_pair(PairSpec("demo", drafter="early-exit", early_exit_layers=3, prepack_cpu=False)) == "pair"
     assert calls[0]["drafter"] == "early-exit" and calls[0]["early_exit_layers"] == 3
     assert calls[0]["dtype"] == "float32" and calls[0]["device"] == "cpu"
 

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..cpu_linear import prepacked_bytes
+
 
 @dataclass
 class Residency:
@@ -28,6 +30,7 @@ class Residency:
     layers_total: int = 0  # decoder layers (the model's block list), 0 when it has none we recognise
     layers_by_place: dict[str, int] = field(default_factory=dict)  # place -> layers wholly or mostly there
     step_read_bytes: int = 0  # weight bytes one forward pass reads (an untied input embedding reads one row)
+    prepacked_bytes: int = 0  # copies of CPU linear weights packed for multi-token passes (core/cpu_linear)
 
     def layers_off(self, compute_device: str) -> dict[str, int]:
         """Layers whose weights live somewhere other than ``compute_device`` (e.g. {"disk": 18})."""
@@ -36,7 +39,7 @@ class Residency:
 
     @property
     def total_bytes(self) -> int:
-        return self.param_bytes + self.buffer_bytes
+        return self.param_bytes + self.buffer_bytes + self.prepacked_bytes
 
     @property
     def offloaded(self) -> bool:
@@ -110,6 +113,9 @@ def model_residency(model: nn.Module, expected_device: torch.device | str | None
                 r.param_bytes += nbytes
             else:
                 r.buffer_bytes += nbytes
+    r.prepacked_bytes = prepacked_bytes(model)
+    if r.prepacked_bytes:  # a second copy in host memory: counted where it lives
+        r.bytes_by_device["cpu"] = r.bytes_by_device.get("cpu", 0) + r.prepacked_bytes
     r.execution_devices = sorted(exec_devices)
     r.layers_total, r.layers_by_place = _layer_places(model)
     r.step_read_bytes = r.param_bytes - _untied_input_embedding_bytes(model)
@@ -252,6 +258,8 @@ def format_residency(name: str, residency: Residency) -> str:
     if residency.offloaded_bytes:
         to = ", ".join(residency.execution_devices) or "the execution device"
         line += f"; {format_bytes(residency.offloaded_bytes)} offloaded, copied to {to} each pass"
+    if residency.prepacked_bytes:
+        line += f"; {format_bytes(residency.prepacked_bytes)} of it prepacked copies for multi-token passes"
     if residency.warnings:
         line += " [!]"
     return line

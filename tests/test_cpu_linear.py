@@ -1,0 +1,195 @@
+"""Prepacked CPU linears (core/cpu_linear): same numbers, the loop still exact, memory reported, opt-out works."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from specscope.core import cpu_linear
+from specscope.core.controls import Controls
+from specscope.core.drafters.model import ModelDrafter
+from specscope.core.memory.residency import format_residency, model_residency
+from specscope.core.records import ControlValues
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import perturbed, tiny_model
+
+V = 64
+PROMPTS = [[1, 2, 3], [7, 8, 9, 10, 11, 12], [40, 41, 40, 41]]
+
+needs_onednn = pytest.mark.skipif(not cpu_linear.available(), reason="this PyTorch has no oneDNN")
+
+
+def _linears(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+@needs_onednn
+def test_packing_swaps_every_float32_linear_in_place_and_unpacking_restores_them() -> None:
+    model = tiny_model(0, vocab_size=V)
+    before = {name: (id(m), id(m.weight)) for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert cpu_linear.prepack_linears(model) is None
+    after = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert set(after) == set(before)
+    for name, module in after.items():
+        assert type(module) is cpu_linear.PrepackedLinear
+        assert (id(module), id(module.weight)) == before[name]  # the same objects: references stay valid
+    weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in after.values())
+    assert cpu_linear.prepacked_bytes(model) >= weight_bytes
+    cpu_linear.unpack_linears(model)
+    assert all(type(m) is nn.Linear for m in _linears(model))
+    assert cpu_linear.prepacked_bytes(model) == 0
+
+
+@needs_onednn
+def test_tied_embeddings_stay_tied() -> None:
+    model = tiny_model(0, vocab_size=V)
+    model.lm_head.weight = model.model.embed_tokens.weight
+    cpu_linear.prepack_linears(model)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@needs_onednn
+def test_one_token_is_the_default_kernel_bit_for_bit_and_more_tokens_agree_to_rounding() -> None:
+    torch.manual_seed(0)
+    dense = nn.Linear(96, 200)
+    packed = nn.Linear(96, 200)
+    packed.load_state_dict(dense.state_dict())
+    assert cpu_linear.prepack_linears(packed) is None
+    with torch.inference_mode():
+        one = torch.randn(1, 1, 96)
+        assert torch.equal(packed(one), dense(one))
+        for rows in (2, 3, 9, 64):
+            x = torch.randn(1, rows, 96)
+            got, want = packed(x), dense(x)
+            assert got.shape == want.shape == (1, rows, 200)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        strided = torch.randn(5, 2, 96).transpose(0, 1)  # not contiguous
+        torch.testing.assert_close(packed(strided), dense(strided), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_training_still_differentiates_through_the_dense_weight() -> None:
+    layer = nn.Linear(16, 8)
+    cpu_linear.prepack_linears(layer)
+    x = torch.randn(4, 16, requires_grad=True)
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None and x.grad is not None
+
+
+@needs_onednn
+def test_a_model_that_would_not_fit_keeps_the_default_kernels_and_says_why() -> None:
+    model = tiny_model(0, vocab_size=V)
+    why = cpu_linear.prepack_linears(model, free_bytes=1024)
+    assert why is not None and "host memory" in why and "default kernels" in why
+    assert all(type(m) is nn.Linear for m in _linears(model))
+
+
+def test_half_precision_and_hooked_linears_are_left_alone() -> None:
+    half = tiny_model(0, vocab_size=V).to(torch.bfloat16)
+    assert cpu_linear.packable_bytes(half) == 0
+    assert cpu_linear.prepack_linears(half) is None
+    assert all(type(m) is nn.Linear for m in _linears(half))
+
+
+@needs_onednn
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_speculation_on_prepacked_models_equals_plain_greedy(k: int) -> None:
+    target = tiny_model(0, vocab_size=V, logit_scale=3.0)
+    drafts = {"perfect": target, "partial": perturbed(target, 0.03)}
+    plain_target = tiny_model(0, vocab_size=V, logit_scale=3.0)  # never packed
+    for draft in {id(d): d for d in (target, *drafts.values())}.values():
+        assert cpu_linear.prepack_linears(draft) is None
+    for name, draft in drafts.items():
+        for prompt in PROMPTS:
+            opts = DecodeOptions(max_new_tokens=30)
+            plain = Decoder(plain_target, V).run(prompt, options=opts, plain=True).token_ids
+            assert Decoder(target, V).run(prompt, options=opts, plain=True).token_ids == plain
+            spec = Decoder(target, V, drafter=ModelDrafter(draft, V)).run(prompt, Controls(ControlValues(k=k)), opts)
+            assert spec.token_ids == plain, (name, k, prompt)
+
+
+@needs_onednn
+def test_residency_counts_the_packed_copies_in_host_memory() -> None:
+    model = tiny_model(0, vocab_size=V)
+    dense = model_residency(model, "cpu")
+    cpu_linear.prepack_linears(model)
+    packed = model_residency(model, "cpu")
+    assert packed.prepacked_bytes == cpu_linear.prepacked_bytes(model) > 0
+    assert packed.bytes_by_device["cpu"] == dense.bytes_by_device["cpu"] + packed.prepacked_bytes
+    assert packed.total_bytes == dense.total_bytes + packed.prepacked_bytes
+    assert not packed.warnings  # host copies of a CPU model are where it was asked to be
+    assert "prepacked copies for multi-token passes" in format_residency("target", packed)
+
+
+def test_the_opt_out_reaches_the_pair_spec() -> None:
+    import argparse
+
+    from specscope.core.models import add_pair_arguments, spec_from_args
+
+    parser = argparse.ArgumentParser()
+    add_pair_arguments(parser)
+    assert spec_from_args(parser.parse_args(["--demo"])).prepack_cpu is True
+    assert spec_from_args(parser.parse_args(["--demo", "--no-prepack"])).prepack_cpu is False
+
+
+@pytest.fixture
+def packed_calls(monkeypatch) -> list[int]:
+    """Rows of every product that ran on a packed weight."""
+    calls: list[int] = []
+    real = cpu_linear._packed_product
+
+    def counting(x, packed, bias):
+        calls.append(x.shape[0])
+        return real(x, packed, bias)
+
+    monkeypatch.setattr(cpu_linear, "_packed_product", counting)
+    return calls
+
+
+@needs_onednn
+def test_only_passes_of_two_or_more_rows_use_the_packed_weight(packed_calls) -> None:
+    layer = nn.Linear(16, 8)
+    cpu_linear.prepack_linears(layer)
+    with torch.inference_mode():
+        layer(torch.randn(1, 1, 16))
+        layer(torch.randn(1, 3, 16))
+        layer(torch.randn(2, 16).double().float())
+    assert packed_calls == [3, 2]
+
+
+@needs_onednn
+def test_a_copied_model_packs_its_own_weights(packed_calls) -> None:
+    import copy
+
+    model = tiny_model(0, vocab_size=V)
+    cpu_linear.prepack_linears(model)
+    clone = copy.deepcopy(model)  # oneDNN's packed tensors cannot be copied themselves
+    assert clone.lm_head.weight is not model.lm_head.weight
+    assert clone.lm_head.packed_weight is not model.lm_head.packed_weight
+    assert cpu_linear.prepacked_bytes(clone) == cpu_linear.prepacked_bytes(model)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        torch.testing.assert_close(clone(ids).logits, model(ids).logits, rtol=0, atol=0)
+    assert packed_calls  # both ran on packed weights
+
+
+@needs_onednn
+def test_a_weight_paged_by_an_accelerate_hook_is_never_bypassed(packed_calls, tmp_path) -> None:
+    from accelerate import disk_offload
+    from accelerate.hooks import remove_hook_from_module
+
+    model = tiny_model(0, vocab_size=V)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        want = model(ids).logits
+    cpu_linear.prepack_linears(model)
+    layer = model.model.layers[0]
+    disk_offload(layer, str(tmp_path / "layer0"), execution_device="cpu")
+    with torch.inference_mode():
+        got = model(ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    n_layer_linears = sum(isinstance(m, nn.Linear) for m in layer.modules())
+    n_all = sum(isinstance(m, nn.Linear) for m in model.modules())
+    assert len(packed_calls) == n_all - n_layer_linears  # the drilled layer read its weights through the hook
+    remove_hook_from_module(layer, recurse=True)
