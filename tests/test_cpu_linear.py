@@ -193,3 +193,17 @@ def test_a_weight_paged_by_an_accelerate_hook_is_never_bypassed(packed_calls, tm
     n_all = sum(isinstance(m, nn.Linear) for m in model.modules())
     assert len(packed_calls) == n_all - n_layer_linears  # the drilled layer read its weights through the hook
     remove_hook_from_module(layer, recurse=True)
+
+
+def test_the_bench_report_names_the_kernels_its_passes_ran_on() -> None:
+    from types import SimpleNamespace
+
+    from specscope.core.bench import _pair_line
+
+    model = tiny_model(0, vocab_size=V)
+    pair = SimpleNamespace(description="tiny", target=SimpleNamespace(model=model, name="tiny",
+                                                                        device=torch.device("cpu")))
+    assert _pair_line(pair).endswith("PyTorch's default CPU kernels for every pass")
+    if cpu_linear.available():
+        cpu_linear.prepack_linears(model)
+        assert _pair_line(pair).endswith("multi-token passes on oneDNN weights prepacked at load")
