@@ -29,12 +29,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 # The row count the layout is chosen for. Any value >= 2 gave the same blocked layout performance for 1-16
 # rows; a layout packed for 1 row falls back to a slow path for 2 or more (measured, docs/bench-cpu-linear.md).
 PACK_FOR_ROWS = 8
 # Host memory left free after packing, beyond the copies themselves.
 _HEADROOM_BYTES = 512 * 1024**2
+# Packed copies by the weight they were packed from, while that weight lives.
+_packed_by_weight: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 class PrepackedLinear(nn.Linear):
@@ -116,7 +119,10 @@ def prepack_linears(model: nn.Module, free_bytes: int | None = None) -> str | No
         return (f"multi-token passes on CPU use PyTorch's default kernels: packing the weights for them needs "
                 f"{need / 1024**3:.1f} GiB more host memory and {free_bytes / 1024**3:.1f} GiB is free")
     for linear in _eligible(model):
-        packed = _pack(linear.weight)
+        # A weight shared with a model packed earlier (the demo draft shares the target's head) shares its copy.
+        packed = _packed_by_weight.get(linear.weight)
+        if packed is None:
+            packed = _packed_by_weight[linear.weight] = _pack(linear.weight)
         linear.__class__ = PrepackedLinear  # in place: every reference to the module stays valid
         linear.packed_weight = packed  # type: ignore[attr-defined]
     return None
@@ -127,6 +133,7 @@ def unpack_linears(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, PrepackedLinear):
             del module.packed_weight
+            _packed_by_weight.pop(module.weight, None)
             module.__class__ = nn.Linear  # type: ignore[assignment]
 
 

@@ -207,3 +207,18 @@ def test_the_bench_report_names_the_kernels_its_passes_ran_on() -> None:
     if cpu_linear.available():
         cpu_linear.prepack_linears(model)
         assert _pair_line(pair).endswith("multi-token passes on oneDNN weights prepacked at load")
+
+
+@needs_onednn
+def test_a_weight_shared_by_two_models_is_packed_once() -> None:
+    target = tiny_model(0, vocab_size=V)
+    draft = tiny_model(1, vocab_size=V, layers=1)
+    draft.lm_head.weight = target.lm_head.weight  # as the demo draft shares the target's head
+    cpu_linear.prepack_linears(target)
+    cpu_linear.prepack_linears(draft)
+    assert draft.lm_head.packed_weight is target.lm_head.packed_weight
+    assert draft.model.layers[0].mlp.up_proj.packed_weight is not target.model.layers[0].mlp.up_proj.packed_weight
+    cpu_linear.unpack_linears(draft)
+    cpu_linear.prepack_linears(draft)  # packs afresh after an unpack: nothing stale is served
+    torch.testing.assert_close(cpu_linear._pack(draft.lm_head.weight).to_dense(),
+                               draft.lm_head.packed_weight.to_dense())
