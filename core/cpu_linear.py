@@ -3,11 +3,12 @@
 Why. A verify pass scores k+1 tokens at once, and speculation pays only when that pass costs little more than a
 one-token step. On CPU, PyTorch sends ``F.linear`` to MKL. For one token MKL runs a matrix-vector product at
 memory speed, but for 2 to ~16 rows it runs its general product, which re-packs the weight on every call: on
-the 2-core AMD EPYC this project is measured on, a 2-token pass of the demo target cost 1.7-1.9 one-token
-steps and a 9-token pass 2.1 (docs/bench-cpu-linear.md). oneDNN's matrix product on a weight reordered once
-into its blocked layout reads each weight once per pass whatever the row count, so a 2-token pass costs about
-what a one-token step costs. This is the weight pre-packing that PyTorch's own CPU inference paths (inductor's
-freezing, IPEX) do; the op used here, ``torch.ops.mkldnn._linear_pointwise``, is the one inductor emits.
+the 2-core AMD EPYC this project is measured on, a 2-token pass of the demo target cost 1.6-1.7 one-token
+steps and a 9-token pass about 2 (docs/bench-cpu-linear.md). oneDNN's product on a weight reordered once into
+its blocked layout does not re-pack, and uses both cores where MKL's small products did not: a 2-token pass
+cost 1.36-1.49 steps at one thread and 1.09-1.16 at two. This is the weight pre-packing that PyTorch's own CPU
+inference paths (inductor's freezing, IPEX) do; the op used here, ``torch.ops.mkldnn._linear_pointwise``, is
+the one inductor emits.
 
 What changes. Each plain ``nn.Linear`` of a float32 model on CPU becomes a :class:`PrepackedLinear` in place
 (the same object, the same ``weight`` parameter, so tied embeddings and every reference stay valid). Passes of
@@ -118,13 +119,18 @@ def prepack_linears(model: nn.Module, free_bytes: int | None = None) -> str | No
     if free_bytes is not None and free_bytes < need + _HEADROOM_BYTES:
         return (f"multi-token passes on CPU use PyTorch's default kernels: packing the weights for them needs "
                 f"{need / 1024**3:.1f} GiB more host memory and {free_bytes / 1024**3:.1f} GiB is free")
-    for linear in _eligible(model):
-        # A weight shared with a model packed earlier (the demo draft shares the target's head) shares its copy.
-        packed = _packed_by_weight.get(linear.weight)
-        if packed is None:
-            packed = _packed_by_weight[linear.weight] = _pack(linear.weight)
-        linear.__class__ = PrepackedLinear  # in place: every reference to the module stays valid
-        linear.packed_weight = packed  # type: ignore[attr-defined]
+    try:
+        for linear in _eligible(model):
+            # A weight shared with a model packed earlier shares its copy.
+            packed = _packed_by_weight.get(linear.weight)
+            if packed is None:
+                packed = _packed_by_weight[linear.weight] = _pack(linear.weight)
+            linear.__class__ = PrepackedLinear  # in place: every reference to the module stays valid
+            linear.packed_weight = packed  # type: ignore[attr-defined]
+    except (RuntimeError, MemoryError) as exc:  # oneDNN refused a shape, or memory ran out mid-way
+        unpack_linears(model)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"multi-token passes on CPU use PyTorch's default kernels: packing the weights failed ({reason})"
     return None
 
 

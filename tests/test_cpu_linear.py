@@ -222,3 +222,21 @@ def test_a_weight_shared_by_two_models_is_packed_once() -> None:
     cpu_linear.prepack_linears(draft)  # packs afresh after an unpack: nothing stale is served
     torch.testing.assert_close(cpu_linear._pack(draft.lm_head.weight).to_dense(),
                                draft.lm_head.packed_weight.to_dense())
+
+
+@needs_onednn
+def test_a_packing_failure_leaves_the_model_as_loaded_and_says_why(monkeypatch) -> None:
+    model = tiny_model(0, vocab_size=V)
+    real, calls = cpu_linear._pack, []
+
+    def failing_after_two(weight):
+        calls.append(1)
+        if len(calls) > 2:
+            raise RuntimeError("could not create a primitive descriptor\nmore detail")
+        return real(weight)
+
+    monkeypatch.setattr(cpu_linear, "_pack", failing_after_two)
+    why = cpu_linear.prepack_linears(model)
+    assert why == ("multi-token passes on CPU use PyTorch's default kernels: packing the weights failed "
+                   "(could not create a primitive descriptor)")
+    assert all(type(m) is nn.Linear for m in _linears(model)) and cpu_linear.prepacked_bytes(model) == 0
