@@ -1,13 +1,14 @@
 """What a verify pass of n tokens costs on CPU with PyTorch's default linears and with prepacked ones.
 
-    .venv/bin/python scripts/bench_cpu_linear.py [--threads 1,2] [--rounds 9]
+    .venv/bin/python scripts/bench_cpu_linear.py [--threads 1,2] [--rounds 9] [--weight-left]
 
 The demo target three ways, each its own copy of the same weights: as loaded (``F.linear``, MKL), prepacked as
 specscope loads it (``core/cpu_linear``: oneDNN for passes of 2+ tokens, the default kernel for one token) and
 prepacked for every pass including one-token steps. Passes of 1, 2, 3, 5 and 9 tokens on a 120-token cache,
 rounds interleaved with the order rotating, the first round dropped. Prints the median ms per pass length and
 each as a multiple of the one-token step as loaded, and whether every pass's arg-max agreed with the as-loaded
-pass. Report: docs/bench-cpu-linear.md.
+pass. Report: docs/bench-cpu-linear.md. ``--weight-left`` adds the arm of an earlier lead that did not hold, every
+linear computed as W·xᵀ instead of x·Wᵀ (docs/bench-demo-eagle.md).
 """
 
 from __future__ import annotations
@@ -38,7 +39,23 @@ class PackedForEveryPass(cpu_linear.PrepackedLinear):
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def _arms() -> dict[str, torch.nn.Module]:
+class WeightTimesInput(torch.nn.Module):
+    """A Linear computed as W·xᵀ (the weight as the left operand)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.weight = linear.weight
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = (self.weight @ x.reshape(-1, shape[-1]).t()).t()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def _arms(weight_left: bool) -> dict[str, torch.nn.Module]:
     from transformers import AutoModelForCausalLM
 
     from specscope.core.demo import ensure_demo_target
@@ -51,8 +68,15 @@ def _arms() -> dict[str, torch.nn.Module]:
     for module in every.modules():
         if type(module) is cpu_linear.PrepackedLinear:
             module.__class__ = PackedForEveryPass
-    return {"as loaded (MKL)": loaded, "prepacked, 2+ tokens (shipped)": shipped,
-            "prepacked, every pass": every}
+    arms = {"as loaded (MKL)": loaded, "prepacked, 2+ tokens (shipped)": shipped, "prepacked, every pass": every}
+    if weight_left:
+        swapped = copy.deepcopy(loaded)
+        for module in list(swapped.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(module, name, WeightTimesInput(child))
+        arms["W·xᵀ"] = swapped
+    return arms
 
 
 def _measure(models: dict[str, torch.nn.Module], rounds: int) -> tuple[dict[str, dict[int, list[float]]], int]:
@@ -86,8 +110,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--weight-left", action="store_true", help="add the W·xᵀ arm")
     args = parser.parse_args()
-    models = _arms()
+    models = _arms(args.weight_left)
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         times, disagreements = _measure(models, args.rounds)
