@@ -6,7 +6,9 @@ name and renamed into place, and it carries a marker naming the GGUF it came fro
 a half-written or stale cache is rebuilt rather than trusted.
 
 The shipped draft (``resources/demo_draft``) holds only its own layers and final norm; its embeddings and
-LM head are the target's own modules (SmolLM2 ties them), shared without a copy.
+LM head are the target's own modules (SmolLM2 ties them), shared without a copy. Its weights ship
+xz-compressed (18.2 MB instead of 21.2, so the package's resources stay within 30 MB) and are unpacked
+once into the cache, under a name derived from the compressed file's digest.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import lzma
 import os
 import shutil
 import tempfile
@@ -38,6 +41,11 @@ MARKER_VERSION = 1  # bump when the conversion changes, so old caches are rebuil
 WEIGHTS = "model.safetensors"
 DRAFT_WEIGHTS = "draft_layers.safetensors"
 DRAFT_CONFIG = "config.json"
+DRAFT_WEIGHTS_XZ = DRAFT_WEIGHTS + ".xz"
+# fp16 weights alternate a near-random mantissa byte with a sign/exponent byte that takes few values; LZMA2
+# with one literal-position bit and one position bit models the two byte lanes apart (21.2 MB -> 18.2 MB,
+# where the default xz -9 gives 19.0). The result is a plain .xz file: any `xz -d` restores the safetensors.
+DRAFT_XZ_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "lc": 0, "lp": 1, "pb": 1}]
 
 # SmolLM2-Instruct's ChatML template, used only if a tokenizer arrives without one.
 SMOLLM2_CHAT_TEMPLATE = (
@@ -213,21 +221,68 @@ def demo_draft_dir() -> Path:
     return Path(str(resources.files("specscope.resources").joinpath("demo_draft")))
 
 
+def compress_draft_weights(weights: Path) -> Path:
+    """Write ``weights`` + ``.xz`` as the demo ships it (lossless; the training script calls this)."""
+    packed = weights.with_name(weights.name + ".xz")
+    packed.write_bytes(lzma.compress(weights.read_bytes(), format=lzma.FORMAT_XZ, filters=DRAFT_XZ_FILTERS))
+    return packed
+
+
+def _unpacked_in_cache(packed: Path) -> Path | None:
+    """The decompressed weights in the cache, unpacked now if they are not there yet; None when the cache
+    cannot be written (the caller then decompresses into memory). Written under a temporary name and
+    renamed, and named by the compressed file's digest, so a partial or stale file is never read."""
+    data = packed.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    cached = demo_cache_dir() / f"draft_layers-{digest}.safetensors"
+    if cached.is_file():
+        return cached
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".draft_layers.", dir=cached.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(lzma.decompress(data))
+            os.replace(tmp, cached)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError:
+        return None
+    return cached
+
+
+def load_draft_weights(draft_dir: Path) -> dict[str, torch.Tensor]:
+    """The draft's own tensors: from ``draft_layers.safetensors`` when present (a freshly trained draft),
+    else from the shipped ``.xz`` via the cache (or memory, when the cache is not writable)."""
+    from safetensors.torch import load, load_file
+
+    raw = draft_dir / DRAFT_WEIGHTS
+    if raw.is_file():
+        return load_file(str(raw))
+    packed = draft_dir / DRAFT_WEIGHTS_XZ
+    if not packed.is_file():
+        raise DemoUnavailable(f"the demo draft is missing from {draft_dir} (expected {DRAFT_WEIGHTS_XZ} or "
+                              f"{DRAFT_WEIGHTS}; run scripts/train_demo_draft.py)")
+    cached = _unpacked_in_cache(packed)
+    if cached is not None:
+        return load_file(str(cached))
+    return load(lzma.decompress(packed.read_bytes()))
+
+
 def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.device | None = None) -> Any:
     """The shipped draft as a ``LlamaForCausalLM`` whose embeddings and head are the target's modules.
 
     Built on the meta device (no throw-away random 49152-wide matrices), then given its own weights, the
     target's shared modules, and a freshly computed rotary table; nothing may be left on meta.
     """
-    from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     draft_dir = draft_dir or demo_draft_dir()
-    weights_path, config_path = draft_dir / DRAFT_WEIGHTS, draft_dir / DRAFT_CONFIG
-    if not weights_path.is_file() or not config_path.is_file():
-        raise DemoUnavailable(f"the demo draft is missing from {draft_dir} (expected {DRAFT_WEIGHTS} and "
-                              f"{DRAFT_CONFIG}; run scripts/train_demo_draft.py)")
+    if not (draft_dir / DRAFT_CONFIG).is_file():
+        raise DemoUnavailable(f"the demo draft is missing from {draft_dir} (expected {DRAFT_CONFIG}; "
+                              "run scripts/train_demo_draft.py)")
     config = LlamaConfig.from_pretrained(str(draft_dir))
     target_embed = target.get_input_embeddings()
     if config.hidden_size != target_embed.embedding_dim or config.vocab_size != target_embed.num_embeddings:
@@ -237,7 +292,7 @@ def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.d
     device = device if device is not None else param.device  # an offloaded target's weights sit on meta
     with torch.device("meta"):
         draft = LlamaForCausalLM(config)
-    own = {name: t.to(device=device, dtype=dtype) for name, t in load_file(str(weights_path)).items()}
+    own = {name: t.to(device=device, dtype=dtype) for name, t in load_draft_weights(draft_dir).items()}
     _, unexpected = draft.load_state_dict(own, strict=False, assign=True)
     if unexpected:
         raise DemoUnavailable(f"the demo draft has unexpected weights: {unexpected[:3]}")

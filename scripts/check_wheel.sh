@@ -69,7 +69,7 @@ def has(prefix, suffix=""):
     return any(n.startswith(prefix) and n.endswith(suffix) and n != prefix for n in names)
 problems = [f"missing {p}{'*' + s if s else ''}" for p, s in [
     ("specscope/core/", ".py"), ("specscope/app/", ".py"), ("specscope/launcher.py", ""),
-    ("specscope/resources/prompts/", ".json"), ("specscope/resources/demo_draft/", ".safetensors"),
+    ("specscope/resources/prompts/", ".json"), ("specscope/resources/demo_draft/", ".safetensors.xz"),
     ("specscope/resources/demo_draft/config.json", ""), ("specscope/resources/demo_eagle/", ".safetensors"),
     ("specscope/resources/demo_eagle/config.json", ""), ("specscope/resources/icons/", ".svg"),
     ("specscope/resources/icons/", ".png")] if not has(p, s) and p not in names]
@@ -123,7 +123,7 @@ for bare in ("core", "app", "resources"):
 res = files("specscope.resources")
 if not list(res.joinpath("prompts").glob("*.json")):
     problems.append("no prompts/*.json among the installed resources")
-for name in ("config.json", "draft_layers.safetensors"):
+for name in ("config.json", "draft_layers.safetensors.xz"):
     if not res.joinpath("demo_draft", name).is_file():
         problems.append(f"demo_draft/{name} is not installed")
 for name in ("config.json", "model.safetensors"):

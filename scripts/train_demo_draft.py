@@ -385,8 +385,13 @@ def save(draft: Any, args: argparse.Namespace, info: dict[str, Any]) -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(own_state(draft), str(out / "draft_layers.safetensors"),
+    from specscope.core.demo import compress_draft_weights
+
+    weights = out / "draft_layers.safetensors"
+    save_file(own_state(draft), str(weights),
               metadata={"format": "pt", "shares": "model.embed_tokens, lm_head with SmolLM2-135M-Instruct"})
+    compress_draft_weights(weights)  # shipped as .xz (lossless); the loader unpacks it into the cache once
+    weights.unlink()
     draft.config.save_pretrained(out)
     (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())

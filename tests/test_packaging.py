@@ -152,7 +152,7 @@ def test_wheel_contains_the_package_and_its_resources(built_wheel: Path) -> None
     prompts = {Path(n).name for n in under("specscope/resources/prompts/", ".json")}
     assert prompts == {p.name for p in (ROOT / "resources" / "prompts").glob("*.json")}
     demo = {Path(n).name for n in under("specscope/resources/demo_draft/")}
-    assert {"config.json", "draft_layers.safetensors"} <= demo
+    assert {"config.json", "draft_layers.safetensors.xz"} <= demo
     icons = {Path(n).name for n in under("specscope/resources/icons/")}
     assert {"specscope.svg", *(f"specscope-{s}.png" for s in ICON_SIZES)} <= icons
 
