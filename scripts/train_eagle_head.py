@@ -110,6 +110,31 @@ STRUCTURED_EXTRA = [
     "Write a package.json for a small Node.js project.",
 ]
 
+# Third round (more text against over-fitting): new topics and subjects, appended after the first two rounds.
+TOPICS_3 = [
+    "the Moon's phases", "sleep", "the Sahara desert", "the Eiffel Tower", "whales", "nuclear power",
+    "the piano", "cheese making", "migration of birds", "the Industrial Revolution", "batteries", "tides",
+    "the Vikings", "elephants", "3D printing", "the human brain", "rivers", "the first computers",
+    "photography", "spiders", "the Mars rovers", "friendship", "board games", "the postal service",
+    "trains", "sharks", "the Aztecs", "cloud computing", "fossils", "democracy", "the ocean floor",
+    "cotton", "skyscrapers", "the Milky Way", "wolves", "vaccination campaigns", "pottery", "deserts at night",
+    "the metric system", "bridges", "volunteering", "the Arctic", "chocolate", "clocks", "insulin",
+    "the Beatles", "recycled paper", "learning a language",
+]
+CODE_SUBJECTS_3 = [
+    "rotates a list by k positions", "counts the frequency of each character in a string",
+    "checks whether a year is a leap year", "converts a Roman numeral to an integer",
+    "finds the second largest number in a list", "splits a list into chunks of size n",
+    "computes the dot product of two vectors", "removes duplicates from a list while keeping order",
+    "checks whether brackets in a string are balanced", "returns the longest word in a sentence",
+    "converts a string to snake_case", "computes compound interest", "finds the intersection of two lists",
+    "computes the Levenshtein distance of two strings", "generates all permutations of a string",
+    "checks whether a number is a perfect square", "counts the digits of an integer",
+    "converts a hex string to an integer", "finds the mode of a list", "implements a stack class",
+    "reverses the words in a sentence", "sums the numbers in a nested list", "computes a moving average",
+    "validates a phone number with a regular expression",
+]
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -136,7 +161,12 @@ def prompt_set(seed: int) -> list[tuple[str, str]]:
     rest += [("structured", task.format(t=t)) for task in STRUCTURED_TASKS for t in TOPICS]
     rest = [p for p in rest if p not in used]
     random.Random(seed + 1).shuffle(rest)
-    return out + rest
+    # Third round, after the second for the same reason.
+    third = [("prose", task.format(t=t)) for task in PROSE_TASKS for t in TOPICS_3]
+    third += [("code", task.format(s=s)) for task in CODE_TASKS for s in CODE_SUBJECTS_3]
+    third += [("structured", task.format(t=t)) for task in STRUCTURED_TASKS for t in TOPICS_3]
+    random.Random(seed + 2).shuffle(third)
+    return out + rest + third
 
 
 def load_target(threads: int) -> tuple[Any, Any]:
@@ -222,13 +252,16 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[str], sample: bool,
         gen = model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=sample,
             temperature=0.8 if sample else None, top_p=0.95 if sample else None, top_k=None,
-            logits_processor=LogitsProcessorList([argmax]), return_dict_in_generate=True,
+            logits_processor=LogitsProcessorList([argmax]), return_dict_in_generate=True, output_logits=True,
             pad_token_id=pad, eos_token_id=sorted(eos),
         )
         feats = tap.fused()  # (B, width + steps - 1, 3H)
     finally:
         tap.close()
     labels = torch.stack(argmax.steps, dim=1)  # (B, steps): after positions width-1, width, ...
+    # The target's own distribution (raw logits, before any sampling warper), its SOFT_TOP most likely tokens.
+    soft_ids, soft_logp = zip(*(top_log_probs(step) for step in gen.logits), strict=True)
+    soft_i, soft_l = torch.stack(soft_ids, dim=1), torch.stack(soft_logp, dim=1)  # (B, steps, SOFT_TOP)
     new = gen.sequences[:, width:]
     out: list[dict[str, Any]] = []
     for i, prompt_ids in enumerate(enc):
@@ -238,8 +271,44 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[str], sample: bool,
         seq = prompt_ids + toks[:n]
         f = feats[i, pad_n : pad_n + len(seq) - 1].clone()
         lab = labels[i, :n].to(torch.int32).clone()  # for positions P-1 .. P+n-2
-        out.append({"ids": seq, "prompt_len": len(prompt_ids), "features": f, "labels": lab, "source": tag})
+        out.append({"ids": seq, "prompt_len": len(prompt_ids), "features": f, "labels": lab, "source": tag,
+                    "soft_ids": soft_i[i, :n].clone(), "soft_logp": soft_l[i, :n].clone()})
     return out
+
+
+SOFT_TOP = 16  # target tokens kept per position for the distillation loss
+
+
+def top_log_probs(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(..., SOFT_TOP) target ids (int32) and their log-probabilities (fp16) from raw logits."""
+    logp, ids = torch.log_softmax(logits.float(), dim=-1).topk(SOFT_TOP, dim=-1)
+    return ids.to(torch.int32), logp.to(torch.float16)
+
+
+@torch.inference_mode()
+def add_soft_labels(args: argparse.Namespace) -> None:
+    """Teacher-forced target passes give the answers made before soft labels were recorded their
+    distributions. The arg-max must match the recorded label; a mismatch is counted (fp near-ties)."""
+    data = torch.load(args.data)
+    todo = [e for e in data["examples"] if "soft_ids" not in e]
+    log(f"soft labels: {len(todo)} answers need a teacher-forced pass")
+    if not todo:
+        return
+    model, _ = load_target(args.threads)
+    t0 = time.time()
+    mismatch = total = 0
+    for n, e in enumerate(todo):
+        ids = torch.tensor([e["ids"]])
+        hidden = model.model(input_ids=ids).last_hidden_state[0]
+        p0 = e["prompt_len"] - 1
+        logits = model.lm_head(hidden[p0 : p0 + len(e["labels"])])
+        e["soft_ids"], e["soft_logp"] = top_log_probs(logits)
+        mismatch += int((e["soft_ids"][:, 0] != e["labels"]).sum())
+        total += len(e["labels"])
+        if n % 100 == 99:
+            log(f"  {n + 1}/{len(todo)} answers ({time.time() - t0:.0f}s), arg-max mismatches {mismatch}/{total}")
+    torch.save(data, args.data)
+    log(f"soft labels added in {time.time() - t0:.0f}s; arg-max mismatches {mismatch} of {total} positions")
 
 
 def make_data(args: argparse.Namespace) -> None:
@@ -256,21 +325,20 @@ def make_data(args: argparse.Namespace) -> None:
     prompts = [t for _, t in prompt_set(args.seed)]
     held_out, train_prompts = prompts[: args.heldout], prompts[args.heldout :]
     log(f"{len(prompts)} prompts ({len(held_out)} held out); feature layers {layers}")
-    plan: list[tuple[list[str], bool, str]] = []
-    for b in range(0, len(held_out), args.gen_batch):
-        plan.append((held_out[b : b + args.gen_batch], False, "heldout"))
-    for n, b in enumerate(range(0, len(train_prompts), args.gen_batch)):
-        sample = n % 4 == 3
-        plan.append((train_prompts[b : b + args.gen_batch], sample, "sampled" if sample else "greedy"))
     torch.manual_seed(args.seed)
     data: list[dict[str, Any]] = []
-    if args.resume and args.data.is_file():  # keep the answers already made; continue the plan after them
+    if args.resume and args.data.is_file():  # keep the answers already made; continue after them
+        # Answers are made in prompt order, so answer i belongs to prompt i.
         data = torch.load(args.data)["examples"]
-        done = len(data)
-        while plan and done >= len(plan[0][0]):
-            done -= len(plan[0][0])
-            plan.pop(0)
         log(f"resuming after {len(data)} answers")
+    done = len(data)
+    plan: list[tuple[list[str], bool, str]] = []
+    for b in range(min(done, len(held_out)), len(held_out), args.gen_batch):
+        plan.append((held_out[b : b + args.gen_batch], False, "heldout"))
+    rest = train_prompts[max(0, done - len(held_out)):]
+    for n, b in enumerate(range(0, len(rest), args.gen_batch)):
+        sample = n % 4 == 3
+        plan.append((rest[b : b + args.gen_batch], sample, "sampled" if sample else "greedy"))
     for batch_prompts, sample, tag in plan:
         if tag != "heldout" and time.time() - t0 > args.gen_minutes * 60:
             log("generation budget reached")
@@ -352,26 +420,42 @@ def make_batch(group: list[dict[str, Any]], t2d_index: torch.Tensor, steps: int)
     ids = torch.zeros(len(group), width, dtype=torch.long)
     feats = torch.zeros(len(group), t, group[0]["features"].shape[-1])
     target_next = torch.full((len(group), t), -1, dtype=torch.long)  # target's arg-max after position p
+    soft_ids = torch.full((len(group), t, SOFT_TOP), -1, dtype=torch.long)  # its top tokens there
+    soft_p = torch.zeros(len(group), t, SOFT_TOP)
     for i, e in enumerate(group):
         n = len(e["ids"])
         ids[i, :n] = torch.tensor(e["ids"])
         feats[i, : n - 1] = e["features"].float()
         p0 = e["prompt_len"] - 1
         target_next[i, p0 : p0 + len(e["labels"])] = e["labels"].long()
-    labels = []
+        if "soft_ids" in e:
+            soft_ids[i, p0 : p0 + len(e["labels"])] = e["soft_ids"].long()
+            soft_p[i, p0 : p0 + len(e["labels"])] = e["soft_logp"].float().exp()
+    # Soft labels per step, in the draft vocabulary: the target's top tokens that are in it, renormalised.
+    # A position without them (no soft labels recorded) falls back to its one-hot hard label.
+    draft_soft = t2d_index[soft_ids.clamp_min(0)]
+    soft_p = torch.where((soft_ids >= 0) & (draft_soft >= 0), soft_p, torch.zeros_like(soft_p))
+    labels, soft = [], []
+    vd = int(t2d_index.max()) + 1
     for j in range(1, steps + 1):  # step j at base p predicts the target's token after position p + j
         lab = torch.full((len(group), t), -100, dtype=torch.long)
         shifted = target_next[:, j:]
         mapped = torch.where(shifted >= 0, t2d_index[shifted.clamp_min(0)], torch.full_like(shifted, -100))
         lab[:, : t - j] = torch.where(mapped >= 0, mapped, torch.full_like(mapped, -100))
         labels.append(lab)
+        dense = torch.zeros(len(group), t, vd)
+        dense[:, : t - j].scatter_add_(-1, draft_soft[:, j:].clamp_min(0), soft_p[:, j:])
+        mass = dense.sum(-1, keepdim=True)
+        one_hot = F.one_hot(lab.clamp_min(0), vd).float()
+        soft.append(torch.where(mass > 0, dense / mass.clamp_min(1e-9), one_hot))
     # in-vocabulary misses count for the held-out rate: -2 marks "the target's token is outside the vocab"
     known = []
     for j in range(1, steps + 1):
         k = torch.zeros(len(group), t, dtype=torch.bool)
         k[:, : t - j] = target_next[:, j:] >= 0
         known.append(k)
-    return {"ids": ids, "feats": feats, "labels": torch.stack(labels), "known": torch.stack(known)}
+    return {"ids": ids, "feats": feats, "labels": torch.stack(labels), "known": torch.stack(known),
+            "soft": torch.stack(soft)}
 
 
 def unrolled_logits(head: Any, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
@@ -475,9 +559,11 @@ def train(args: argparse.Namespace) -> None:
             loss = torch.zeros(())
             for j, lg in enumerate(logits):
                 lab = batch["labels"][j]
-                if (lab >= 0).any():
-                    loss = loss + step_weights[j] * F.cross_entropy(lg.reshape(-1, lg.shape[-1]), lab.reshape(-1),
-                                                                     ignore_index=-100)
+                ok = lab >= 0
+                if ok.any():
+                    hard = F.cross_entropy(lg[ok], lab[ok])
+                    soft = -(batch["soft"][j][ok] * torch.log_softmax(lg[ok], dim=-1)).sum(-1).mean()
+                    loss = loss + step_weights[j] * ((1 - args.soft_weight) * hard + args.soft_weight * soft)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -536,7 +622,7 @@ def train(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("phase", choices=["data", "train", "all"])
+    ap.add_argument("phase", choices=["data", "labels", "train", "all"])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: spinning threads lose on a shared CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new", type=int, default=144)
@@ -554,9 +640,13 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA_PATH, help="generated data (features, labels) cache")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--minutes", type=float, default=25.0, help="wall budget for training")
+    ap.add_argument("--soft-weight", type=float, default=0.5,
+                    help="weight of the distillation loss on the target's top-16 distribution (0: arg-max only)")
     args = ap.parse_args()
     if args.phase in ("data", "all"):
         make_data(args)
+    if args.phase in ("labels", "all"):
+        add_soft_labels(args)
     if args.phase in ("train", "all"):
         train(args)
 
