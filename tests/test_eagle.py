@@ -420,3 +420,34 @@ def test_specscope_verify_probes_the_eagle_drafter(target, tmp_path) -> None:
                               drafter="eagle", target_dtype="float32"))
     check = sampling_check(pair, "p", [1, 2, 3, 4], ControlValues(temperature=0.8), 20_000, 20, 0)
     assert check.draws == 20_000 and check.pvalues["correct"] > 1e-3
+
+
+def test_training_soft_labels_are_the_targets_top_tokens_inside_the_draft_vocabulary() -> None:
+    """The distillation target at each labelled position is the target's recorded top tokens that the draft
+    vocabulary holds, renormalised; a position without recorded soft labels gets its one-hot hard label."""
+    script = _training_script()
+    vocab, draft_ids = 12, torch.tensor([1, 4, 5, 7])
+    t2d_index = torch.full((vocab,), -1, dtype=torch.long)
+    t2d_index[draft_ids] = torch.arange(len(draft_ids))
+    top = script.SOFT_TOP
+    soft_ids = torch.full((3, top), 11, dtype=torch.int32)  # 11 is outside the draft vocabulary
+    soft_ids[:, :3] = torch.tensor([[4, 9, 5], [7, 1, 9], [5, 4, 7]], dtype=torch.int32)
+    probs = torch.full((3, top), 1e-4)
+    probs[:, :3] = torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.25, 0.2], [0.9, 0.05, 0.04]])
+    with_soft = {"ids": [2, 3, 4, 7, 5], "prompt_len": 2, "features": torch.zeros(4, 6),
+                 "labels": torch.tensor([4, 7, 5], dtype=torch.int32), "soft_ids": soft_ids,
+                 "soft_logp": probs.log().to(torch.float16)}
+    hard_only = {"ids": [2, 3, 4, 7, 5], "prompt_len": 2, "features": torch.zeros(4, 6),
+                 "labels": torch.tensor([4, 7, 5], dtype=torch.int32)}
+    batch = script.make_batch([with_soft, hard_only], t2d_index, 1)
+    soft, labels = batch["soft"][0], batch["labels"][0]
+    # Step 1 at base p predicts the target's token after position p + 1: positions 0, 1, 2 carry answers.
+    first = soft[0, 0]
+    expected = torch.zeros(4)
+    expected[t2d_index[4]], expected[t2d_index[5]] = 0.6, 0.1  # 9 and 11 are not in the draft vocabulary
+    torch.testing.assert_close(first, expected / expected.sum(), rtol=2e-3, atol=2e-3)
+    for pos in range(3):
+        assert labels[0, pos] == t2d_index[with_soft["labels"][pos]]
+        assert torch.isclose(soft[0, pos].sum(), torch.tensor(1.0))
+        assert soft[0, pos].argmax() == labels[0, pos]
+        assert torch.equal(soft[1, pos], torch.nn.functional.one_hot(labels[1, pos], 4).float())
