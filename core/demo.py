@@ -249,6 +249,9 @@ def _unpacked_in_cache(packed: Path) -> Path | None:
                 os.unlink(tmp)
     except OSError:
         return None
+    for older in cached.parent.glob("draft_layers-*.safetensors"):  # from an earlier release: never read again
+        if older != cached:
+            older.unlink(missing_ok=True)
     return cached
 
 
