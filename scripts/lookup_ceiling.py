@@ -11,8 +11,8 @@ from the greedy output alone. This script therefore
 2. measures, on the demo target as specscope loads it, what a pass of n tokens costs (n = 1 … 17, rounds
    interleaved, on a cache of the prompts' typical length) and what each prompt's prefill costs;
 3. replays, on the recorded outputs and the measured costs, with no timing noise:
-   - transformers' prompt lookup (earliest match of up to a 2-gram, 10 tokens, cut at an end token: the rule
-     of ``PromptLookupCandidateGenerator``);
+   - transformers' prompt lookup (its own ``PromptLookupCandidateGenerator``: earliest match of up to a
+     2-gram, 10 tokens, cut at an end token);
    - specscope's adaptive lookup policy as shipped (``core/adaptive_lookup``, fed the replayed passes);
    - the ceiling: each iteration sends exactly the proposals that will be accepted, no more (a policy that
      knows the future), with specscope's lookup and with transformers' matching, up to 10 and up to 16.
@@ -46,19 +46,16 @@ Source = Callable[[list[int]], tuple[list[int], int]]
 
 
 def transformers_lookup(eos: frozenset[int], ngram: int = 2, num: int = 10) -> Source:
-    """transformers' ``PromptLookupCandidateGenerator.get_candidates``, on a list: the earliest window equal
-    to the last n tokens (n from ``ngram`` down to 1) that has a follower; up to ``num`` followers, cut before
-    the first end token."""
+    """transformers' own ``PromptLookupCandidateGenerator`` (earliest match of up to an ``ngram``, ``num``
+    tokens, cut before an end token), called on the replayed context."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    generator = PromptLookupCandidateGenerator(eos_token_id=torch.tensor(sorted(eos)), num_output_tokens=num,
+                                               max_matching_ngram_size=ngram, max_length=1 << 30)
+
     def propose(ctx: list[int]) -> tuple[list[int], int]:
-        size = len(ctx)
-        for n in range(min(ngram, size - 1), 0, -1):
-            suffix = ctx[-n:]
-            for i in range(size - n + 1):
-                if ctx[i : i + n] == suffix and i + n < size:
-                    out = ctx[i + n : min(i + n + num, size)]
-                    cut = next((j for j, t in enumerate(out) if t in eos), len(out))
-                    return out[:cut], n
-        return [], 0
+        candidates, _ = generator.get_candidates(torch.tensor([ctx]))
+        return candidates[0, len(ctx):].tolist(), ngram  # the match size is not reported; nothing reads it
     return propose
 
 
@@ -192,12 +189,22 @@ def report(model: torch.nn.Module, eos: frozenset[int], recorded: list[tuple[Any
         for i, (p, _, _) in enumerate(r for r in recorded if r[0].kind == "structured")))
 
 
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected thread counts of 1 or more separated by commas, got {text!r}")
+    return counts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", default="resources/bench/lookup-structured.json,structured,prose,code")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", type=_thread_counts, default=[1, 2], help="torch thread counts, e.g. 1,2")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
 
@@ -224,7 +231,7 @@ def main() -> int:
     print(f"- Prompts: {args.prompts} ({len(recorded)} distinct), up to {args.max_new_tokens} new tokens, greedy")
     print(f"- Machine: torch {torch.__version__}, demo target as specscope loads it (prepacked multi-token passes)")
 
-    for threads in (int(t) for t in args.threads.split(",")):
+    for threads in args.threads:
         torch.set_num_threads(threads)
         report(model, eos, recorded, threads, args.max_new_tokens, args.rounds)
     return 0

@@ -219,49 +219,37 @@ class _FeatureTap:
             h.remove()
 
 
-class _ArgmaxRecorder:
-    """A logits processor that records the arg-max of each step's scores and changes nothing (the arg-max
-    survives temperature and top-p, so it is the target's greedy token even when sampling)."""
-
-    def __init__(self) -> None:
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self.steps.append(scores.argmax(-1))
-        return scores
-
-
 @torch.inference_mode()
 def generate_batch(model: Any, tokenizer: Any, prompts: list[str], sample: bool, max_new: int,
                    layers: list[int], eos: frozenset[int], tag: str) -> list[dict[str, Any]]:
-    """The target's answers with its fused features (T-1, 3H) fp16 and its arg-max labels, no second pass.
+    """The target's answers with its fused features (T-1, 3H) fp16, its arg-max labels and its top tokens,
+    no second pass.
 
     ``features[p]`` is the target's hidden input to each of ``layers`` at position p (HF's
     hidden_states[i], what vLLM captures as an EAGLE-3 auxiliary hidden state); ``labels`` are the target's
-    arg-max after each position from the last prompt token on.
+    arg-max after each position from the last prompt token on, taken from the raw logits (before any sampling
+    warper, so it is the target's greedy token also in sampled batches).
     """
-    from transformers import LogitsProcessorList
-
     pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 2)
     enc = [chat_ids(tokenizer, p) for p in prompts]
     width = max(len(e) for e in enc)
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
-    tap, argmax = _FeatureTap(model, layers), _ArgmaxRecorder()
+    tap = _FeatureTap(model, layers)
     try:
         gen = model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=sample,
             temperature=0.8 if sample else None, top_p=0.95 if sample else None, top_k=None,
-            logits_processor=LogitsProcessorList([argmax]), return_dict_in_generate=True, output_logits=True,
+            return_dict_in_generate=True, output_logits=True,
             pad_token_id=pad, eos_token_id=sorted(eos),
         )
         feats = tap.fused()  # (B, width + steps - 1, 3H)
     finally:
         tap.close()
-    labels = torch.stack(argmax.steps, dim=1)  # (B, steps): after positions width-1, width, ...
-    # The target's own distribution (raw logits, before any sampling warper), its SOFT_TOP most likely tokens.
+    # The target's own distribution (raw logits), its SOFT_TOP most likely tokens; the first is the label.
     soft_ids, soft_logp = zip(*(top_log_probs(step) for step in gen.logits), strict=True)
     soft_i, soft_l = torch.stack(soft_ids, dim=1), torch.stack(soft_logp, dim=1)  # (B, steps, SOFT_TOP)
+    labels = soft_i[..., 0]  # (B, steps): after positions width-1, width, ...
     new = gen.sequences[:, width:]
     out: list[dict[str, Any]] = []
     for i, prompt_ids in enumerate(enc):
