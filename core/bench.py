@@ -19,6 +19,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from .adaptive_lookup import LookupLengthPolicy
 from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
-from .measurement import Measurement, RatioInterval, paired_ratio, run_summary
+from .measurement import Estimate, Measurement, RatioInterval, paired_ratio, run_summary
 from .pair import ModelPair
 from .prompts import Prompt
 from .records import ControlValues, IterationRecord
@@ -39,6 +40,7 @@ from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
 from .trace import atomic_text_files, spreadsheet_safe
 
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
+DEFAULT_GOALS = (1.25, 1.5)  # speed-ups the report says the needed α for, beside break-even
 HF_KINDS = ("hf-assisted", "hf-lookup")
 
 
@@ -99,12 +101,16 @@ class RunRow:
     mean_k: float | None = None
     decode_ms: float | None = None  # the loop's own time, without prefill (specscope runs)
     ratio_to_plain: float | None = None  # tokens/s over the adjacent plain run's
-    predicted_speedup: float | None = None  # the measurement's cost model at this k, decode only
+    predicted_speedup: float | None = None  # the measurement's cost model at cost_k, decode only
     measured_decode_speedup: float | None = None  # the same quantity measured against the adjacent plain run
     matches_plain: bool | None = None
     records: list[IterationRecord] = field(repr=False, default_factory=list)
     threads: int = 0  # torch CPU threads the run had
     ratio_to_hf_lookup: float | None = None  # tokens/s over the adjacent transformers prompt-lookup run's
+    # The measurement's view of this run against the adjacent plain run, at ``cost_k`` (the run's typical k):
+    # the costs the prediction used and the α it would need (speculative specscope runs only).
+    estimate: Estimate | None = field(repr=False, default=None)
+    cost_k: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -113,6 +119,32 @@ class RunRow:
     @property
     def tokens_per_pass(self) -> float | None:
         return self.tokens / self.target_passes if self.target_passes else None
+
+    @property
+    def plain_step_ms(self) -> float | None:
+        return self.estimate.costs.plain_step_ms if self.estimate is not None else None
+
+    @property
+    def draft_ms(self) -> float | None:
+        """Drafting per iteration at ``cost_k``."""
+        costs = self.estimate.iteration_costs(self.cost_k) if self.estimate is not None and self.cost_k else None
+        return costs[0] if costs else None
+
+    @property
+    def verify_ms(self) -> float | None:
+        """One verify pass of ``cost_k`` + 1 tokens."""
+        costs = self.estimate.iteration_costs(self.cost_k) if self.estimate is not None and self.cost_k else None
+        return costs[1] if costs else None
+
+    def alpha_needed(self, speedup: float) -> float | None:
+        """The α at which this run's k and measured costs give ``speedup`` × plain (None: unreachable)."""
+        if self.estimate is None or not self.cost_k:
+            return None
+        return self.estimate.alpha_for_speedup(self.cost_k, speedup)
+
+    @property
+    def break_even_alpha(self) -> float | None:
+        return self.alpha_needed(1.0)
 
 
 @dataclass
@@ -306,12 +338,18 @@ def compare_with_plain(rows: list[RunRow]) -> None:
         plain_ms_per_token = p.decode_ms / p.tokens
         r.measured_decode_speedup = r.tokens * plain_ms_per_token / r.decode_ms
         if r.records and p.records:
-            r.predicted_speedup = predicted_against(p.records, r.records)
+            found = estimate_against(p.records, r.records)
+            if found is not None:
+                r.estimate, r.cost_k = found
+                r.predicted_speedup = r.estimate.speedup_at(r.cost_k)
 
 
-def predicted_against(plain: Sequence[IterationRecord], speculative: Sequence[IterationRecord]) -> float | None:
-    """The measurement's predicted speed-up for a speculative run, its plain step taken from the adjacent plain
-    run (each plain step is a verify pass of length 1 in the one cost fit); at the run's mean k."""
+def estimate_against(plain: Sequence[IterationRecord],
+                     speculative: Sequence[IterationRecord]) -> tuple[Estimate, int] | None:
+    """The measurement's estimate after a speculative run, its plain step taken from the adjacent plain run
+    (each plain step is a verify pass of length 1 in the one cost fit), and the run's typical k: the number of
+    proposals most of its iterations drafted (the larger on a tie). Not the mean: the last iterations draft
+    fewer when the token budget runs out, which would round a fixed k = 6 down to 5."""
     m = Measurement()
     for r in plain:
         m.observe(r)
@@ -320,9 +358,8 @@ def predicted_against(plain: Sequence[IterationRecord], speculative: Sequence[It
         est = m.enrich(r)
     if est is None:
         return None
-    spec = [r for r in speculative if r.mode == "speculative"]
-    k = round(sum(r.n_drafted for r in spec) / len(spec)) if spec else 0
-    return est.speedup_at(k)
+    counts = Counter(r.n_drafted for r in speculative if r.mode == "speculative" and r.n_drafted)
+    return est, max(counts, key=lambda k: (counts[k], k)) if counts else 0
 
 
 def find_mismatches(rows: Sequence[RunRow], pair: ModelPair | None = None,
@@ -406,7 +443,8 @@ def summarize_methods(rows: Sequence[RunRow], kind: str | None = None) -> list[M
 
 CSV_FIELDS = ("threads", "round", "prompt_id", "prompt_kind", "method", "tokens", "seconds", "tokens_per_s",
               "ratio_to_plain", "target_passes", "tokens_per_pass", "alpha", "acceptance_rate", "mean_k",
-              "predicted_speedup", "measured_decode_speedup", "matches_plain", "ratio_to_hf_lookup")
+              "predicted_speedup", "measured_decode_speedup", "matches_plain", "ratio_to_hf_lookup",
+              "plain_step_ms", "draft_ms", "verify_ms", "break_even_alpha")
 
 
 def write_csv(rows: Sequence[RunRow], path: Path) -> None:
@@ -446,7 +484,8 @@ def _ratio_cell(s: MethodSummary | None) -> str:
 
 
 def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
-                    command: str, rounds: int, max_new_tokens: int) -> str:
+                    command: str, rounds: int, max_new_tokens: int,
+                    goals: Sequence[float] = DEFAULT_GOALS) -> str:
     """The whole report; with runs at more than one thread count, one section per thread count."""
     kinds = list(dict.fromkeys(r.prompt_kind for r in rows))
     n_prompts = len({r.prompt_id for r in rows})
@@ -466,16 +505,18 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
         "- × plain: the paired ratio over (prompt, round) pairs, Hodges-Lehmann centre with its 95% distribution-free "
         "interval (specscope.core.measurement.paired_ratio).",
         "- α = accepted / judged proposals (the cost model's α); predicted = the measurement's cost model at the "
-        "run's mean k, its plain step from the adjacent plain run, decode only; measured = the same ratio "
-        "measured, paired like × plain.",
+        "k most of the run's iterations drafted, its plain step from the adjacent plain run, decode only; "
+        "measured = the same ratio measured, paired like × plain.",
     ]
     if len(thread_counts) == 1:
         lines += _method_sections(rows, mismatches, kinds, "##")
+        lines += _cost_section(rows, kinds, "##", goals)
     else:
         for t in thread_counts:
             lines += ["", f"## {t} thread{'s' if t != 1 else ''}"]
             lines += _method_sections([r for r in rows if r.threads == t],
                                       [m for m in mismatches if m.threads == t], kinds, "###")
+            lines += _cost_section([r for r in rows if r.threads == t], kinds, "###", goals)
     return "\n".join(lines) + "\n"
 
 
@@ -521,7 +562,49 @@ def _method_sections(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], kin
     return lines
 
 
+def _cost_section(rows: Sequence[RunRow], kinds: Sequence[str], heading: str, goals: Sequence[float]) -> list[str]:
+    """Per speculative method: the measured costs the prediction used and the α its k would need to break
+    even and to reach each goal, beside the α measured per prompt kind (medians over runs)."""
+    measured = [r for r in rows if r.estimate is not None and r.cost_k]
+    if not measured:
+        return []
+    speedups = [1.0, *(g for g in goals if g != 1.0)]
+    lines = [
+        "", f"{heading} Costs, and the α each k would need", "",
+        "Medians over the runs; the plain step comes from the adjacent plain run, draft and verify times are at "
+        "the k most of the run's iterations drafted (verify: one pass of k + 1 tokens). α needed = the cost "
+        "model's α at which those costs give that speed-up (— : no α reaches it).", "",
+        "| method | plain step ms | draft ms / iteration | verify ms | "
+        + " | ".join(f"α {k}" for k in kinds) + " | "
+        + " | ".join(f"α for ×{g:.2f}" for g in speedups) + " |",
+        "|---|---|---|---|" + "---|" * (len(kinds) + len(speedups)),
+    ]
+    for name in dict.fromkeys(r.method for r in measured):
+        rs = [r for r in measured if r.method == name]
+        alphas = [_f(_median([r.alpha for r in rs if r.prompt_kind == k])) for k in kinds]
+        needed = []
+        for g in speedups:
+            values = [r.alpha_needed(g) for r in rs]
+            # an unreachable goal in most runs reads as unreachable, not as the median of the rest
+            reachable = [v for v in values if v is not None]
+            needed.append(_f(_median(reachable)) if len(reachable) * 2 > len(values) else "—")
+        lines.append(f"| {name} | {_f(_median([r.plain_step_ms for r in rs]), 1)} "
+                     f"| {_f(_median([r.draft_ms for r in rs]), 1)} | {_f(_median([r.verify_ms for r in rs]), 1)} "
+                     f"| " + " | ".join(alphas) + " | " + " | ".join(needed) + " |")
+    return lines
+
+
 # ---- command line ---------------------------------------------------------------------------------
+def _goal_list(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated speed-ups such as 1.15,1.3, got {text!r}") from None
+    if not values or any(not 0.0 < v <= 100.0 for v in values):
+        raise argparse.ArgumentTypeError(f"each speed-up goal must be above 0 and at most 100, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
 def _int_list(text: str) -> list[int]:
     if text.strip() == "none":
         return []
@@ -578,6 +661,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "comma-separated, e.g. earliest:2:1,recent:4:2")
     parser.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
                         help="on CPU, PyTorch's default kernels for multi-token passes (see specscope run --help)")
+    parser.add_argument("--goals", type=_goal_list, default=list(DEFAULT_GOALS),
+                        help="speed-ups (× plain) for which the report gives the α each k would need, e.g. "
+                             "1.15,1.3 (break-even is always given)")
     parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
 
 
@@ -622,6 +708,7 @@ def command_line(args: argparse.Namespace) -> str:
                                                 for v in args.lookup_variants)]
     parts += ["--threads", ",".join(str(t) for t in args.threads)] if any(args.threads) else []
     parts += [] if getattr(args, "prepack_cpu", True) else ["--no-prepack"]
+    parts += ["--goals", ",".join(f"{g:g}" for g in args.goals)]
     parts += ["--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -688,7 +775,7 @@ def main(args: argparse.Namespace) -> int:
     mismatches = find_mismatches(rows, pair, prompts)
     command = command_line(args)
     report = markdown_report(rows, mismatches, _pair_line(pair), command, args.rounds,
-                             args.max_new_tokens)
+                             args.max_new_tokens, args.goals)
     emit(report)  # first: whatever happens to the files, the results are on stdout
     try:
         write_report_files(report, rows, md, csv_path)

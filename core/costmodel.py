@@ -77,18 +77,21 @@ def predicted_speedup(
     return target_ms * expected_tokens_per_iteration(alpha, k) / cost
 
 
-def break_even_alpha(
-    k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
+def alpha_for_speedup(
+    k: int, speedup: float, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
 ) -> float | None:
-    """The alpha at which speculation at this k is as fast as plain decoding.
+    """The alpha at which speculation at this k runs ``speedup`` times as fast as plain decoding.
 
-    0.0 when it pays even with nothing accepted (verification cheaper than a plain step); None when it
-    cannot pay even with everything accepted (the iteration costs more than k+1 plain steps).
+    It answers "what acceptance would this draft need" from measured costs: the iteration must emit
+    ``speedup * iteration_cost / target_ms`` tokens on average. 0.0 when it reaches the goal even with nothing
+    accepted; None when it cannot even with everything accepted (the goal needs more than k+1 tokens).
     """
     _check_costs(target_ms=target_ms)
     if target_ms <= 0.0:
         raise ValueError("target_ms must be > 0")
-    need = iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms) / target_ms  # tokens per iteration needed
+    if not speedup > 0.0 or math.isinf(speedup):
+        raise ValueError(f"speedup must be a finite number > 0, got {speedup}")
+    need = speedup * iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms) / target_ms  # tokens/iteration
     if need <= 1.0:
         return 0.0
     if need > k + 1:
@@ -101,6 +104,17 @@ def break_even_alpha(
         else:
             hi = mid
     return 0.5 * (lo + hi)
+
+
+def break_even_alpha(
+    k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
+) -> float | None:
+    """The alpha at which speculation at this k is as fast as plain decoding.
+
+    0.0 when it pays even with nothing accepted (verification cheaper than a plain step); None when it
+    cannot pay even with everything accepted (the iteration costs more than k+1 plain steps).
+    """
+    return alpha_for_speedup(k, 1.0, target_ms, draft_ms, verify_ms, rollback_ms)
 
 
 def verify_cost_function(verify_ms_by_len: VerifyCost) -> Callable[[int], float]:

@@ -381,20 +381,32 @@ class Estimate:
                 return p.speedup
         return None
 
-    def break_even_alpha(self, k: int) -> float | None:
-        """The α at which speculation at this k breaks even (None: no data, or it cannot pay at any α)."""
+    def iteration_costs(self, k: int) -> tuple[float, float] | None:
+        """(draft ms per iteration, verify ms of a k+1 pass) at this k from the measured costs; None: no data."""
         c = self.costs
-        if c.plain_step_ms is None or c.verify_ms_by_len is None:
+        if c.plain_step_ms is None or not c.verify_ms_by_len:
             return None
         verify = _interp(c.verify_ms_by_len, k + 1)
-        if verify is None or not c.plain_step_ms:
+        if verify is None:
             return None
-        draft = (c.draft_step_ms or 0.0) * k + (c.draft_iteration_ms or 0.0)
+        return (c.draft_step_ms or 0.0) * k + (c.draft_iteration_ms or 0.0), verify
+
+    def alpha_for_speedup(self, k: int, speedup: float) -> float | None:
+        """The α this k would need to run ``speedup`` times as fast as plain, at the measured costs (None: no
+        data, or no α reaches it)."""
+        costs = self.iteration_costs(k) if k else None
+        plain = self.costs.plain_step_ms
+        if costs is None or not plain:
+            return None
+        draft, verify = costs
         try:
-            return costmodel.break_even_alpha(k, c.plain_step_ms, draft / k if k else 0.0, verify,
-                                              c.fixed_ms or 0.0)
+            return costmodel.alpha_for_speedup(k, speedup, plain, draft / k, verify, self.costs.fixed_ms or 0.0)
         except ValueError:
             return None
+
+    def break_even_alpha(self, k: int) -> float | None:
+        """The α at which speculation at this k breaks even (None: no data, or it cannot pay at any α)."""
+        return self.alpha_for_speedup(k, 1.0)
 
     def verdict(self) -> str | None:
         """One sentence when speculation measurably loses (the whole interval below 1), else None."""

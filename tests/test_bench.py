@@ -8,7 +8,7 @@ import csv
 import pytest
 import torch
 
-from specscope.core import bench
+from specscope.core import bench, costmodel
 from specscope.core.drafters.model import ModelDrafter
 from specscope.core.kinds import DEMO_DRAFTER
 from specscope.core.pair import LoadedModel, ModelPair
@@ -113,6 +113,27 @@ def test_reports(rows: list[bench.RunRow], tmp_path):
     assert len(table) == len(rows) and set(bench.CSV_FIELDS) == set(table[0])
 
 
+def test_costs_and_needed_alpha_come_from_the_runs_estimate(rows: list[bench.RunRow]):
+    k3 = [r for r in rows if r.method == "k=3"]
+    assert k3 and all(r.cost_k == 3 and r.estimate is not None for r in k3)
+    for r in k3:
+        assert r.plain_step_ms and r.verify_ms and r.draft_ms and r.verify_ms > 0 and r.draft_ms > 0
+        for goal in (1.0, 1.3):
+            a = r.alpha_needed(goal)
+            if a is None or a == 0.0:
+                continue
+            fixed = r.estimate.costs.fixed_ms or 0.0
+            # the needed alpha, put back into the one cost model with the row's own costs, gives the goal
+            assert costmodel.predicted_speedup(a, 3, r.plain_step_ms, r.draft_ms / 3, r.verify_ms,
+                                               fixed) == pytest.approx(goal, rel=1e-6)
+        assert r.break_even_alpha == r.alpha_needed(1.0)
+    assert all(r.estimate is None and r.verify_ms is None for r in rows if r.method == "plain")
+    text = bench.markdown_report(rows, [], "tiny random pair", "cmd", 2, 12, goals=[1.3])
+    section = text[text.index("Costs, and the α each k would need"):]
+    assert "| α prose | α code | α for ×1.00 | α for ×1.30 |" in section
+    assert "| k=3 |" in section and "| plain |" not in section
+
+
 def test_command_line_rejects_bad_values():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
@@ -124,3 +145,8 @@ def test_command_line_rejects_bad_values():
     assert args.k == [1, 2]
     assert bench.command_line(args).startswith(f"specscope bench --target demo --drafter {DEMO_DRAFTER}")
     assert "--k 1,2 --rounds 2" in bench.command_line(args)
+    assert "--goals 1.25,1.5" in bench.command_line(args)
+    for bad in ("0", "x", "1.2,-1", ""):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--goals", bad])
+    assert parser.parse_args(["--goals", "1.15,1.3"]).goals == [1.15, 1.3]

@@ -55,6 +55,27 @@ def test_break_even_alpha():
     assert cm.break_even_alpha(2, 10.0, 11.0, 10.0) is None
 
 
+@pytest.mark.parametrize("speedup", [0.8, 1.0, 1.3, 1.9])
+def test_alpha_for_speedup_reaches_the_goal(speedup):
+    a = cm.alpha_for_speedup(3, speedup, 10.0, 0.6, 14.0, rollback_ms=0.2)
+    assert a is not None and 0.0 < a < 1.0
+    assert cm.predicted_speedup(a, 3, 10.0, 0.6, 14.0, 0.2) == pytest.approx(speedup, abs=1e-9)
+
+
+def test_alpha_for_speedup_edges():
+    # k=1, draft 1 ms, verify 12 ms: 1.3x needs 1 + a = 1.3 * 13 / 10 = 1.69
+    assert cm.alpha_for_speedup(1, 1.3, 10.0, 1.0, 12.0) == pytest.approx(0.69, abs=1e-9)
+    # a higher goal needs a higher alpha
+    assert cm.alpha_for_speedup(2, 1.5, 10.0, 1.0, 12.0) > cm.alpha_for_speedup(2, 1.2, 10.0, 1.0, 12.0)
+    # k=1 can never emit more than 2 tokens per iteration: 2.0x over a 13 ms iteration is out of reach
+    assert cm.alpha_for_speedup(1, 2.0, 10.0, 1.0, 12.0) is None
+    # break-even is the goal 1.0
+    assert cm.break_even_alpha(2, 10.0, 1.0, 12.0) == cm.alpha_for_speedup(2, 1.0, 10.0, 1.0, 12.0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            cm.alpha_for_speedup(2, bad, 10.0, 1.0, 12.0)
+
+
 def test_verify_cost_interpolates_and_extrapolates_linearly():
     v = cm.verify_cost_function({1: 10.0, 9: 18.0})
     assert v(5) == pytest.approx(14.0)
