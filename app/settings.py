@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings
 
 from specscope.core.controls import InvalidControl, validate
+from specscope.core.kinds import adaptive_k_default, default_k
 from specscope.core.records import ControlValues
 
 from .pair_choice import PairChoice
@@ -49,16 +50,18 @@ class AppSettings:
     def set_pair_choice(self, c: PairChoice) -> None:
         self._set_json("pair", c.to_dict())
 
-    def controls(self) -> ControlValues:
+    def controls(self, drafter: str) -> ControlValues:
+        """The saved controls; the drafter's defaults (kinds.py) where none were saved or they are unreadable."""
+        first = ControlValues(k=default_k(drafter), adaptive_k=adaptive_k_default(drafter))
         d = self._json("controls")
         if not isinstance(d, dict):
-            return ControlValues()
+            return first
         try:
-            return validate(ControlValues(k=int(d.get("k", 4)), temperature=float(d.get("temperature", 0.0)),
+            return validate(ControlValues(k=int(d.get("k", first.k)), temperature=float(d.get("temperature", 0.0)),
                                           top_k=int(d.get("top_k", 0)), top_p=float(d.get("top_p", 1.0)),
-                                          adaptive_k=bool(d.get("adaptive_k", False))))
+                                          adaptive_k=bool(d.get("adaptive_k", first.adaptive_k))))
         except (InvalidControl, TypeError, ValueError):
-            return ControlValues()
+            return first
 
     def set_controls(self, v: ControlValues) -> None:
         self._set_json("controls", {"k": v.k, "temperature": v.temperature, "top_k": v.top_k,

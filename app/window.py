@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.core.kinds import adaptive_k_default
+from specscope.core.controls import switched_drafter_controls
 from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
@@ -272,7 +272,7 @@ class MainWindow(QMainWindow):
 
     def _restore_settings(self) -> None:
         s = self.settings
-        self.panel.set_values(s.controls())
+        self.panel.set_values(s.controls(self.pair_choice.drafter))
         prompt = s.prompt()
         if prompt:
             self.panel.set_prompt_text(prompt)
@@ -452,9 +452,9 @@ class MainWindow(QMainWindow):
             if problem:
                 self.show_error(problem)
                 return
-            if what.drafter != self.pair_choice.drafter and adaptive_k_default(what.drafter):
-                # prompt lookup's adaptive k proposes only what pays: on by default when switching to it
-                self.panel.set_values(replace(self.panel.values(), adaptive_k=True))
+            if what.drafter != self.pair_choice.drafter:
+                self.panel.set_values(switched_drafter_controls(self.panel.values(), self.pair_choice.drafter,
+                                                                what.drafter))
             label = what.describe()
         else:
             label = "custom pair"

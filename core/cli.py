@@ -52,7 +52,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="prompt text (the chat template is applied for instruct models)")
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a text file")
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
-    g.add_argument("--k", type=_positive_int, default=4, help="proposals per iteration (1-16)")
+    g.add_argument("--k", type=_positive_int, default=None,
+                   help="proposals per iteration (1-16; default: 3 for --drafter eagle, 4 otherwise)")
     g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
                    help="choose k each iteration from the cost model (default: on for --drafter lookup, "
                         "off otherwise)")
@@ -219,11 +220,19 @@ def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -
               "tokens; the run stops there (finish_reason context_window)", file=sys.stderr)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    if args.adaptive_k is None:
-        from .kinds import adaptive_k_default
+def resolve_drafter_defaults(args: argparse.Namespace) -> None:
+    """k and adaptive k the user left unset take the drafter's defaults (kinds.py)."""
+    from .kinds import adaptive_k_default, default_drafter, default_k
 
-        args.adaptive_k = adaptive_k_default(args.drafter)
+    drafter = args.drafter or default_drafter("demo" if args.demo else args.target or "")
+    if args.adaptive_k is None:
+        args.adaptive_k = adaptive_k_default(drafter)
+    if args.k is None:
+        args.k = default_k(drafter)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    resolve_drafter_defaults(args)
     controls = _controls(args)
     drill = _drill(args)
     text = _prompt_text(args)

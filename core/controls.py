@@ -6,6 +6,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from .kinds import adaptive_k_default, default_k
 from .records import ControlValues
 
 K_MIN, K_MAX = 1, 16
@@ -25,6 +26,16 @@ def validate(values: ControlValues) -> ControlValues:
     if not 0.0 < values.top_p <= 1.0:
         raise InvalidControl(f"top-p must be in (0, 1] (1 = off), got {values.top_p}")
     return values
+
+
+def switched_drafter_controls(values: ControlValues, old: str, new: str) -> ControlValues:
+    """The controls after the user switches from drafter ``old`` to ``new``.
+
+    A k still at the old drafter's default moves to the new one's; a k the user chose stays. Adaptive k turns
+    on for a drafter that has it by default (prompt lookup's proposes only what pays) and is otherwise left.
+    """
+    k = default_k(new) if values.k == default_k(old) else values.k
+    return replace(values, k=k, adaptive_k=values.adaptive_k or adaptive_k_default(new))
 
 
 class Controls:

@@ -38,3 +38,14 @@ ADAPTIVE_BY_DEFAULT: frozenset[str] = frozenset({"lookup"})
 
 def adaptive_k_default(drafter: str) -> bool:
     return drafter in ADAPTIVE_BY_DEFAULT
+
+
+# The k a run starts at when the user has not chosen one. An EAGLE-3 head's acceptance falls off after
+# its first proposals (the demo's head is trained two steps deep), so it starts lower than a draft model;
+# the serving engines' EAGLE-3 examples draft 3. The app's "which k" plot then says where the optimum is.
+DEFAULT_K = 4
+DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3}
+
+
+def default_k(drafter: str) -> int:
+    return DEFAULT_K_BY_DRAFTER.get(drafter, DEFAULT_K)

@@ -17,6 +17,8 @@ pytest.importorskip("pytestqt")
 
 from specscope.app.pair_choice import PairChoice
 from specscope.app.run_data import RunData, describe_change
+from specscope.core.controls import switched_drafter_controls
+from specscope.core.kinds import DEFAULT_K, DEMO_DRAFTER, default_k
 from specscope.core.measurement import replay
 from specscope.core.records import ControlValues, IterationRecord
 
@@ -166,6 +168,25 @@ def test_settings_persist_between_launches(qtbot, tmp_path):
     assert w2.panel.values().k == 9 and w2.panel.values().temperature == pytest.approx(0.8)
     assert w2.panel.prompt_text() == "remember me" and w2.panel.max_new.value() == 77
     assert w2.pair_choice.drafter == "lookup"
+
+
+@needs_qt
+def test_first_launch_starts_at_the_demo_drafters_k(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    assert w.pair_choice.drafter == DEMO_DRAFTER
+    assert w.panel.values().k == default_k(DEMO_DRAFTER) != DEFAULT_K
+
+
+def test_switching_drafters_moves_only_an_untouched_k():
+    at_default = ControlValues(k=default_k("eagle"))
+    assert switched_drafter_controls(at_default, "eagle", "model").k == DEFAULT_K
+    assert switched_drafter_controls(ControlValues(k=DEFAULT_K), "model", "eagle").k == default_k("eagle")
+    chosen = ControlValues(k=7, temperature=0.5)
+    assert switched_drafter_controls(chosen, "model", "eagle") == chosen
+    to_lookup = switched_drafter_controls(ControlValues(k=DEFAULT_K), "model", "lookup")
+    assert to_lookup.adaptive_k and to_lookup.k == default_k("lookup")
+    # adaptive k the user turned on is not turned off by a switch
+    assert switched_drafter_controls(ControlValues(adaptive_k=True), "lookup", "model").adaptive_k
 
 
 @needs_qt

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.cli import main
+from specscope.core.cli import build_parser, main, resolve_drafter_defaults
 from specscope.launcher import main as launcher_main
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
@@ -109,3 +109,17 @@ def test_launcher_sends_every_cli_subcommand_to_the_cli() -> None:
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == HEADLESS_COMMANDS
+
+
+@pytest.mark.parametrize(("argv", "k", "adaptive"), [
+    (["--demo"], 3, False),  # the demo's EAGLE-3 head starts shallower than a draft model
+    (["--demo", "--drafter", "model"], 4, False),
+    (["--target", "t", "--draft", "d"], 4, False),
+    (["--target", "t", "--drafter", "eagle", "--draft", "h"], 3, False),
+    (["--demo", "--drafter", "lookup"], 4, True),
+    (["--demo", "--k", "6", "--no-adaptive-k"], 6, False),
+])
+def test_unset_k_takes_the_drafters_default(argv, k, adaptive) -> None:
+    args = build_parser().parse_args(["run", *argv])
+    resolve_drafter_defaults(args)
+    assert (args.k, args.adaptive_k) == (k, adaptive)
