@@ -228,7 +228,7 @@ def compress_draft_weights(weights: Path) -> Path:
     return packed
 
 
-def _unpacked_in_cache(packed: Path) -> Path | None:
+def _unpacked_in_cache(packed: Path, progress: Progress | None = None) -> Path | None:
     """The decompressed weights in the cache, unpacked now if they are not there yet; None when the cache
     cannot be written (the caller then decompresses into memory). Written under a temporary name and
     renamed, and named by the compressed file's digest, so a partial or stale file is never read."""
@@ -237,6 +237,7 @@ def _unpacked_in_cache(packed: Path) -> Path | None:
     cached = demo_cache_dir() / f"draft_layers-{digest}.safetensors"
     if cached.is_file():
         return cached
+    _report(progress, "Unpacking the demo draft into the cache (once)", 0.75)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".draft_layers.", dir=cached.parent)
@@ -255,7 +256,7 @@ def _unpacked_in_cache(packed: Path) -> Path | None:
     return cached
 
 
-def load_draft_weights(draft_dir: Path) -> dict[str, torch.Tensor]:
+def load_draft_weights(draft_dir: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
     """The draft's own tensors: from ``draft_layers.safetensors`` when present (a freshly trained draft),
     else from the shipped ``.xz`` via the cache (or memory, when the cache is not writable)."""
     from safetensors.torch import load, load_file
@@ -267,13 +268,14 @@ def load_draft_weights(draft_dir: Path) -> dict[str, torch.Tensor]:
     if not packed.is_file():
         raise DemoUnavailable(f"the demo draft is missing from {draft_dir} (expected {DRAFT_WEIGHTS_XZ} or "
                               f"{DRAFT_WEIGHTS}; run scripts/train_demo_draft.py)")
-    cached = _unpacked_in_cache(packed)
+    cached = _unpacked_in_cache(packed, progress)
     if cached is not None:
         return load_file(str(cached))
     return load(lzma.decompress(packed.read_bytes()))
 
 
-def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.device | None = None) -> Any:
+def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.device | None = None,
+                     progress: Progress | None = None) -> Any:
     """The shipped draft as a ``LlamaForCausalLM`` whose embeddings and head are the target's modules.
 
     Built on the meta device (no throw-away random 49152-wide matrices), then given its own weights, the
@@ -295,7 +297,7 @@ def build_demo_draft(target: Any, draft_dir: Path | None = None, device: torch.d
     device = device if device is not None else param.device  # an offloaded target's weights sit on meta
     with torch.device("meta"):
         draft = LlamaForCausalLM(config)
-    own = {name: t.to(device=device, dtype=dtype) for name, t in load_draft_weights(draft_dir).items()}
+    own = {name: t.to(device=device, dtype=dtype) for name, t in load_draft_weights(draft_dir, progress).items()}
     _, unexpected = draft.load_state_dict(own, strict=False, assign=True)
     if unexpected:
         raise DemoUnavailable(f"the demo draft has unexpected weights: {unexpected[:3]}")
@@ -366,7 +368,7 @@ def load_demo_pair(
         from .drafters.model import ModelDrafter
 
         _report(progress, "Loading the demo draft", 0.7)
-        draft_model = build_demo_draft(model, device=torch_device)
+        draft_model = build_demo_draft(model, device=torch_device, progress=progress)
         own_params = sum(p.numel() for n, p in draft_model.named_parameters()
                          if not n.startswith(("model.embed_tokens", "lm_head")))
         draft = LoadedModel(model=draft_model, name="demo-draft", device=torch_device, dtype=torch_dtype,

@@ -47,7 +47,9 @@ def test_compressed_weights_are_unpacked_into_the_cache_once(
     shipped_dir: Path, weights: dict[str, torch.Tensor], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    assert _same(demo.load_draft_weights(shipped_dir), weights)
+    said: list[str] = []
+    assert _same(demo.load_draft_weights(shipped_dir, lambda message, _fraction: said.append(message)), weights)
+    assert said == ["Unpacking the demo draft into the cache (once)"]  # the one slow first load says why
     unpacked = list((tmp_path / "cache" / "demo").glob("draft_layers-*.safetensors"))
     assert len(unpacked) == 1
     assert not list((tmp_path / "cache" / "demo").glob(".draft_layers.*")), "a temporary file was left"
@@ -56,7 +58,8 @@ def test_compressed_weights_are_unpacked_into_the_cache_once(
         raise AssertionError("decompressed again although the cache holds the weights")
 
     monkeypatch.setattr(demo.lzma, "decompress", no_decompress)
-    assert _same(demo.load_draft_weights(shipped_dir), weights)
+    assert _same(demo.load_draft_weights(shipped_dir, lambda message, _fraction: said.append(message)), weights)
+    assert len(said) == 1
 
 
 def test_a_changed_shipped_file_is_unpacked_again(
