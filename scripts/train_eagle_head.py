@@ -3,6 +3,7 @@
     nice -n 10 python scripts/train_eagle_head.py data    # the target answers ~500 prompts (batched)
     nice -n 10 python scripts/train_eagle_head.py train   # trains the head, writes resources/demo_eagle/
     python scripts/train_eagle_head.py all                # both
+    python scripts/train_eagle_head.py eval --eval-from N # a saved head on training answers N.. (or held-out)
 
 Data: the target's own answers to a varied, generated prompt set (prose, code, structured text), mostly
 greedy (what greedy speculation sees) and some sampled (T 0.8, top-p 0.95). Generation returns, for free,
@@ -608,9 +609,37 @@ def train(args: argparse.Namespace) -> None:
     log(f"wrote {out_dir} ({sum(f.stat().st_size for f in out_dir.iterdir()) / 1e6:.1f} MB)")
 
 
+@torch.no_grad()
+def evaluate_head(args: argparse.Namespace) -> None:
+    """A saved head's agreement on the held-out answers, or on the training answers from ``--eval-from`` on:
+    answers generated after a head was trained are text it never saw, a larger held-out set for that head."""
+    from specscope.core.drafters.eagle import load_head
+
+    model, _ = load_target(args.threads)
+    data = torch.load(args.data)
+    examples = data["examples"]
+    if args.eval_from is None:
+        chosen, what = [e for e in examples if e["source"] == "heldout"], "held-out answers"
+    else:
+        train_set = [e for e in examples if e["source"] != "heldout"]
+        chosen, what = train_set[args.eval_from:], f"training answers {args.eval_from}–{len(train_set) - 1}"
+    if not chosen:
+        raise SystemExit(f"no answers to evaluate ({what}); the data holds {len(examples)}")
+    head = load_head(args.head, model, model.config.vocab_size, device="cpu", dtype=torch.float32)
+    t2d_index = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
+    t2d_index[head.target_ids()] = torch.arange(int(head.target_ids().numel()))
+    batches = [make_batch(g, t2d_index, args.ttt_steps)
+               for g in group_batches(chosen, args.batch_tokens, random.Random(args.seed))]
+    tokens = sum(len(e["labels"]) for e in chosen)
+    in_vocab = float(sum(int(head.t2d[e["labels"].long()].sum()) for e in chosen)) / max(tokens, 1)
+    acc = evaluate(head, batches, args.ttt_steps)
+    log(f"{args.head}: on {len(chosen)} {what} ({tokens} tokens; draft vocabulary covers {in_vocab:.3f}) "
+        f"agreement by step {[round(a, 3) for a in acc]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("phase", choices=["data", "labels", "train", "all"])
+    ap.add_argument("phase", choices=["data", "labels", "train", "all", "eval"])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: spinning threads lose on a shared CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new", type=int, default=144)
@@ -630,7 +659,12 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=25.0, help="wall budget for training")
     ap.add_argument("--soft-weight", type=float, default=0.5,
                     help="weight of the distillation loss on the target's top-16 distribution (0: arg-max only)")
+    ap.add_argument("--head", type=Path, default=OUT_DIR, help="eval: the head to evaluate")
+    ap.add_argument("--eval-from", type=int, default=None,
+                    help="eval: the training answers from this index on (default: the held-out answers)")
     args = ap.parse_args()
+    if args.phase == "eval":
+        evaluate_head(args)
     if args.phase in ("data", "all"):
         make_data(args)
     if args.phase in ("labels", "all"):
