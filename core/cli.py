@@ -38,6 +38,7 @@ from .cli_checks import (
     stdout_failed,
     whole_number,
 )
+from .kinds import DEFAULT_K, adaptive_k_default, default_drafter, default_k
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CliError", "build_parser", "main"]
 
@@ -53,7 +54,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a text file")
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=None,
-                   help="proposals per iteration (1-16; default: 3 for --drafter eagle, 4 otherwise)")
+                   help=f"proposals per iteration (1-16; default: {default_k('eagle')} for --drafter eagle, "
+                        f"{DEFAULT_K} otherwise)")
     g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
                    help="choose k each iteration from the cost model (default: on for --drafter lookup, "
                         "off otherwise)")
@@ -222,8 +224,6 @@ def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -
 
 def resolve_drafter_defaults(args: argparse.Namespace) -> None:
     """k and adaptive k the user left unset take the drafter's defaults (kinds.py)."""
-    from .kinds import adaptive_k_default, default_drafter, default_k
-
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target or "")
     if args.adaptive_k is None:
         args.adaptive_k = adaptive_k_default(drafter)

@@ -70,17 +70,19 @@ def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
 
 def test_k_changed_mid_run_reaches_records_and_plots(qtbot, window):
     load_tiny(qtbot, window, "perfect")
+    start_k = window.panel.values().k  # the first launch's default for the demo's drafter
+    assert start_k != 7
     start_long(qtbot, window)
     window.panel.k_spin.setValue(7)  # coalesced, applied at the next iteration boundary
     qtbot.waitUntil(lambda: any(r.controls.k == 7 for r in window.data.records), timeout=30_000)
     with qtbot.waitSignal(window.run_ended, timeout=30_000):
         window.stop_run()
     first_k7 = next(r.iteration for r in window.data.records if r.controls.k == 7)
-    assert all(r.controls.k == 4 for r in window.data.records if r.iteration < first_k7)
-    assert [(c.iteration, c.label) for c in window.data.control_changes] == [(first_k7, "k 4→7")]
+    assert all(r.controls.k == start_k for r in window.data.records if r.iteration < first_k7)
+    assert [(c.iteration, c.label) for c in window.data.control_changes] == [(first_k7, f"k {start_k}→7")]
     for plot in window.plots.live_plots:
         assert [m.value() for m in plot.markers] == [first_k7]
-        assert plot.markers[0].label.textItem.toPlainText() == "k 4→7"
+        assert plot.markers[0].label.textItem.toPlainText() == f"k {start_k}→7"
 
 
 def test_pause_holds_the_loop_and_resume_continues(qtbot, window):
