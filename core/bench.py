@@ -101,7 +101,6 @@ class RunRow:
     mean_k: float | None = None
     decode_ms: float | None = None  # the loop's own time, without prefill (specscope runs)
     ratio_to_plain: float | None = None  # tokens/s over the adjacent plain run's
-    predicted_speedup: float | None = None  # the measurement's cost model at cost_k, decode only
     measured_decode_speedup: float | None = None  # the same quantity measured against the adjacent plain run
     matches_plain: bool | None = None
     records: list[IterationRecord] = field(repr=False, default_factory=list)
@@ -121,19 +120,28 @@ class RunRow:
         return self.tokens / self.target_passes if self.target_passes else None
 
     @property
+    def predicted_speedup(self) -> float | None:
+        """The measurement's cost model at ``cost_k``, decode only."""
+        return self.estimate.speedup_at(self.cost_k) if self.estimate is not None else None
+
+    @property
     def plain_step_ms(self) -> float | None:
         return self.estimate.costs.plain_step_ms if self.estimate is not None else None
 
     @property
+    def _iteration_costs(self) -> tuple[float, float] | None:
+        return self.estimate.iteration_costs(self.cost_k) if self.estimate is not None and self.cost_k else None
+
+    @property
     def draft_ms(self) -> float | None:
         """Drafting per iteration at ``cost_k``."""
-        costs = self.estimate.iteration_costs(self.cost_k) if self.estimate is not None and self.cost_k else None
+        costs = self._iteration_costs
         return costs[0] if costs else None
 
     @property
     def verify_ms(self) -> float | None:
         """One verify pass of ``cost_k`` + 1 tokens."""
-        costs = self.estimate.iteration_costs(self.cost_k) if self.estimate is not None and self.cost_k else None
+        costs = self._iteration_costs
         return costs[1] if costs else None
 
     def alpha_needed(self, speedup: float) -> float | None:
@@ -341,7 +349,6 @@ def compare_with_plain(rows: list[RunRow]) -> None:
             found = estimate_against(p.records, r.records)
             if found is not None:
                 r.estimate, r.cost_k = found
-                r.predicted_speedup = r.estimate.speedup_at(r.cost_k)
 
 
 def estimate_against(plain: Sequence[IterationRecord],
@@ -595,11 +602,16 @@ def _cost_section(rows: Sequence[RunRow], kinds: Sequence[str], heading: str, go
 
 
 # ---- command line ---------------------------------------------------------------------------------
-def _goal_list(text: str) -> list[float]:
+def _numbers(text: str, convert: Callable[[str], Any], what: str) -> list[Any]:
+    """Comma-separated numbers, or one argparse sentence naming what was expected."""
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        return [convert(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated speed-ups such as 1.15,1.3, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+
+def _goal_list(text: str) -> list[float]:
+    values = _numbers(text, float, "speed-ups such as 1.15,1.3")
     if not values or any(not 0.0 < v <= 100.0 for v in values):
         raise argparse.ArgumentTypeError(f"each speed-up goal must be above 0 and at most 100, got {text!r}")
     return list(dict.fromkeys(values))
@@ -608,20 +620,14 @@ def _goal_list(text: str) -> list[float]:
 def _int_list(text: str) -> list[int]:
     if text.strip() == "none":
         return []
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    values = _numbers(text, int, "integers")
     if not values or any(not 1 <= v <= K_MAX for v in values):
         raise argparse.ArgumentTypeError(f"each k must be between 1 and {K_MAX}, got {text!r}")
     return values
 
 
 def _thread_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated thread counts, got {text!r}") from None
+    values = _numbers(text, int, "thread counts")
     if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"thread counts must be 0 (torch's default) or more, got {text!r}")
     return list(dict.fromkeys(values))

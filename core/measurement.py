@@ -384,7 +384,7 @@ class Estimate:
     def iteration_costs(self, k: int) -> tuple[float, float] | None:
         """(draft ms per iteration, verify ms of a k+1 pass) at this k from the measured costs; None: no data."""
         c = self.costs
-        if c.plain_step_ms is None or not c.verify_ms_by_len:
+        if not c.verify_ms_by_len:
             return None
         verify = _interp(c.verify_ms_by_len, k + 1)
         if verify is None:

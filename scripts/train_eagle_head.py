@@ -483,6 +483,20 @@ def group_batches(examples: list[dict[str, Any]], tokens: int, rng: random.Rando
     return out
 
 
+def draft_index(head: Any, vocab_size: int) -> torch.Tensor:
+    """Draft id of each target id (-1: outside the draft vocabulary)."""
+    index = torch.full((vocab_size,), -1, dtype=torch.long)
+    ids = head.target_ids()
+    index[ids] = torch.arange(int(ids.numel()))
+    return index
+
+
+def in_vocab_share(head: Any, examples: list[dict[str, Any]]) -> float:
+    """The share of the target's next tokens in ``examples`` that the draft vocabulary holds."""
+    tokens = sum(len(e["labels"]) for e in examples)
+    return float(sum(int(head.t2d[e["labels"].long()].sum()) for e in examples)) / max(tokens, 1)
+
+
 @torch.no_grad()
 def evaluate(head: Any, batches: list[dict[str, torch.Tensor]], steps: int) -> list[float]:
     """Top-1 agreement with the target per unrolled step, over answer positions (out-of-vocab = miss)."""
@@ -514,9 +528,8 @@ def train(args: argparse.Namespace) -> None:
     log("draft-vocabulary coverage of the target's next tokens (train): "
         + ", ".join(f"{n}: {c:.3f}" for n, c in coverage.items()))
     head = build_head(model, layers, draft_ids, args.intermediate, args.seed)
-    t2d_index = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
-    t2d_index[head.target_ids()] = torch.arange(len(draft_ids))
-    in_vocab_held = float(sum(int(head.t2d[e["labels"].long()].sum()) for e in held)) / max(n_held_tokens, 1)
+    t2d_index = draft_index(head, model.config.vocab_size)
+    in_vocab_held = in_vocab_share(head, held)
     log(f"draft vocabulary {len(draft_ids)}: covers {in_vocab_held:.3f} of held-out target tokens "
         f"(largest sizes on held-out: {held_cov})")
     params = [p for n, p in head.named_parameters() if not n.startswith("embed_tokens")]
@@ -626,12 +639,11 @@ def evaluate_head(args: argparse.Namespace) -> None:
     if not chosen:
         raise SystemExit(f"no answers to evaluate ({what}); the data holds {len(examples)}")
     head = load_head(args.head, model, model.config.vocab_size, device="cpu", dtype=torch.float32)
-    t2d_index = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
-    t2d_index[head.target_ids()] = torch.arange(int(head.target_ids().numel()))
+    t2d_index = draft_index(head, model.config.vocab_size)
     batches = [make_batch(g, t2d_index, args.ttt_steps)
                for g in group_batches(chosen, args.batch_tokens, random.Random(args.seed))]
     tokens = sum(len(e["labels"]) for e in chosen)
-    in_vocab = float(sum(int(head.t2d[e["labels"].long()].sum()) for e in chosen)) / max(tokens, 1)
+    in_vocab = in_vocab_share(head, chosen)
     acc = evaluate(head, batches, args.ttt_steps)
     log(f"{args.head}: on {len(chosen)} {what} ({tokens} tokens; draft vocabulary covers {in_vocab:.3f}) "
         f"agreement by step {[round(a, 3) for a in acc]}")
