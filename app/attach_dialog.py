@@ -1,17 +1,15 @@
 """File ▸ Attach to server…: stream the editor's prompt from a serving engine into the same views.
 
-The request runs on a plain Python thread (``core.attach.attach`` is blocking I/O, no torch); records cross to
-the GUI thread through a queued Qt signal and go through ``MainWindow.ingest`` like a local run's. A failure
-(server down, no speculation, the connection dropping) is one sentence in the window's banner; the records
-that arrived stay on screen and can be exported as a trace. The API key comes from the environment only.
+The run controller owns the attached run like a local one (``attach_source.AttachRunner``: the same state
+machine, buffer, measurement and autosave; Start is disabled while it runs). A failure (server down, no
+speculation, the connection dropping) is one sentence in the window's banner; the passes that arrived stay on
+screen, are autosaved, and can be exported as a trace. The API key comes from the environment only.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
@@ -25,15 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.core.attach.client import (
-    API_KEY_VARIABLES,
-    AttachError,
-    AttachOptions,
-    AttachResult,
-    attach,
-    base_url,
-    redact_url,
-)
+from specscope.core.attach.client import API_KEY_VARIABLES, AttachError, AttachOptions, base_url
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -87,43 +77,9 @@ class AttachDialog(QDialog):
                              timeout_s=self.timeout.value())
 
 
-class AttachRunner(QObject):
-    """Runs one attached request off the GUI thread; ``record`` and ``finished`` arrive on the GUI thread."""
-
-    record = Signal(object)  # IterationRecord
-    finished = Signal(object)  # AttachResult
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.cancel = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self, options: AttachOptions) -> None:
-        self.cancel.clear()
-        self._thread = threading.Thread(target=self._run, args=(options,), name="specscope-attach", daemon=True)
-        self._thread.start()
-
-    def _run(self, options: AttachOptions) -> None:
-        try:
-            result = attach(options, on_record=self.record.emit, cancel=self.cancel)
-        except AttachError as exc:
-            result = AttachResult(records=[], text="", session={}, scrapes=[], final_timings=None, error=str(exc))
-        self.finished.emit(result)
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self.cancel.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-
-
 def open_attach(window: Any) -> None:
     """The menu action: ask for the server, then stream the editor's prompt from it into the window."""
-    runner: AttachRunner | None = getattr(window, "attach_runner", None)
-    if (runner is not None and runner.running) or window.host.running:
+    if window.controller.state.active:
         window.message_box("Run in progress", "Stop the current run before attaching to a server.")
         return
     prompt = window.panel.prompt_text()
@@ -137,30 +93,27 @@ def open_attach(window: Any) -> None:
     start_attach(window, dialog.options(prompt))
 
 
-def start_attach(window: Any, options: AttachOptions) -> AttachRunner:
-    """Reset the views and stream ``options`` into them (also the entry point tests drive)."""
-    runner = AttachRunner(window)
-    window.attach_runner = runner
-    window._reset_view()
-    window.attach_result = None
-    shown_url = redact_url(options.url)
-    window.setWindowTitle(f"specscope — attached to {shown_url}")
-    window.run_panel.show_attached(shown_url, "running")
-    runner.record.connect(lambda rec: window.ingest([rec]))
+def start_attach(window: Any, options: AttachOptions) -> Any:
+    """Stream ``options`` into the window through its run controller (also the entry point tests drive); returns
+    the runner (its ``result`` holds the engine's answer once it finished)."""
+    if not window.controller.start_attach(options):
+        return None
+    runner = window.controller.attach_runner
+    window.run_panel.show_attached(runner.shown_url, "running")
 
-    def done(result: AttachResult) -> None:
+    def done(error: str) -> None:
+        result = runner.result
         window.attach_result = result
-        window.attach_session = result.session
-        engine = str(result.session.get("engine") or "server")
-        window.run_panel.show_attached(f"{engine} at {shown_url}", "failed" if result.error else "finished")
-        if result.error:
-            window.show_error(result.error)
-        else:
+        window.attach_session = result.session if result is not None else {}
+        engine = str(window.attach_session.get("engine") or "server")
+        window.run_panel.show_attached(f"{engine} at {runner.shown_url}", "failed" if error else "finished")
+        if error:
+            window.show_error(error)
+        elif result is not None:
             window.status.show_message(f"Attached run finished: {len(result.records)} verify passes from "
-                                       f"{result.session.get('engine')}", 8000)
+                                       f"{engine}.", 8000)
 
     runner.finished.connect(done)
-    runner.start(options)
     return runner
 
 

@@ -1,13 +1,17 @@
-"""The run's one owner: its state, the worker, the records drained from it, autosave and the throttles.
+"""The run's one owner: its state, every source of events (a local decode, a replayed trace, an attached
+server), the events drained from it, and the throttles.
 
 ``MainWindow`` lays out widgets and forwards the user's intents here (load, start, pause, stop, baseline,
-control changes, open a trace); widgets render what this controller announces through its signals. No
-widget sets run state and no flag lives in two places: the state enum below is the only answer to "what is
-the run doing", and the buttons, the status panel and the window title all read it.
+control changes, open a trace, attach); widgets render what this controller announces through its signals.
+No widget sets run state and no flag lives in two places: the state enum below is the only answer to "what
+is the run doing", and the buttons, the status panel and the window title all read it.
 
-The tick (~30 Hz) drains the worker's buffer into ``RunData`` in chunks until a time budget is spent (the
-rest waits for the next tick; nothing is dropped), hands each chunk's new records to the views, feeds the
-autosave recorder, and says whether time is left this tick for a plot redraw.
+Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it.
+A local run's session and an attached run feed their measurement and the autosave recorder on their own
+thread (so a stalled window never delays the crash-safety net); a replay feeds the trace's events through a
+new measurement here. The tick (~30 Hz) drains the buffer into ``RunData`` in chunks until a time budget is
+spent (the rest waits for the next tick; nothing is dropped), hands each chunk's new records to the views,
+and says whether time is left this tick for a plot redraw.
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.core.controls import InvalidControl
-from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
+from specscope.core.events import Event, RunFinished, RunStarted
+from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
-from .run_data import ControlChange, RunData
+from .run_data import Marker, Observed, RunData
 from .worker import LoadRequest, RunRequest, WorkerHost
 
 if TYPE_CHECKING:
-    from specscope.core.autosave import SessionRecorder
+    from specscope.core.attach.client import AttachOptions
     from specscope.core.pair import ModelPair
+    from specscope.core.trace import LoadedTrace
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +44,6 @@ TICK_MS = 33  # ~30 Hz drain
 INGEST_CHUNK = 32  # records per RunData.extend call
 TICK_BUDGET_S = 0.012  # ingest time after which a tick takes no more records and asks for no redraw
 
-Event = IterationRecord | BaselineRecord | DrillEvent
 
 
 class RunState(str, Enum):
@@ -52,6 +57,7 @@ class RunState(str, Enum):
     FINISHED = "finished"  # end of sequence or max tokens
     STOPPED = "stopped"  # the user stopped it
     FAILED = "failed"  # a load or a run failed (the error says which)
+    REPLAY = "replay"  # showing a saved run (its own pair, prompt and end); a loaded pair can still start
 
     @property
     def active(self) -> bool:
@@ -59,21 +65,9 @@ class RunState(str, Enum):
         return self in (RunState.RUNNING, RunState.PAUSED)
 
 
-FINISH_WORDS = {"eos": "end of sequence", "max_new_tokens": "max new tokens reached", "stop": "stopped"}
-
-
-def merge_events(records: list[IterationRecord], baselines: list[BaselineRecord]) -> list[Event]:
-    """Records and baselines in the order the loop emitted them (a baseline precedes its iteration)."""
-    out: list[Event] = []
-    pending = sorted(baselines, key=lambda b: b.after_iteration)
-    i = 0
-    for r in records:
-        while i < len(pending) and pending[i].after_iteration <= r.iteration:
-            out.append(pending[i])
-            i += 1
-        out.append(r)
-    out.extend(pending[i:])
-    return out
+FINISH_WORDS = {"eos": "ended at the end of sequence", "max_new_tokens": "reached max new tokens",
+                "context_window": "filled the context window", "stop": "stopped", "interrupted": "interrupted",
+                "terminated": "terminated", "error": "failed"}
 
 
 class RunController(QObject):
@@ -86,6 +80,7 @@ class RunController(QObject):
     error = Signal(str)
     data_reset = Signal()  # a new RunData: views clear
     records_added = Signal(list)  # new IterationRecords (views append tokens)
+    shown_run = Signal(object, bool)  # the RunStarted now on screen (None: unknown), and whether it is a replay
     frame = Signal(bool)  # end of a tick; True = time is left for a plot redraw
     baseline_requested = Signal(int)  # the iteration after which the requested baseline will run
     drained = Signal(int)  # iterations ingested this tick
@@ -98,15 +93,16 @@ class RunController(QObject):
         self._keep_sessions = keep_sessions or (lambda: 0)
         self.host = WorkerHost(self)
         self.data = RunData()
+        self._measurement: Any = None  # for events fed without snapshots (see feed); made in reset_data
         self.state = RunState.NO_MODEL
         self.has_pair = False
         self.pair_description = ""
         self.finish_reason = ""
-        self.recorder: SessionRecorder | None = None
         self.replay_path: str | None = None
+        self.attach_runner: Any = None  # the attached request under way (core.attach on its own thread)
         self.run_started_at: float | None = None
         self._baseline_wanted = False  # the user asked for one: mark where it lands
-        self._pending: deque[Event] = deque()  # drained from the worker, not yet ingested
+        self._pending: deque[Observed] = deque()  # drained from the buffer, not yet ingested
         self._closed = False
         w = self.host.worker
         # Slots belong to a QObject on the GUI thread, so Qt queues the worker's emissions.
@@ -115,6 +111,7 @@ class RunController(QObject):
         w.load_failed.connect(self._on_load_failed)
         w.finished.connect(self._on_finished)
         w.error.connect(self._on_error)
+        w.notice.connect(lambda text: self.message.emit(text[:1].upper() + text[1:] + ".", 10000))
         self.timer = QTimer(self)
         self.timer.setInterval(TICK_MS)
         self.timer.timeout.connect(self.tick)
@@ -130,6 +127,13 @@ class RunController(QObject):
         return self.has_pair and self.state not in (RunState.LOADING, RunState.RUNNING, RunState.PAUSED)
 
     @property
+    def recorder(self) -> Any:
+        """The autosave recorder of the run under way (the worker's or the attached run's), if any."""
+        if self.attach_runner is not None and self.attach_runner.recorder is not None:
+            return self.attach_runner.recorder
+        return self.host.worker.recorder
+
+    @property
     def pair(self) -> ModelPair | None:
         return self.host.worker.pair
 
@@ -139,6 +143,10 @@ class RunController(QObject):
             self.error.emit("Stop the run before loading other models.")
             return False
         self.has_pair = False
+        # what was on screen belonged to the old pair or a replay: nothing of it may stay under the new one
+        self.reset_data()
+        self.replay_path = None
+        self.finish_reason = ""
         self._set_state(RunState.LOADING)
         self.host.load(what)
         return True
@@ -161,13 +169,45 @@ class RunController(QObject):
         self.reset_data()
         self.replay_path = None
         self.finish_reason = ""
-        self._start_recorder(meta)
+        request.sessions_dir = str(self._sessions_dir())
+        request.meta = meta
+        request.keep_sessions = self._keep_sessions()
         self.run_started_at = time.monotonic()
         self.host.start(request, values)
         self._set_state(RunState.RUNNING)
         return True
 
+    def start_attach(self, options: AttachOptions) -> bool:
+        """Stream a request from a serving engine: the same state machine, buffer and autosave as a local run."""
+        if self.state.active or self.state == RunState.LOADING:
+            self.error.emit("Stop the current run before attaching to a server.")
+            return False
+        from .attach_source import AttachRunner
+
+        self.reset_data()
+        self.replay_path = None
+        self.finish_reason = ""
+        runner = AttachRunner(options, self.host.buffer, self._sessions_dir(), self._keep_sessions())
+        runner.finished.connect(self._on_attach_finished)
+        runner.notice.connect(lambda text: self.message.emit(text[:1].upper() + text[1:] + ".", 10000))
+        self.attach_runner = runner
+        self.run_started_at = time.monotonic()
+        runner.start()
+        self._set_state(RunState.RUNNING)
+        return True
+
+    def _on_attach_finished(self, error: str) -> None:
+        if self._closed:
+            return
+        self.catch_up()
+        if error:
+            self._on_error(error)
+        else:
+            self._on_finished(self.data.finished.reason if self.data.finished is not None else "stop")
+
     def set_paused(self, paused: bool) -> None:
+        if self.attach_runner is not None:
+            return  # a server's request cannot be paused from here
         if paused:
             self.host.controls.pause()
             if self.state == RunState.RUNNING:
@@ -178,6 +218,9 @@ class RunController(QObject):
                 self._set_state(RunState.RUNNING)
 
     def stop(self) -> None:
+        if self.attach_runner is not None:
+            self.attach_runner.cancel.set()
+            return
         if self.state == RunState.PAUSED:
             self.host.controls.resume()  # a paused loop must wake up to see the stop
         self.host.stop()
@@ -204,48 +247,25 @@ class RunController(QObject):
         if self._closed:
             return  # queued before shutdown: the window is gone
         self.catch_up()
-        self._close_recorder(ok=True)
+        self.attach_runner = None
         self.finish_reason = reason
         self._set_state(RunState.STOPPED if reason == "stop" else RunState.FINISHED)
         elapsed = time.monotonic() - self.run_started_at if self.run_started_at else 0.0
-        self.message.emit(f"Run {FINISH_WORDS.get(reason, reason)} after {elapsed:.1f} s, "
-                          f"{len(self.data)} iterations", 8000)
+        n = len(self.data)
+        self.message.emit(f"The run {FINISH_WORDS.get(reason, reason)} after {elapsed:.1f} s "
+                          f"({n} iteration{'s' * (n != 1)}).", 8000)
         self.run_ended.emit(f"finished:{reason}")
 
     def _on_error(self, message: str) -> None:
         if self._closed:
             return
         self.catch_up()
-        self._close_recorder(ok=False)
+        self.attach_runner = None
         self.finish_reason = "error"
         self._set_state(RunState.FAILED)
         self.error.emit(f"The run stopped with an error: {message}. The {len(self.data)} iterations so far "
                         "are kept and can be exported.")
         self.run_ended.emit(f"error:{message}")
-
-    # ---- autosave --------------------------------------------------------------------------------------
-    def _start_recorder(self, meta: dict[str, Any]) -> None:
-        try:
-            from specscope.core.autosave import SessionRecorder
-
-            from .session_folders import prune_sessions
-
-            keep = self._keep_sessions()  # 0 = keep every session
-            if keep > 0:
-                prune_sessions(self._sessions_dir(), keep=keep - 1)  # the new one makes it keep
-            self.recorder = SessionRecorder(self._sessions_dir(), meta, writer_thread=True)
-        except Exception as exc:  # autosave is a safety net; a failure must not stop the run
-            log.warning("autosave disabled: %s", exc)
-            self.recorder = None
-            self.message.emit(f"Autosave disabled: {exc}", 8000)
-
-    def _close_recorder(self, ok: bool) -> None:
-        if self.recorder is not None:
-            try:
-                self.recorder.close(ok=ok)
-            except Exception as exc:
-                log.warning("autosave close failed: %s", exc)
-            self.recorder = None
 
     # ---- ingest ----------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -272,59 +292,77 @@ class RunController(QObject):
     def catch_up(self) -> None:
         self.drain_all()
 
-    def ingest(self, events: list[Event], record: bool = False) -> int:
-        """Add events to the run's data; returns how many were iterations."""
+    def ingest(self, observed: list[Observed], record: bool = False) -> int:
+        """Add events (each with the snapshot after it) to the run's data; returns how many were iterations."""
         n_before = len(self.data.records)
+        had_started = self.data.started
+        self.data.extend(observed)
         if self._baseline_wanted:
-            self._mark_requested_baseline(events)
-        self.data.extend(events)
+            self._mark_requested_baseline(self.data.records[n_before:])
         new_records = self.data.records[n_before:]
-        if record and self.recorder is not None:
-            for e in events:
-                self.recorder.append(e)
         if new_records:
             self.records_added.emit(new_records)
-        drills = [e for e in events if isinstance(e, DrillEvent)]
+        drills = [e for e, _ in observed if isinstance(e, DrillEvent)]
         if drills:
             self.drill_changed.emit(drills)
+        if self.data.started is not had_started:
+            self.shown_run.emit(self.data.started, self.replay_path is not None)
         return len(new_records)
 
-    def _mark_requested_baseline(self, events: list[Event]) -> None:
-        """The first baseline after the user's request gets a marker on the plots and a message."""
-        for e in events:
-            if isinstance(e, BaselineRecord):
+    def _mark_requested_baseline(self, records: list[IterationRecord]) -> None:
+        """The first plain step after the user's request gets a marker on the plots and a message."""
+        for r in records:
+            if r.mode == PLAIN_MODE:
                 self._baseline_wanted = False
-                label = f"baseline {e.median_step_ms:.1f} ms"
-                self.data.control_changes.append(ControlChange(e.after_iteration, label))
-                self.message.emit(f"Baseline measured after iteration {e.after_iteration}: plain step "
-                                  f"{e.median_step_ms:.1f} ms (median of {len(e.step_ms)})", 8000)
+                self.data.markers.append(Marker(r.iteration, f"baseline {r.verify_ms:.1f} ms"))
+                self.message.emit(f"Baseline measured at iteration {r.iteration}: plain step "
+                                  f"{r.verify_ms:.1f} ms (its token is kept)", 8000)
                 return
 
+    def feed(self, events: list[Event]) -> int:
+        """Ingest events that come without snapshots (a benchmark's or a test's stream): they are fed through
+        this run's own measurement first, as a session would."""
+        return self.ingest([(e, self._measurement.feed(e)) for e in events])
+
     def reset_data(self) -> None:
+        from specscope.core.measurement import Measurement
+
         self._pending.clear()
         self._baseline_wanted = False
+        self._measurement = Measurement()
         self.data = RunData()
         self.data_reset.emit()
 
-    def replay(self, records: list[IterationRecord], baselines: list[BaselineRecord], path: str) -> None:
-        """Show a saved trace: a new RunData from its events; the run state (and any pair) is untouched."""
-        from specscope.core.measurement import replay
+    def replay(self, trace: LoadedTrace, path: str) -> None:
+        """Show a saved run: its events fed through a new measurement, exactly as the live run fed them; the
+        window shows the trace's pair, prompt, controls and end. A loaded pair stays loaded."""
+        from specscope.core.measurement import feed_all
 
         self.reset_data()
         self.replay_path = path
-        events = merge_events(records, baselines)
-        replay(events)  # the measurement owner fills every record's numbers, as in a live run
-        self.ingest(events)
+        observed = list(feed_all(trace.events))
+        self.ingest(observed)
+        finished: RunFinished | None = self.data.finished
+        self.finish_reason = finished.reason if finished is not None else ""
+        if self.data.started is None:
+            self.shown_run.emit(None, True)
+        self._set_state(RunState.REPLAY)
+
+    @property
+    def shown(self) -> RunStarted | None:
+        """What run the data on screen is (None before any, or a trace that does not say)."""
+        return self.data.started
 
     # ---- closing ---------------------------------------------------------------------------------------
     def shutdown(self) -> bool:
         """Stop the tick and any run, end the worker thread, flush autosave. True if the worker ended."""
         self.timer.stop()
         self._closed = True
+        if self.attach_runner is not None:
+            self.attach_runner.stop()
         ended = self.host.shutdown()
         if ended:
             self.drain_all()
-        self._close_recorder(ok=True)
         if not ended:
             log.warning("the worker did not stop in time (still inside a model call)")
         return ended

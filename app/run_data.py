@@ -1,10 +1,12 @@
-"""The GUI's copy of a run: records plus column arrays the plots draw from (no Qt, no torch).
+"""The GUI's copy of a run: its event stream with the measurement's snapshots, plus column arrays the plots
+draw from (no Qt, no torch).
 
-Records arrive in batches (a timer drains the worker's buffer); each batch extends preallocated numpy
-columns that grow by doubling, so a redraw is one ``setData`` per curve over array views, never a rebuild
-from Python lists. Every derived number (α, speed-ups, tokens/s, acceptance by position, best k) is the
-measurement owner's (``core.measurement``): it arrives on the records (their fields, and ``record.estimate``);
-a replayed trace is passed through ``core.measurement.replay`` before it gets here. Nothing is estimated here.
+Events arrive in batches, each with the snapshot the measurement gave after it (the session's sink on the
+worker thread, or a replay fed through the same owner); each batch extends preallocated numpy columns that grow
+by doubling, so a redraw is one ``setData`` per curve over array views, never a rebuild from Python lists.
+Every derived number (α, speed-ups, tokens/s, acceptance by position, best k, the verdict) is the snapshot's:
+the plotted series are the trace schema's snapshot columns read off each iteration's snapshot, and
+``estimate`` is the latest snapshot. Nothing is estimated here.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specscope.core.attach.passes import NOTE_FLAGS
-from specscope.core.measurement import Estimate
-from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
-from specscope.core.trace import ITERATION_SCHEMA
+from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.records import BaselineRecord, DrillEvent, IterationRecord
+from specscope.core.snapshot import Estimate
+from specscope.core.trace import ITERATION_SCHEMA, IterationRow
+
+Observed = tuple[Event, Estimate | None]
 
 
 class GrowingArray:
@@ -58,7 +63,9 @@ COLUMNS = (*_SCHEMA_COLUMNS, "tokens_per_iteration")
 
 
 @dataclass
-class ControlChange:
+class Marker:
+    """A labelled line on the time plots: a control change, a drill, a requested baseline."""
+
     iteration: int
     label: str
 
@@ -75,37 +82,6 @@ class FlagBand:
     last_sentence: str = ""
 
 
-def describe_change(old: ControlValues, new: ControlValues) -> str:
-    """A short label for a control change, e.g. 'k 4→8, T 0→0.7'."""
-    parts: list[str] = []
-    if old.k != new.k and not (old.adaptive_k and new.adaptive_k):
-        parts.append(f"k {old.k}→{new.k}")
-    if old.temperature != new.temperature:
-        parts.append(f"T {old.temperature:g}→{new.temperature:g}")
-    if old.top_k != new.top_k:
-        parts.append(f"top-k {old.top_k}→{new.top_k}")
-    if old.top_p != new.top_p:
-        parts.append(f"top-p {old.top_p:g}→{new.top_p:g}")
-    if old.adaptive_k != new.adaptive_k:
-        parts.append("adaptive k on" if new.adaptive_k else "adaptive k off")
-    return ", ".join(parts)
-
-
-DRILL_MODELS = ("draft", "target")
-
-
-def describe_drill(before: dict[str, float], memory: dict[str, float]) -> str:
-    """A marker label when a paging drill started or ended at this record ('' otherwise)."""
-    parts: list[str] = []
-    for model in DRILL_MODELS:
-        old, new = before.get(model, 0.0), memory.get(f"drill_{model}_layers_count", 0.0)
-        if new and not old:
-            parts.append(f"drill: {model} {new:.0f} layers off its device")
-        elif old and not new:
-            parts.append(f"drill end: {model} layers back")
-    return ", ".join(parts)
-
-
 def _num(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
@@ -113,48 +89,47 @@ def _num(x: float | None) -> float:
 @dataclass
 class RunData:
     records: list[IterationRecord] = field(default_factory=list)
-    baselines: list[BaselineRecord] = field(default_factory=list)
-    control_changes: list[ControlChange] = field(default_factory=list)
+    baselines: list[BaselineRecord] = field(default_factory=list)  # only in traces from before baselines committed
+    events: list[Event] = field(default_factory=list)  # the whole stream, in order (what export writes)
+    markers: list[Marker] = field(default_factory=list)
     flag_bands: list[FlagBand] = field(default_factory=list)
     version: int = 0  # bumped on every change; widgets redraw only when it moved
 
     def __post_init__(self) -> None:
         self.columns: dict[str, GrowingArray] = {name: GrowingArray() for name in COLUMNS}
         self.memory: dict[str, GrowingArray] = {}
-        self._last_controls: ControlValues | None = None
-        self._last_drill: dict[str, float] = {}
-        self.estimate: Estimate | None = None  # the measurement's, after the last record
+        self.estimate: Estimate | None = None  # the measurement's snapshot after the last event
+        self.started: RunStarted | None = None
+        self.finished: RunFinished | None = None
 
     # ---- ingest ----------------------------------------------------------------------------------------
-    def extend(self, events: list[IterationRecord | BaselineRecord | DrillEvent]) -> None:
-        for e in events:
-            if isinstance(e, BaselineRecord):
-                self.baselines.append(e)
-                if e.estimate is not None:  # a baseline closing a block updates the measured speed-up
-                    self.estimate = e.estimate
-            elif isinstance(e, DrillEvent):
-                continue  # marked from the records' drill columns below, so replayed traces show it too
-            else:
-                self._add(e)
-        if events:
+    def extend(self, observed: list[Observed]) -> None:
+        for event, snapshot in observed:
+            self.events.append(event)
+            if snapshot is not None:
+                self.estimate = snapshot
+            if isinstance(event, IterationRecord):
+                self._add(event, snapshot)
+            elif isinstance(event, ControlChange):
+                if event.label:
+                    self.markers.append(Marker(event.iteration, event.label))
+            elif isinstance(event, DrillEvent):
+                self.markers.append(Marker(event.before_iteration, event.label))
+            elif isinstance(event, BaselineRecord):
+                self.baselines.append(event)
+            elif isinstance(event, RunStarted):
+                self.started = event
+            elif isinstance(event, RunFinished):
+                self.finished = event
+        if observed:
             self.version += 1
 
-    def _add(self, r: IterationRecord) -> None:
+    def _add(self, r: IterationRecord, snapshot: Estimate | None) -> None:
         self.records.append(r)
         n = len(self.records)
-        if self._last_controls is not None and r.controls != self._last_controls:
-            label = describe_change(self._last_controls, r.controls)
-            if label:
-                self.control_changes.append(ControlChange(r.iteration, label))
-        self._last_controls = r.controls
-        drill = describe_drill(self._last_drill, r.memory)
-        if drill:
-            self.control_changes.append(ControlChange(r.iteration, drill))
-        self._last_drill = {m: r.memory.get(f"drill_{m}_layers_count", 0.0) for m in DRILL_MODELS}
-        if r.estimate is not None:
-            self.estimate = r.estimate
+        row = IterationRow(r, snapshot)
         for name, column in _SCHEMA_COLUMNS.items():
-            self.columns[name].append(_num(column.get(r)))
+            self.columns[name].append(_num(column.get(row)))
         self.columns["tokens_per_iteration"].append(r.n_emitted)
         for key, value in r.memory.items():
             arr = self.memory.get(key)

@@ -4,11 +4,10 @@ offer, and pruning to the last N so one folder per run does not pile up forever.
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 
-from specscope.core.autosave import RUNNING_MARKER
+from specscope.core.autosave import prune_sessions  # noqa: F401  (where the app finds it)
 from specscope.core.trace import SESSION_FOLDER_TRACE, trace_paths
 
 DEFAULT_KEEP_SESSIONS = 20
@@ -42,23 +41,3 @@ def describe_session(folder: Path) -> str:
     if pair:
         parts.append(str(pair))
     return " · ".join(parts)
-
-
-def prune_sessions(root: Path, keep: int) -> list[Path]:
-    """Delete all but the ``keep`` newest finished session folders under ``root``; returns those deleted.
-
-    Folders still marked RUNNING (a live run, or an interrupted one waiting to be offered) are never
-    deleted. Only folders that look like sessions (they hold a session
-    sidecar) are touched, so a user's own files in the folder are safe."""
-    try:
-        folders = [p for p in Path(root).iterdir() if p.is_dir()]
-    except OSError:
-        return []
-    finished = [p for p in folders if not (p / RUNNING_MARKER).exists()
-                and trace_paths(p / SESSION_FOLDER_TRACE).session.exists()]
-    finished.sort(key=lambda p: p.name, reverse=True)  # names start with a timestamp
-    deleted = []
-    for folder in finished[keep:]:
-        shutil.rmtree(folder, ignore_errors=True)
-        deleted.append(folder)
-    return deleted

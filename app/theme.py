@@ -58,7 +58,7 @@ PLOT_COLOURS = {
     "plain_step": OKABE_ITO["black"],
     "engine_pass": OKABE_ITO["bluish_green"],
     "alpha_window": OKABE_ITO["blue"],
-    "alpha_cumulative": OKABE_ITO["sky_blue"],
+    "alpha_run": OKABE_ITO["sky_blue"],
     "tokens_per_iteration": OKABE_ITO["bluish_green"],
     "measured_speedup": OKABE_ITO["vermillion"],
     "predicted_speedup": OKABE_ITO["blue"],

@@ -225,6 +225,7 @@ class MainWindow(QMainWindow):
         c.frame.connect(self._on_frame)
         c.baseline_requested.connect(self._on_baseline_requested)
         c.drained.connect(self.drained)
+        c.shown_run.connect(self._on_shown_run)
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
@@ -375,18 +376,25 @@ class MainWindow(QMainWindow):
         for action, on in ((self.start_action, c.can_start), (self.pause_action, state.active),
                            (self.stop_action, state.active), (self.baseline_action, state.active)):
             action.setEnabled(on)
-        detail = FINISH_WORDS.get(c.finish_reason, "") if state == RunState.FINISHED else ""
+        detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
+            RunState.FINISHED, RunState.REPLAY) else ""
         self.run_panel.show_state(state, detail)
-        drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
-        self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
+        shown = c.shown
+        if shown is not None and (state == RunState.REPLAY or not c.has_pair):
+            self.run_panel.show_pair(shown.description or shown.target, shown.drafter)  # the run on screen
+        else:
+            drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
+            self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
         self.panel.set_drafter(self.pair_choice.drafter)
         self.drill_control.set_state(state.value)
         self._update_title()
 
     def _update_title(self) -> None:
         c = self.controller
-        if c.replay_path:
-            what = f"{Path(c.replay_path).name} (replay)"
+        if c.replay_path and c.state == RunState.REPLAY:
+            shown = c.shown
+            what = f"{Path(c.replay_path).name} (replay" + (f" of {shown.description or shown.target})"
+                                                             if shown is not None else ")")
         else:
             what = c.pair_description or "speculative decoding profiler"
         self.setWindowTitle(f"specscope — {what}")
@@ -414,13 +422,16 @@ class MainWindow(QMainWindow):
     def _render_numbers(self) -> None:
         data = self.data
         self.status.update(data)
+        est = data.estimate
         last = data.records[-1] if data.records else None
-        k = last.controls.k if last else None
+        k = est.k if est is not None else None
         if last is not None and last.mode == ATTACHED_MODE and not k:  # the engine did not say its k: what it drafted
             k = max(r.n_drafted for r in data.records[-8:])
-        self.run_panel.show_k(k, bool(last and last.controls.adaptive_k))
-        self.panel.show_k_in_use(last.controls.k if last and last.controls.adaptive_k else None)
-        self.run_panel.show_verdict(data.estimate.verdict() if data.estimate is not None else None)
+        adaptive = bool(est and est.adaptive)
+        self.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "")
+        # the panel's note reads the controls as they are now: a run that just turned adaptive off says nothing
+        self.panel.show_k_in_use(k if adaptive and self.panel.values().adaptive_k and self.state.active else None)
+        self.run_panel.show_verdict(est.verdict if est is not None else None)
         band = data.flag_bands[-1] if data.flag_bands else None
         self.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
                                     band.end if band else None)
@@ -532,8 +543,9 @@ class MainWindow(QMainWindow):
         self.controller.drain_all()
 
     def ingest(self, events: list[Event], redraw: bool = True) -> None:
-        """Add events as if the worker had produced them (benchmarks, tests), then redraw."""
-        self.controller.ingest(events)
+        """Add events as if a run had produced them (benchmarks, tests), then redraw: they go through the
+        controller's measurement for events that come without one."""
+        self.controller.feed(events)
         if redraw:
             self._on_frame(True)
 
@@ -589,16 +601,36 @@ class MainWindow(QMainWindow):
                              seed=self.panel.seed_value())
         return self._session_meta(request, values)
 
+    def shown_session_meta(self) -> dict[str, Any]:
+        """What the sidecar of an export says of the run on screen: its own pair, prompt and controls (the
+        stream's RunStarted), not whatever the panel holds now."""
+        shown = self.controller.shown
+        if shown is None:
+            return self.current_session_meta()
+        c = shown.controls
+        return {"pair_description": shown.description, "target": shown.target, "draft": shown.draft,
+                "drafter": shown.drafter, "prompt": shown.prompt, "max_new_tokens": shown.max_new_tokens,
+                "seed": shown.seed, "controls": {"k": c.k, "temperature": c.temperature, "top_k": c.top_k,
+                                                 "top_p": c.top_p, "adaptive_k": c.adaptive_k},
+                "source": shown.source, "app": "specscope desktop"}
+
+    def _on_shown_run(self, shown: Any, replay: bool) -> None:
+        """A replay shows the run it holds: its prompt and controls in the editor (a live run's are already there)."""
+        if replay and shown is not None:
+            self.panel.set_prompt_text(shown.prompt)
+            self.panel.set_values(shown.controls)
+        self._render_state(self.controller.state)
+
     def export_trace(self, path: str | Path) -> bool:
         from specscope.core.trace import TraceError, write_trace
 
         try:
-            paths = write_trace(Path(path), self.data.records, self.data.baselines,
-                                self.current_session_meta())
+            paths = write_trace(Path(path), self.data.events, self.shown_session_meta())
         except (TraceError, ValueError, OSError) as exc:
             self.message_box("Export failed", str(exc))
             return False
-        self.status.show_message(f"Trace written: {paths.iterations} (+ tokens, baselines, session)", 8000)
+        self.status.show_message(f"Trace written: {paths.events} (the event stream) and {paths.iterations} "
+                                 "(+ tokens, session) for spreadsheets", 8000)
         return True
 
     def export_chrome_trace(self, path: str | Path) -> bool:
@@ -606,8 +638,7 @@ class MainWindow(QMainWindow):
         from specscope.core.trace import TraceError
 
         try:
-            write_chrome_trace(Path(path), self.data.records, self.data.baselines,
-                               self.current_session_meta())
+            write_chrome_trace(Path(path), self.data.events, self.shown_session_meta())
         except (TraceError, ValueError, OSError) as exc:
             self.message_box("Export failed", str(exc))
             return False
@@ -644,9 +675,9 @@ class MainWindow(QMainWindow):
             self.message_box("Cannot open trace", f"{Path(path).name} is not a specscope trace ({exc})")
             return False
         self.token_view.decode = None  # a replay has no tokenizer: top-5 shows the recorded ids
-        self.controller.replay(loaded.records, loaded.baselines, str(path))
+        self.controller.replay(loaded, str(path))
         self.redraw_all()
-        self._update_title()
+        self._render_state(self.controller.state)
         if loaded.warnings:
             self.banner.show_message("Opened with warnings: " + "; ".join(loaded.warnings[:3]), "info")
         self.status.show_message(f"Opened {path}: {len(loaded.records)} iterations", 8000)

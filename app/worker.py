@@ -1,9 +1,11 @@
-"""The engine on a worker thread: loads a pair, runs sessions, buffers records for the GUI.
+"""The engine on a worker thread: loads a pair, runs sessions, buffers the event stream for the GUI.
 
-The worker never touches a widget. Records go into a :class:`RecordBuffer` the window drains on a timer
-(~30 Hz), so a fast loop costs the GUI one batch per frame rather than one signal per iteration. Signals
-carry only state changes. Controls travel through a shared :class:`Controls` object the loop reads at
-iteration boundaries. Engine modules (torch, transformers) are imported here lazily, on the worker thread.
+The worker never touches a widget. The session hands each event with the measurement's snapshot after it to
+its sinks on this thread: the autosave recorder (started here, so a stalled window never delays the
+crash-safety net) and a :class:`RecordBuffer` the window drains on a timer (~30 Hz), so a fast loop costs the
+GUI one batch per frame rather than one signal per iteration. Signals carry only state changes. Controls
+travel through a shared :class:`Controls` object the loop reads at iteration boundaries. Engine modules
+(torch, transformers) are imported here lazily, on the worker thread.
 """
 
 from __future__ import annotations
@@ -13,40 +15,44 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specscope.core.collector import freeze_what_is_loaded, unfreeze
 from specscope.core.controls import Controls
-from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
+from specscope.core.events import Event
+from specscope.core.records import ControlValues
+from specscope.core.snapshot import Estimate
 
 if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at run time loads torch
-    from collections.abc import Iterator
-
+    from specscope.core.autosave import SessionRecorder
     from specscope.core.models import PairSpec
     from specscope.core.pair import ModelPair
+    from specscope.core.session import Sink
 
     from .pair_choice import PairChoice
 
-Event = IterationRecord | BaselineRecord | DrillEvent
+Observed = tuple[Event, Estimate | None]  # an event and the measurement's snapshot after it
 ProgressFn = Callable[[str, float], None]
 PairFactory = Callable[[ProgressFn], "ModelPair"]
 LoadRequest = Union["PairChoice", "PairSpec", PairFactory]
 
 
 class RecordBuffer:
-    """Lock-protected hand-over from the worker thread to the GUI thread."""
+    """Lock-protected hand-over from the worker thread to the GUI thread: events with their snapshots."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: list[Event] = []
+        self._items: list[Observed] = []
 
-    def push(self, item: Event) -> None:
+    def push(self, event: Event, snapshot: Estimate | None = None) -> None:
+        """A session sink: called on the worker thread for every event, in order."""
         with self._lock:
-            self._items.append(item)
+            self._items.append((event, snapshot))
 
-    def drain(self) -> list[Event]:
+    def drain(self) -> list[Observed]:
         with self._lock:
             items, self._items = self._items, []
         return items
@@ -60,6 +66,11 @@ class RunRequest:
     plain: bool = False
     memory_period_s: float = 0.25
     extra: dict[str, Any] = field(default_factory=dict)  # further SessionOptions fields
+    # autosave: where the recorder's session folder goes (None = no autosave), what its sidecar says, and
+    # how many earlier session folders to keep (0 = all)
+    sessions_dir: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    keep_sessions: int = 0
 
 
 class LoadCancelled(Exception):
@@ -103,26 +114,6 @@ def _warm_up(pair: ModelPair) -> None:
             device_bandwidth(str(device))
 
 
-def _session_stream(pair: ModelPair, controls: Controls, request: RunRequest,
-                    prompt_ids: list[int]) -> Iterator[Event]:
-    """The full session (measurement, memory, paging) when present; otherwise the bare decoder."""
-    try:
-        from specscope.core import session
-    except ImportError:  # the measurement layer is missing: records without α / speed-up still flow
-        session = None  # type: ignore[assignment]
-    if session is not None:
-        opts = session.SessionOptions(max_new_tokens=request.max_new_tokens, seed=request.seed,
-                                      plain=request.plain, memory_period_s=request.memory_period_s,
-                                      **request.extra)
-        return session.Session(pair, controls, opts).stream(prompt_ids)
-    from specscope.core.speculative import DecodeOptions, Decoder
-
-    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, token_text=pair.token_text)
-    dopts = DecodeOptions(max_new_tokens=request.max_new_tokens, seed=request.seed,
-                          eos_token_ids=pair.eos_token_ids, baseline_every=16)
-    return decoder.stream(prompt_ids, controls, dopts, plain=request.plain)
-
-
 class Worker(QObject):
     """Lives on its own QThread; slots run there."""
 
@@ -132,11 +123,13 @@ class Worker(QObject):
     run_started = Signal()
     finished = Signal(str)  # finish reason
     error = Signal(str)  # a run failed mid-way; records so far are in the buffer
+    notice = Signal(str)  # something the user should know that does not stop the run (autosave is off)
 
     def __init__(self, buffer: RecordBuffer) -> None:
         super().__init__()
         self.buffer = buffer
         self.pair: ModelPair | None = None
+        self.recorder: SessionRecorder | None = None  # the autosave of the latest run
         self.cancel_load = threading.Event()
 
     def _progress(self, message: str, fraction: float = -1.0) -> None:
@@ -181,21 +174,38 @@ class Worker(QObject):
         if self.pair is None:
             self.error.emit("No model is loaded yet.")
             return
+        from specscope.core.autosave import start_recorder
+        from specscope.core.session import Session, SessionOptions
+
         self.run_started.emit()
-        reason = "max_new_tokens"
+        recorder = None
+        if request.sessions_dir is not None:
+            recorder, problem = start_recorder(Path(request.sessions_dir), request.meta, request.keep_sessions)
+            self.recorder = recorder
+            if problem:
+                self.notice.emit(problem)
+        sinks: list[Sink] = [self.buffer.push]
+        if recorder is not None:
+            sinks.append(recorder)
+        session = None
         try:
             prompt_ids = self.pair.encode_prompt(request.prompt)
-            for event in _session_stream(self.pair, controls, request, prompt_ids):
-                self.buffer.push(event)
-                if isinstance(event, IterationRecord) and event.finished:
-                    reason = event.finish_reason or reason
-            if controls.stop_requested:
-                reason = "stop"
-        except Exception as exc:  # OOM, a model raising mid-run: report it, keep the records so far
+            opts = SessionOptions(max_new_tokens=request.max_new_tokens, seed=request.seed, plain=request.plain,
+                                  memory_period_s=request.memory_period_s, prompt_text=request.prompt,
+                                  source="local", **request.extra)
+            session = Session(self.pair, controls, opts, sinks=sinks)
+            for _event in session.stream(prompt_ids):
+                pass
+        except Exception as exc:  # OOM, a model raising mid-run: report it, keep the events so far
             traceback.print_exc()
+            if recorder is not None:
+                recorder.close(ok=False, reason="error")
             self.error.emit(describe_error(exc))
             return
-        self.finished.emit(reason)
+        if recorder is not None:
+            recorder.close(ok=True)
+        finished = session.finished if session is not None else None
+        self.finished.emit(finished.reason if finished is not None else "stop")
 
 
 GUI_SWITCH_INTERVAL_S = 0.001
@@ -220,46 +230,17 @@ class WorkerHost(QObject):
         self.worker.moveToThread(self.worker_thread)
         self._load_requested.connect(self.worker.load)
         self._run_requested.connect(self.worker.run)
-        self.worker.run_started.connect(self._on_started)
-        self.worker.finished.connect(self._on_stopped)
-        self.worker.error.connect(self._on_stopped)
-        self.worker.loaded.connect(self._on_loaded)
-        self.worker.load_failed.connect(self._on_load_failed)
         self.controls = Controls()
-        self.running = False
-        self.loading = False
-        self.has_pair = False
         self.worker_thread.start()
-
-    def _on_started(self) -> None:
-        self.running = True
-
-    def _on_stopped(self, _msg: str = "") -> None:
-        self.running = False
-
-    def _on_loaded(self, _desc: str) -> None:
-        self.loading = False
-        self.has_pair = True
-
-    def _on_load_failed(self, _msg: str) -> None:
-        self.loading = False
-        self.has_pair = False
-
-    @property
-    def busy(self) -> bool:
-        return self.running or self.loading
 
     def load(self, what: LoadRequest) -> None:
         """Load a PairSpec or a pair factory on the worker (queued behind any run in progress)."""
-        self.loading = True
-        self.has_pair = False
         self.worker.cancel_load.clear()
         self._load_requested.emit(what)
 
     def start(self, request: RunRequest, values: ControlValues) -> Controls:
         """Start a run with fresh controls (a stopped Controls stays stopped); returns them."""
         self.controls = Controls(values)
-        self.running = True
         self._run_requested.emit(request, self.controls)
         return self.controls
 

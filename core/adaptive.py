@@ -9,7 +9,7 @@ explore, probe and switch. ``HeuristicKPolicy`` is transformers' schedule, for c
 from __future__ import annotations
 
 from .measurement import Measurement
-from .records import BaselineRecord, IterationRecord
+from .records import IterationRecord
 
 
 class CostModelKPolicy:
@@ -71,18 +71,17 @@ class CostModelKPolicy:
         self.reach = reach
         self.k = self.initial_k
         self.scores: dict[int, float] = {}  # last predicted speed-up over plain per k, for display
+        self.note = ""  # why the last choice is not simply the best predicted k ("" when it is)
         self._choices = 0
 
     def reset(self) -> None:
         self.k = self.initial_k
         self.scores = {}
+        self.note = ""
         self._choices = 0
 
     def observe(self, record: IterationRecord) -> None:
-        self.measurement.observe(record)  # idempotent: the session feeds the same record
-
-    def observe_baseline(self, baseline: BaselineRecord) -> None:
-        self.measurement.observe_baseline(baseline)
+        """Nothing to learn beyond the measurement, which the session feeds (the one feeder)."""
 
     def predicted_scores(self, hi: int) -> dict[int, float] | None:
         """The measurement's predicted speed-up for k in k_min..hi, at most ``reach`` past measured positions."""
@@ -100,18 +99,26 @@ class CostModelKPolicy:
         self._choices += 1
         scores = self.predicted_scores(hi)
         if scores is None:
+            self.note = f"starting at k={self.k} until acceptance and costs are measured"
             return self.k
         self.scores = scores
+        self.note = ""
         # on a tie the smaller k (cheaper to be wrong), but drafting over not drafting: it keeps measuring
         # acceptance (a free draft that nothing accepted ties with not drafting)
         best = max(scores, key=lambda k: (scores[k], k > 0, -k))
         if scores.get(self.k, 0.0) < scores[best] * (1.0 - self.hysteresis):
             self.k = best
+        elif best != self.k:
+            self.note = (f"keeps k={self.k}: best k={best} predicts under {100 * self.hysteresis:.0f}% more "
+                         "(hysteresis against noise)")
         if self.k == 0:
             probe = self.probe_every and self._choices % self.probe_every == 0 and hi >= 1
+            if probe:
+                self.note = "probing k=1 to re-measure acceptance while not drafting"
             return 1 if probe else 0
         explore = self.explore_every and self._choices % self.explore_every == 0 and self.k < hi
         if explore and scores.get(self.k + 1, 0.0) >= scores[self.k] * (1.0 - self.explore_margin):
+            self.note = f"exploring k={self.k + 1} to measure the next position and pass length"
             return self.k + 1
         return self.k
 
@@ -140,5 +147,3 @@ class HeuristicKPolicy:
         else:
             self.k = max(self.k_min, self.k - 1)
 
-    def observe_baseline(self, baseline: BaselineRecord) -> None:
-        pass

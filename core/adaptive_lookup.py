@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .controls import K_MAX
 from .measurement import KeyedPositionCounts, Measurement
-from .records import BaselineRecord, IterationRecord
+from .records import IterationRecord
 
 
 class LookupLengthPolicy:
@@ -62,7 +62,6 @@ class LookupLengthPolicy:
         return max(1, min(self.k_max, k_max))
 
     def observe(self, record: IterationRecord) -> None:
-        self.measurement.observe(record)  # idempotent: the session feeds the same record
         if self._pending is not None and record.mode == "speculative" and record.n_drafted > 0:
             self.counts.add(self._pending, record)
             # the probe schedule of this match size: after an acceptance look again at the next match; after
@@ -71,9 +70,6 @@ class LookupLengthPolicy:
             gap = 0 if record.n_accepted > 0 else min(self.probe_every, 2 * max(1, last))
             self._probe_gap[self._pending] = self._probe_wait[self._pending] = gap
         self._pending = None
-
-    def observe_baseline(self, baseline: BaselineRecord) -> None:
-        self.measurement.observe_baseline(baseline)
 
     # ---- ProposalLengthPolicy ------------------------------------------------------------------------
     def proposal_length(self, match_ngram: int, available: int) -> int:

@@ -1,15 +1,13 @@
-"""Crash-safe autosave: the session's trace written to a session folder as it grows (the app and the CLI).
+"""Crash-safe autosave: the run's event stream written to a session folder as it grows (the app and the CLI).
 
 ``SessionRecorder`` creates ``<root>/<YYYYmmdd-HHMMSS>-<id>/`` holding ``trace.session.json`` (written
-first), a ``RUNNING`` marker with the recording process's pid, and ``trace.csv`` / ``trace.tokens.csv`` /
-``trace.baselines.csv`` written by ``trace.TraceAppender``, the same writer export uses. Rows are buffered
-and written at most about once a second (on the next append, or by a one-shot timer when appends stop), so a
+first), a ``RUNNING`` marker with the recording process's pid, and ``trace.events.jsonl``, the event log
+(``core.event_log``) that export writes too and replay reads. It is a sink of the session, so it records on
+the thread that decodes, in the stream's order, and a stalled window never delays it. Lines are buffered and
+written at most about once a second (by a writer thread, or on the next append or a one-shot timer), so a
 crash or kill loses at most about the last second. ``close`` removes the marker; a folder whose marker
 outlives its process, and that holds at least one iteration, is an interrupted session
 (``find_interrupted_sessions``), readable with ``trace.read_trace(folder)``.
-
-The memory keys are only known as samples arrive and an appended header cannot grow, so autosaved files
-carry the memory sample as one JSON column (``memory_json``); everything else is as in an export.
 
 A full disk must not cost more than the rows it could not write: a recorder that cannot start removes what
 it created; one stopped mid-run keeps what is on disk and still records in ``trace.session.json`` that it
@@ -22,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import threading
 import time
@@ -32,10 +31,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from .records import BaselineRecord, DrillEvent, IterationRecord
+from .event_log import EventLogAppender
+from .events import Event
 from .trace import (
     SESSION_FOLDER_TRACE,
-    TraceAppender,
     TracePaths,
     TraceWriteError,
     atomic_text_files,
@@ -99,8 +98,6 @@ def _process_alive(pid: int, created: float | None) -> bool:
 SIDECAR_SPARE_BYTES = 1024  # room left in the running session file for its final state (see close)
 
 
-Recorded = IterationRecord | BaselineRecord | DrillEvent
-
 
 class SessionRecorder:
     """Appends records to a new session folder; thread-safe (GUI thread, worker, flush timer).
@@ -133,7 +130,7 @@ class SessionRecorder:
         self._closed = False
         self.error: str | None = None  # set when a write failed; recording stops, the run goes on
         self.flushes = 0
-        self._queued: deque[IterationRecord | BaselineRecord] = deque()  # writer-thread mode: not rendered yet
+        self._queued: deque[Event] = deque()  # writer-thread mode: not rendered yet
         self._stop_writer = threading.Event()
         self._writer: threading.Thread | None = None
 
@@ -160,11 +157,9 @@ class SessionRecorder:
             marker_path = self.folder / RUNNING_MARKER
             created.append(marker_path)
             marker_path.write_text(json.dumps(marker) + "\n", encoding="utf-8")
-            for path in (self.paths.iterations, self.paths.tokens, self.paths.baselines):
-                created.append(path)
-                self._files.append(open_for_csv(path, "x"))
-            self._appender = TraceAppender(self._files[0], self._files[1], self._files[2], memory_keys=None)
-            self._appender.flush()
+            created.append(self.paths.events)
+            self._files.append(open_for_csv(self.paths.events, "x"))
+            self._appender = EventLogAppender(self._files[0])
             if writer_thread:
                 self._writer = threading.Thread(target=self._write_loop, name="specscope-autosave", daemon=True)
                 self._writer.start()
@@ -186,15 +181,17 @@ class SessionRecorder:
         return self._appender.n_iterations
 
     @property
-    def n_baselines(self) -> int:
-        return self._appender.n_baselines
+    def n_events(self) -> int:
+        return self._appender.n_events
 
     # -- recording ------------------------------------------------------------------------------------
 
-    def append(self, item: Recorded) -> None:
-        """Buffer one record's rows; write the buffer when the last write is about a second old."""
-        if not isinstance(item, (IterationRecord, BaselineRecord)):
-            return  # a drill event: its state is in every iteration's drill_*_layers_count column
+    def __call__(self, event: Event, snapshot: object = None) -> None:
+        """A session sink: the recorder keeps the event (the snapshot is the measurement's, recomputed on replay)."""
+        self.append(event)
+
+    def append(self, item: Event) -> None:
+        """Buffer one event's line; write the buffer when the last write is about a second old."""
         if self._writer is not None:
             if not self._closed and self.error is None:
                 self._queued.append(item)  # deque.append is atomic: no lock, so no wait on a write
@@ -215,10 +212,10 @@ class SessionRecorder:
                 self._timer.daemon = True
                 self._timer.start()
 
-    def _render_locked(self, item: IterationRecord | BaselineRecord) -> None:
+    def _render_locked(self, item: Event) -> None:
         try:
             self._appender.append(item)
-        except ValueError as e:  # a record the format cannot hold: stop recording, never the run
+        except (TypeError, ValueError) as e:  # an event the format cannot hold: stop recording, never the run
             self._flush_locked()  # the rows before it are good: write them first
             self.error = f"autosave to {self.folder} stopped: {e}"
 
@@ -293,7 +290,7 @@ class SessionRecorder:
                 "ok": ok and self.error is None,
                 "ended": datetime.now().astimezone().isoformat(timespec="seconds"),
                 "iterations": self.n_iterations,
-                "baselines": self.n_baselines,
+                "events": self.n_events,
             }
             if reason:
                 self._meta["recording"]["reason"] = reason
@@ -361,15 +358,52 @@ def find_interrupted_sessions(root: Path) -> list[Path]:
 
 
 def _holds_an_iteration(folder: Path) -> bool:
-    """True when the folder's iteration CSV has a row after its header: a session killed before its first
-    iteration (or whose disk was full) holds nothing worth offering."""
+    """True when the folder's event log holds an iteration (or, for a folder from before the event log, its
+    iteration CSV a row after its header): a session killed before its first iteration (or whose disk was
+    full) holds nothing worth offering."""
+    paths = trace_paths(folder / SESSION_FOLDER_TRACE)
     try:
-        with open(folder / SESSION_FOLDER_TRACE, "rb") as f:
+        if paths.events.exists():
+            with open(paths.events, "rb") as f:
+                return any(b'"type":"iteration"' in line for line in f)
+        with open(paths.iterations, "rb") as f:
             head = f.read(1 << 16)
     except OSError:
         return False
     first_newline = head.find(b"\n")
     return first_newline >= 0 and head[first_newline + 1:].strip() != b""
+
+
+def prune_sessions(root: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest finished session folders under ``root``; returns those deleted.
+
+    Folders still marked RUNNING (a live run, or an interrupted one waiting to be offered) are never
+    deleted. Only folders that look like sessions (they hold a session sidecar) are touched, so a user's own
+    files in the folder are safe."""
+    try:
+        folders = [p for p in Path(root).iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    finished = [p for p in folders if not (p / RUNNING_MARKER).exists()
+                and trace_paths(p / SESSION_FOLDER_TRACE).session.exists()]
+    finished.sort(key=lambda p: p.name, reverse=True)  # names start with a timestamp
+    deleted = []
+    for folder in finished[keep:]:
+        shutil.rmtree(folder, ignore_errors=True)
+        deleted.append(folder)
+    return deleted
+
+
+def start_recorder(root: Path, session: dict[str, Any], keep: int = 0) -> tuple[SessionRecorder | None, str]:
+    """The one place a run's autosave starts (the CLI and the app's worker): prune to the ``keep`` newest
+    session folders (0 = keep all), then start a recorder with a writer thread. (None, one sentence) when it
+    cannot start: a run goes on without it, and the user is told that the safety net is off."""
+    try:
+        if keep > 0:
+            prune_sessions(root, keep=keep - 1)  # the new one makes it ``keep``
+        return SessionRecorder(root, session, writer_thread=True), ""
+    except TraceWriteError as exc:
+        return None, f"autosave is off for this run: {exc}"
 
 
 def dismiss_interrupted_session(folder: Path) -> None:

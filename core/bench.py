@@ -32,10 +32,11 @@ from .adaptive_lookup import LookupLengthPolicy
 from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
-from .measurement import Estimate, Measurement, RatioInterval, paired_ratio, run_summary
+from .measurement import Estimate, Measurement, RatioInterval, paired_ratio, replay, run_summary
 from .pair import ModelPair
 from .prompts import Prompt
 from .records import ControlValues, IterationRecord
+from .schedule import VerifyExploration
 from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
 from .trace import atomic_text_files, spreadsheet_safe
 
@@ -211,14 +212,21 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
                       token_text=pair.token_text, k_policy=policy)
     adaptive = policy is not None
     controls = Controls(ControlValues(k=method.k if method.kind == "fixed" else 4, adaptive_k=adaptive))
-    # The cost-model policy wants the verify cost by pass length from sweeps (baselines are not timed).
-    # Lookup's policy measures it from its own passes, so its runs are timed like transformers': no baselines.
-    sweeps = method.kind == "adaptive" and not isinstance(policy, LookupLengthPolicy)
+    # The cost-model policy needs a plain step's cost and verify costs by pass length: a plain step now and
+    # then, and an occasional iteration at an unmeasured length, all of them real (they commit their tokens, and
+    # their time counts). Lookup's policy measures both from its own passes: no baselines.
+    measured = method.kind == "adaptive" and not isinstance(policy, LookupLengthPolicy)
+    measurement: Measurement | None = getattr(policy, "measurement", None)
     opts = DecodeOptions(
         max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
-        baseline_every=16 if sweeps else 0, verify_sweep=sweeps, sweep_k_max=min(8, K_MAX),
+        baseline_every=32 if measured else 0, baseline_steps=1,
+        explore_k=VerifyExploration(measurement, min(8, K_MAX)) if measured and measurement else None,
     )
-    result = decoder.run(prompt.ids, controls, opts, plain=plain)
+    for event in decoder.stream(prompt.ids, controls, opts, plain=plain):
+        if measurement is not None:  # this runner is the session here: the measurement's one feeder
+            measurement.feed(event)
+    result = decoder.result
+    assert result is not None
     records = result.iterations
     decode_ms = sum(r.iteration_ms for r in records)
     row = RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
@@ -232,7 +240,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
 
 def fill_acceptance(row: RunRow, records: Sequence[IterationRecord]) -> None:
     """α, acceptance rate and mean k of a run, from the measurement's run summary (as the CLI prints them)."""
-    summary = run_summary(records)
+    summary = run_summary(records, estimate=replay(records).estimate())
     row.alpha, row.acceptance_rate, row.mean_k = summary["alpha"], summary["acceptance_rate"], summary["mean_k"]
 
 
@@ -359,10 +367,10 @@ def estimate_against(plain: Sequence[IterationRecord],
     fewer when the token budget runs out, which would round a fixed k = 6 down to 5."""
     m = Measurement()
     for r in plain:
-        m.observe(r)
+        m.feed(r)
     est = None
     for r in speculative:
-        est = m.enrich(r)
+        est = m.feed(r)
     if est is None:
         return None
     counts = Counter(r.n_drafted for r in speculative if r.mode == "speculative" and r.n_drafted)

@@ -1,4 +1,4 @@
-"""The record stream as a Chrome trace (Trace Event Format JSON) that Perfetto and chrome://tracing open.
+"""The event stream as a Chrome trace (Trace Event Format JSON) that Perfetto and chrome://tracing open.
 
 Tracks (one "thread" each): iteration, draft, verify, rollback, baseline, paging flags. Counters: alpha,
 tokens per iteration, k, speed-ups and every memory key. See docs/trace-format.md.
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .events import Event
 from .records import BaselineRecord, IterationRecord
 from .trace import atomic_text_files, compact_json
 
@@ -26,19 +27,29 @@ def _us(seconds: float) -> float:
 
 
 def chrome_trace(
-    records: Iterable[IterationRecord],
-    baselines: Iterable[BaselineRecord] = (),
+    stream: Iterable[Event],
     session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The records as a Trace Event Format object (``{"traceEvents": [...]}``).
+    """A run's event stream as a Trace Event Format object (``{"traceEvents": [...]}``).
 
     Each phase is a complete ("X") event on its own track; the phases of an iteration are laid end to end
     from its t_start_s (the loop times them back to back). Timestamps are µs since the first event.
     Counters ("C"): alpha, tokens per iteration, k, speed-ups and every memory key. Paging flags are
     instant ("i") events carrying their sentence.
     """
-    records = list(records)
-    baselines = list(baselines)
+    from .measurement import Measurement  # the counters are the one owner's snapshot after each iteration
+
+    measurement = Measurement()
+    snapshots: dict[int, Any] = {}
+    records: list[IterationRecord] = []
+    baselines: list[BaselineRecord] = []
+    for e in stream:
+        snapshot = measurement.feed(e)
+        if isinstance(e, IterationRecord):
+            records.append(e)
+            snapshots[id(e)] = snapshot
+        elif isinstance(e, BaselineRecord):
+            baselines.append(e)
     starts = [r.t_start_s for r in records]
     starts += [b.t_s - (sum(b.step_ms) + sum(b.verify_ms_by_len.values())) / 1000.0 for b in baselines]
     t0 = min(starts) if starts else 0.0
@@ -67,12 +78,13 @@ def chrome_trace(
                 complete(phase, phase, t, ms, {"iteration": r.iteration})
             t += ms / 1000.0
         end = r.t_end_s if r.t_end_s >= r.t_start_s else r.t_start_s + r.iteration_ms / 1000.0
-        counter("alpha_window", end, r.alpha_window)
-        counter("alpha_cumulative", end, r.alpha_cumulative)
+        snap = snapshots.get(id(r))
+        counter("alpha_run", end, snap.alpha if snap else None)
+        counter("alpha_window", end, snap.alpha_window if snap else None)
         counter("tokens_per_iteration", end, r.n_emitted)
         counter("k", end, r.k)
-        counter("measured_speedup", end, r.measured_speedup)
-        counter("predicted_speedup", end, r.predicted_speedup)
+        counter("measured_speedup", end, snap.measured.value if snap and snap.measured else None)
+        counter("predicted_speedup", end, snap.predicted_speedup if snap else None)
         for key in sorted(r.memory):
             counter(key, end, r.memory[key])
         for sentence in r.flags:
@@ -118,13 +130,12 @@ def _finite(obj: Any) -> Any:
 
 def write_chrome_trace(
     path: Path,
-    records: Iterable[IterationRecord],
-    baselines: Iterable[BaselineRecord] = (),
+    stream: Iterable[Event],
     session: dict[str, Any] | None = None,
 ) -> Path:
     """Write the Chrome/Perfetto trace JSON atomically; raises TraceWriteError."""
     path = Path(path)
-    obj = chrome_trace(records, baselines, session)
+    obj = chrome_trace(stream, session)
     try:
         text = json.dumps(obj, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # a NaN somewhere: the slow path that nulls them

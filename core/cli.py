@@ -187,15 +187,13 @@ def _quiet_libraries() -> None:
 
 def _start_recorder(description: dict[str, Any], quiet: bool) -> Any:
     """The app's autosave recorder, for the CLI too; a run goes on without it when it cannot start."""
-    from .autosave import SessionRecorder, default_sessions_dir
-    from .trace import TraceError
+    from .autosave import default_sessions_dir, start_recorder
 
-    try:
-        # A writer thread does the writing, as in the app: a signal is handled on this thread, so it can never
-        # land in the middle of a row being written (and write it twice, or half).
-        recorder = SessionRecorder(default_sessions_dir(), description, writer_thread=True)
-    except TraceError as exc:
-        print(f"specscope: warning: autosave is off for this run: {exc}", file=sys.stderr)
+    # A writer thread does the writing, as in the app: a signal is handled on this thread, so it can never land
+    # in the middle of a line being written (and write it twice, or half).
+    recorder, problem = start_recorder(default_sessions_dir(), description)
+    if recorder is None:
+        print(f"specscope: warning: {problem}", file=sys.stderr)
         return None
     if not quiet:
         print(f"autosave: {recorder.folder}", file=sys.stderr)
@@ -256,13 +254,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
     _check_context(pair, len(prompt_ids), args.max_new_tokens, quiet)
-    session = Session(pair, controls, SessionOptions(
-        max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
-        baseline_every=args.baseline_every, drill=drill,
-    ))
     description = session_description(args, pair)
     recorder = _start_recorder(description, quiet)
     _Run.session_folder = recorder.folder if recorder is not None else None
+    # the recorder is a sink of the session: it records on this thread, in the stream's order
+    session = Session(pair, controls, SessionOptions(
+        max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
+        baseline_every=args.baseline_every, drill=drill, prompt_text=text, source="local",
+    ), sinks=[recorder] if recorder is not None else [])
 
     with SignalGuard(controls).installed() as guard, loaded_objects_frozen():  # no full collection in a step
         return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
@@ -280,9 +279,8 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
     stopped: Interrupted | None = None
     stream = session.stream(prompt_ids)
     try:
-        for event in stream:
-            if recorder is not None:
-                recorder.append(event)
+        for _event in stream:  # the session's sinks (autosave) see every event; the summary reads the snapshot
+            pass
     except Interrupted as exc:  # a second signal: the step under way was cut
         stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
@@ -304,14 +302,8 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
         raise CliError(f"{stopped.signal_name} received before decoding began; nothing was decoded",
                        exit_code=stopped.exit_code)
     records = session.records
-    if stopped is not None:
-        # The loop saw no end of its own: label the run, and its last iteration as not finished.
-        result.finish_reason = stopped.reason
-        if records:
-            records[-1].finished = False
-            records[-1].finish_reason = stopped.reason
-    elif error is not None:
-        result.finish_reason = "error"
+    # how the run ended is the stream's RunFinished (a stop by signal says interrupted or terminated)
+    result.finish_reason = session.finished.reason if session.finished is not None else result.finish_reason
 
     residency = {"target": model_residency(pair.target.model, pair.target.device, "target")}
     if pair.draft is not None:
@@ -322,7 +314,7 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
 
     trace_error: str | None = None
     if args.trace is not None or args.chrome_trace is not None:
-        trace_error = _write_traces(args, records, session.baselines, description, recorder)
+        trace_error = _write_traces(args, session.events, description, recorder)
 
     if args.json:
         out = {
@@ -360,8 +352,8 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
     return 0
 
 
-def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[Any],
-                  session: dict[str, Any], recorder: Any) -> str | None:
+def _write_traces(args: argparse.Namespace, events: list[Any], session: dict[str, Any],
+                  recorder: Any) -> str | None:
     """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
     the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
     from .chrome_trace import write_chrome_trace
@@ -371,26 +363,35 @@ def _write_traces(args: argparse.Namespace, records: list[Any], baselines: list[
     problems: list[str] = []
     if args.trace is not None:
         try:
-            paths = write_trace(Path(args.trace), records, baselines, session=session)
+            paths = write_trace(Path(args.trace), events, session=session)
             if not args.json and not args.quiet:
-                print(f"trace written: {paths.iterations} (+ tokens, baselines, session)", file=sys.stderr)
+                print(f"trace written: {paths.events} (the event stream) and {paths.iterations} (+ tokens, "
+                      "session) for spreadsheets", file=sys.stderr)
         except (TraceError, OSError) as exc:
             where = f"; the whole trace is in {recorder.folder}" if saved else ""
             problems.append(f"could not write the trace: {exc}{where}")
     if args.chrome_trace is not None:
         try:
-            write_chrome_trace(Path(args.chrome_trace), records, baselines, session=session)
+            write_chrome_trace(Path(args.chrome_trace), events, session=session)
         except (TraceError, OSError) as exc:
             fallback = ""
             if recorder is not None:
                 with_name = recorder.folder / "trace.chrome.json"
                 try:
-                    write_chrome_trace(with_name, records, baselines, session=session)
+                    write_chrome_trace(with_name, events, session=session)
                     fallback = f"; saved it to {with_name} instead"
                 except (TraceError, OSError):
                     pass
             problems.append(f"could not write the chrome trace: {exc}{fallback}")
     return "; ".join(problems) or None
+
+
+def _overhead_text(estimate: Any) -> str:
+    cost = estimate.cost
+    if cost is None:
+        return "measurement overhead —"
+    return (f"{cost.text()} (bookkeeping {cost.bookkeeping_ms:.0f} ms, baselines {cost.baseline_ms:.0f} ms "
+            f"of {cost.wall_ms / 1000.0:.1f} s)")
 
 
 def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
@@ -406,28 +407,26 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dic
     lines.append(f"tokens        {s['tokens']} in {s['iterations']} iterations "
                  f"({_fmt(s['tokens_per_iteration'], '.2f')} per iteration); prefill "
                  f"{_fmt(s['prefill_ms'], '.1f', ' ms')}")
-    lines.append(f"speed         {_fmt(s['tokens_per_s'], '.1f', ' tok/s')} over the decode loop")
-    if not args.plain:
-        lines.append(f"acceptance    α = {_fmt(s['alpha'])} ({s['accepted']} accepted of {s['judged']} judged, "
+    if estimate is not None:
+        lines.append(f"speed         {estimate.rates_text()}; {_overhead_text(estimate)}")
+    if not args.plain and estimate is not None:
+        lines.append(f"acceptance    {estimate.alpha_text()} ({s['accepted']} accepted of {s['judged']} judged, "
                      f"{s['drafted']} drafted); mean acceptance length {_fmt(s['mean_acceptance_length'], '.2f')}")
         draft = (f"draft step {_fmt(s['draft_step_ms'], '.2f', ' ms')}" if s["draft_step_ms"] is not None
                  else f"draft {_fmt(s['draft_iteration_ms'], '.2f', ' ms')} per iteration")
         lines.append(f"costs         {draft}, plain step {_fmt(s['plain_step_ms'], '.2f', ' ms')}, "
                      f"verify {_fmt(s['verify_ms_median'], '.2f', ' ms')}, "
                      f"rollback {_fmt(s['rollback_ms_median'], '.3f', ' ms')} (medians)")
-        if estimate is not None:
-            left_out = f" ({estimate.blocks_busy} machine-busy blocks left out)" if estimate.blocks_busy else ""
-            measured = (f"measured {estimate.measured.text()} over {estimate.blocks} interleaved plain/speculative "
-                        f"blocks{left_out}" if estimate.measured else f"measured: {estimate.measured_reason}")
-            lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
-                         f"at k={estimate.k}")
-            if estimate.best_k is not None and estimate.best_speedup is not None:
-                best = ("do not speculate (plain decoding is predicted fastest)" if estimate.best_k == 0
-                        else f"k={estimate.best_k} (predicted ×{estimate.best_speedup:.2f})")
-                lines.append(f"best k        {best}")
-            verdict = estimate.verdict()
-            if verdict:
-                lines.append(f"              {verdict}")
+        left_out = f" ({estimate.blocks_busy} machine-busy blocks left out)" if estimate.blocks_busy else ""
+        measured = (f"measured {estimate.speedup_text()} over {estimate.blocks} interleaved plain/speculative "
+                    f"blocks{left_out}" if estimate.measured else f"measured: {estimate.measured_reason}")
+        lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
+                     f"at k={estimate.k}")
+        lines.append(f"best k        {estimate.best_k_text()}")
+        if estimate.controller_text():
+            lines.append(f"              {estimate.controller_text()}")
+        if estimate.verdict:
+            lines.append(f"              {estimate.verdict}")
     for name, r in residency.items():
         lines.append(f"residency     {format_residency(name, r)}")
         for w in r.warnings:

@@ -212,7 +212,7 @@ class SignalGuard:
             return
         if self.pending is None and self.controls is not None:
             self.pending = Interrupted(signum)
-            self.controls.stop_soon()
+            self.controls.stop_soon(self.pending.reason)
             # os.write, not print: this handler may run while this thread is inside sys.stderr's own write.
             again = "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
             with suppress(OSError):

@@ -53,6 +53,7 @@ class Controls:
         self._running.set()
         self._stop = threading.Event()
         self._stop_signalled = False  # set by stop_soon(), from a signal handler: a plain flag, no lock
+        self.stop_reason = "stop"  # what ended the run when it was stopped: "stop", "interrupted", "terminated"
         self._baseline_requested = threading.Event()
         self._drill_request: tuple[str, Any] | None = None  # ("start", DrillSpec) or ("end", None)
 
@@ -77,14 +78,16 @@ class Controls:
     def paused(self) -> bool:
         return not self._running.is_set()
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "stop") -> None:
+        self.stop_reason = reason
         self._stop.set()
         self._running.set()  # a paused loop must wake up to see the stop
 
-    def stop_soon(self) -> None:
+    def stop_soon(self, reason: str = "stop") -> None:
         """``stop`` for a signal handler. The handler runs on the loop's own thread, between any two bytecodes,
         possibly while that thread holds one of these events' locks, so it takes none: the loop sees the flag at
         its next boundary (a paused loop is not woken; the CLI, which installs the handler, never pauses)."""
+        self.stop_reason = reason
         self._stop_signalled = True
 
     @property

@@ -12,9 +12,7 @@ the caches back; it emits on average E(alpha, k) tokens. Plain decoding emits on
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-
-VerifyCost = Mapping[int, float] | Callable[[int], float]
+from collections.abc import Sequence
 
 
 def _check_alpha(alpha: float) -> None:
@@ -66,15 +64,25 @@ def iteration_cost_ms(k: int, draft_ms: float, verify_ms: float, rollback_ms: fl
     return k * draft_ms + verify_ms + rollback_ms
 
 
+def speedup(tokens_per_iteration: float, target_ms: float, draft_ms_per_iteration: float, verify_ms: float,
+            fixed_ms: float = 0.0) -> float | None:
+    """The one formula: speculative over plain tokens/s = target_ms * E / (draft + verify + fixed) per
+    iteration. None when the iteration costs nothing (no measurement)."""
+    cost = draft_ms_per_iteration + verify_ms + fixed_ms
+    return target_ms * tokens_per_iteration / cost if cost > 0.0 else None
+
+
 def predicted_speedup(
     alpha: float, k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
 ) -> float:
-    """Speculative over plain tokens/s: target_ms * E / (k * draft_ms + verify_ms + rollback_ms)."""
+    """Speculative over plain tokens/s at iid acceptance ``alpha``: :func:`speedup` with E(alpha, k)."""
     _check_costs(target_ms=target_ms)
     cost = iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms)
     if cost <= 0.0:
         raise ValueError("an iteration must cost more than 0 ms")
-    return target_ms * expected_tokens_per_iteration(alpha, k) / cost
+    out = speedup(expected_tokens_per_iteration(alpha, k), target_ms, k * draft_ms, verify_ms, rollback_ms)
+    assert out is not None
+    return out
 
 
 def alpha_for_speedup(
@@ -115,63 +123,3 @@ def break_even_alpha(
     cannot pay even with everything accepted (the iteration costs more than k+1 plain steps).
     """
     return alpha_for_speedup(k, 1.0, target_ms, draft_ms, verify_ms, rollback_ms)
-
-
-def verify_cost_function(verify_ms_by_len: VerifyCost) -> Callable[[int], float]:
-    """Verify time as a function of pass length: a callable as is, or a piecewise-linear fit of a mapping.
-
-    Between measured lengths it interpolates; outside them it extends the nearest segment's line (a single
-    measured length gives a constant). Never below 0.
-    """
-    if callable(verify_ms_by_len):
-        return verify_ms_by_len
-    points = sorted((int(n), float(ms)) for n, ms in verify_ms_by_len.items() if not math.isnan(ms))
-    if not points:
-        raise ValueError("verify cost needs at least one measured pass length")
-    for n, ms in points:
-        if n < 1 or ms < 0.0:
-            raise ValueError(f"bad verify measurement: length {n}, {ms} ms")
-
-    def cost(n: int) -> float:
-        if len(points) == 1:
-            return points[0][1]
-        if n <= points[0][0]:
-            (n0, m0), (n1, m1) = points[0], points[1]
-        elif n >= points[-1][0]:
-            (n0, m0), (n1, m1) = points[-2], points[-1]
-        else:
-            i = next(i for i in range(1, len(points)) if points[i][0] >= n)
-            (n0, m0), (n1, m1) = points[i - 1], points[i]
-        return max(0.0, m0 + (m1 - m0) * (n - n0) / (n1 - n0))
-
-    return cost
-
-
-def speedup_curve(
-    alpha: float,
-    target_ms: float,
-    draft_ms: float,
-    verify_ms_by_len: VerifyCost,
-    rollback_ms: float = 0.0,
-    k_range: Iterable[int] = range(1, 17),
-) -> list[tuple[int, float]]:
-    """(k, predicted speed-up) for each k, verify cost taken at pass length k+1: the "which k" plot."""
-    verify = verify_cost_function(verify_ms_by_len)
-    return [
-        (k, predicted_speedup(alpha, k, target_ms, draft_ms, verify(k + 1), rollback_ms)) for k in k_range
-    ]
-
-
-def best_k(
-    alpha: float,
-    target_ms: float,
-    draft_ms: float,
-    verify_ms_by_len: VerifyCost,
-    rollback_ms: float = 0.0,
-    k_range: Iterable[int] = range(1, 17),
-) -> tuple[int, float]:
-    """The k with the highest predicted speed-up (the smallest such k on ties) and that speed-up."""
-    curve = speedup_curve(alpha, target_ms, draft_ms, verify_ms_by_len, rollback_ms, k_range)
-    if not curve:
-        raise ValueError("k_range is empty")
-    return max(curve, key=lambda kv: (kv[1], -kv[0]))

@@ -1,25 +1,35 @@
 """The one owner of every derived number: α, acceptance length and by position, tokens/s, step costs, the
-verify-cost fit, measured speed-up with its interval, predicted speed-up, the speed-up-vs-k curve and best k.
+verify-cost fit, measured speed-up with its interval, predicted speed-up, the speed-up-vs-k curve, best k, the
+verdict and what measuring costs the run.
 
-Every consumer — the CLI's text and ``--json``, the trace, the app's status bar and plots, adaptive k and
-``specscope bench`` — displays or stores what this module gives; none computes its own.
+It is fed the run's event stream (``core.events``) through :meth:`Measurement.feed`, by the session live and by
+replay for a trace, and hands out one immutable snapshot (``core.snapshot.Estimate``) after each event. Every
+consumer — the CLI's text and ``--json``, the flat CSV export, the app's status bar, panels and plots, adaptive
+k and ``specscope bench`` — displays a snapshot; none computes its own.
 
 Definitions (docs/cost-model.md has the derivations):
-- α = accepted / judged proposals, where judged = accepted + the first rejected one (``metrics.checked_proposals``).
-  It is the maximum-likelihood per-proposal acceptance under iid acceptance and does not shrink with k.
-- Verify cost is one fit over pass length, from every pass measured: the loop's own verify passes (length
-  k+1), the baselines' plain steps (length 1) and the sweeps. Per length it keeps the most recent passes
-  (the context grows, so old passes cost less), takes their median, and makes the medians non-decreasing in
-  length (pool-adjacent-violators weighted by counts). Between measured lengths it interpolates; past the
-  longest measured length it says nothing: the curve has a gap there, with the reason.
+- α (the headline) = accepted / judged proposals over the whole run, where judged = accepted + the first
+  rejected one (``metrics.checked_proposals``): the maximum-likelihood per-proposal acceptance under iid
+  acceptance; it does not shrink with k. The recent-window α has its own name (``alpha_window``), and each
+  control segment its own α (``Segment.alpha``).
+- A control change (``events.ControlChange``) starts a new segment; nothing resets. The headline measured
+  speed-up is the current segment's once it has its own, else the whole run's, and says which.
+- Verify cost is one fit over pass length, from every real pass: the loop's verify passes (length k+1) and
+  plain steps (length 1). Per length it keeps the most recent passes (the context grows, so old passes cost
+  less), takes their median, and makes the medians non-decreasing in length (pool-adjacent-violators weighted
+  by counts). Between measured lengths it interpolates; past the longest measured length it says nothing: the
+  curve has a gap there, with the reason (the session explores such lengths with real iterations).
 - The plain step of the cost model is the fit at length 1, so a predicted speed-up can never exceed
   E(k) <= k+1: every iteration costs at least one pass of length k+1 >= one plain step.
-- Measured speed-up is a paired ratio over blocks: the speculative iterations between two adjacent plain
-  baselines form a block; its ratio is the block's tokens/ms times the bracketing baselines' median plain step.
-  The estimate is the Hodges-Lehmann centre of the blocks' log ratios (one outlying block barely moves it),
-  with its distribution-free interval. Fewer than ``MIN_BLOCKS`` blocks give no number, only a reason.
-  A block with an iteration flagged "machine busy" is left out once ``MIN_BLOCKS`` quiet blocks exist (a
-  stall of another program's making is not the speed-up); the estimate counts the blocks left out.
+- Measured speed-up is a paired ratio over blocks: the speculative iterations between two runs of plain
+  iterations (baselines, which commit their tokens) form a block; its ratio is the block's tokens/ms times
+  the bracketing plain steps' median. The estimate is the Hodges-Lehmann centre of the blocks' log ratios
+  (one outlying block barely moves it), with its distribution-free interval. Fewer than ``MIN_BLOCKS``
+  blocks give no number, only a reason. A block with an iteration flagged "machine busy" is left out once
+  ``MIN_BLOCKS`` quiet blocks exist (a stall of another program's making is not the speed-up).
+- A verdict is stated only when the data can carry it: a quiet majority of blocks, an interval no wider
+  than ``VERDICT_MAX_SPREAD``, and not while adaptive k has chosen not to speculate (then it speaks of the
+  controller's choice).
 """
 
 from __future__ import annotations
@@ -37,25 +47,49 @@ import numpy as np
 from . import costmodel
 from .busy import BUSY_PREFIX
 from .controls import K_MAX
+from .events import ControlChange, Event, RunFinished, RunStarted
 from .kinds import draft_cost_per_token
 from .metrics import (
     acceptance_rate,
     accepted_histogram,
-    alpha_estimate,
     checked_proposals,
     conditional_position_acceptance,
     inter_token_intervals_ms,
-    mean_acceptance_length,
     per_position_acceptance,
     percentile,
     time_to_first_token_ms,
-    tokens_per_second,
 )
-from .records import ATTACHED_MODE, JUDGING_MODES, SPECULATIVE_MODE, BaselineRecord, ControlValues, IterationRecord
+from .records import (
+    ATTACHED_MODE,
+    JUDGING_MODES,
+    PLAIN_MODE,
+    SPECULATIVE_MODE,
+    BaselineRecord,
+    ControlValues,
+    DrillEvent,
+    IterationRecord,
+)
+from .snapshot import (
+    CONFIDENCE,
+    NOT_ENOUGH,
+    VERDICT_MAX_SPREAD,
+    Costs,
+    CurvePoint,
+    Estimate,
+    MeasurementCost,
+    PositionStat,
+    RatioInterval,
+    Segment,
+)
+
+__all__ = [
+    "CONFIDENCE", "NOT_ENOUGH", "Costs", "CurvePoint", "Estimate", "KeyedPositionCounts", "Measurement",
+    "MeasurementCost", "PositionCounts", "PositionStat", "RatioInterval", "Segment", "VerifyCostFit",
+    "feed_all", "monotone_fit", "paired_ratio", "replay", "run_summary",
+]
 
 MIN_BLOCKS = 5  # blocks (adjacent plain/speculative pairs) before a measured speed-up is given (94% at most)
 MIN_BLOCK_ITERATIONS = 2  # a block cut shorter by a control change is dropped
-CONFIDENCE = 0.95
 PASSES_KEPT_PER_LENGTH = 16  # recent verify passes per pass length kept for the fit
 WINDOW = 32  # iterations in the recent window (α window, step costs)
 POSITION_DECAY = 0.98  # per-iteration forgetting of per-position acceptance counts (~50 iterations)
@@ -63,7 +97,6 @@ ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain
                    "--plain-url or --plain-model measures plain requests beside them)")
 TRUSTED_PASSES = 3  # passes of one length before an optimistic score takes its cost as known
 POSITION_PRIOR_WEIGHT = 2.0  # pseudo-counts shrinking a position's acceptance toward the one before it
-NOT_ENOUGH = "not enough data yet"
 
 
 # ---- small statistics ----------------------------------------------------------------------------------
@@ -99,23 +132,6 @@ def hodges_lehmann_interval(x: Sequence[float] | np.ndarray,
     cut = int(below[-1]) if len(below) else 0
     achieved = 1.0 - 2.0 * float(cdf[cut])
     return centre, float(walsh[cut]), float(walsh[len(walsh) - 1 - cut]), achieved
-
-
-@dataclass(frozen=True)
-class RatioInterval:
-    """A ratio with its confidence interval and what it was computed from."""
-
-    value: float
-    lo: float
-    hi: float
-    n: int  # pairs (blocks, or rounds in the bench)
-    confidence: float = CONFIDENCE  # what the interval achieves: below 95% with fewer than 6 pairs
-
-    def covers(self, x: float) -> bool:
-        return self.lo <= x <= self.hi
-
-    def text(self) -> str:
-        return f"×{self.value:.2f} ({self.lo:.2f}–{self.hi:.2f})"
 
 
 def paired_ratio(ratios: Sequence[float], min_pairs: int = MIN_BLOCKS) -> RatioInterval | None:
@@ -304,148 +320,7 @@ class KeyedPositionCounts:
         return out
 
 
-# ---- what the owner gives ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PositionStat:
-    """Acceptance at one draft position (0-based) with its sample size."""
-
-    position: int
-    reached: int  # iterations that judged this position
-    accepted: int
-    drafted: int  # iterations that drafted this position (judged or not)
-
-    @property
-    def rate(self) -> float | None:
-        """P(accepted | reached): the conditional rate."""
-        return self.accepted / self.reached if self.reached else None
-
-    @property
-    def rate_per_draft(self) -> float | None:
-        """accepted / drafted at this position: the serving engines' per-position acceptance."""
-        return self.accepted / self.drafted if self.drafted else None
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    k: int
-    speedup: float | None  # None = a gap, see ``reason``
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Step costs in ms over the recent window (medians), and the verify fit's knots."""
-
-    plain_step_ms: float | None  # the fit at pass length 1
-    draft_step_ms: float | None  # per proposal (drafters whose cost grows with k)
-    draft_iteration_ms: float | None  # per iteration (lookup: its cost does not grow with k)
-    fixed_ms: float | None  # rollback + bookkeeping per iteration
-    verify_ms_by_len: dict[int, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Everything the run's numbers are, at one iteration. Immutable: shared by records and threads."""
-
-    iteration: int
-    k: int
-    drafter: str
-    iterations: int  # speculative + plain records seen
-    alpha: float | None  # cumulative since the last change of sampling controls
-    judged: int
-    alpha_window: float | None
-    judged_window: int
-    window: int  # iterations in the recent window
-    mean_acceptance_length: float | None  # 1 + accepted / speculative iterations (cumulative)
-    tokens_per_iteration: float | None
-    tokens_per_s: float | None  # emitted / decode-loop time, whole run
-    positions: tuple[PositionStat, ...]
-    costs: Costs
-    measured: RatioInterval | None
-    measured_reason: str  # why there is no measured number (empty when there is one)
-    blocks: int  # blocks the measured speed-up is over
-    predicted_speedup: float | None  # at the k in use, same cost model as the curve
-    curve: tuple[CurvePoint, ...]
-    best_k: int | None  # None when no k has a prediction; 0 = do not speculate
-    best_speedup: float | None
-    busy: str = ""  # the latest machine-busy sentence in the window, if any
-    blocks_busy: int = 0  # blocks with a machine-busy iteration, left out of the measured speed-up
-
-    @property
-    def measured_text(self) -> str:
-        return self.measured.text() if self.measured is not None else self.measured_reason or NOT_ENOUGH
-
-    def speedup_at(self, k: int) -> float | None:
-        for p in self.curve:
-            if p.k == k:
-                return p.speedup
-        return None
-
-    def iteration_costs(self, k: int) -> tuple[float, float] | None:
-        """(draft ms per iteration, verify ms of a k+1 pass) at this k from the measured costs; None: no data."""
-        c = self.costs
-        if not c.verify_ms_by_len:
-            return None
-        verify = _interp(c.verify_ms_by_len, k + 1)
-        if verify is None:
-            return None
-        return (c.draft_step_ms or 0.0) * k + (c.draft_iteration_ms or 0.0), verify
-
-    def alpha_for_speedup(self, k: int, speedup: float) -> float | None:
-        """The α this k would need to run ``speedup`` times as fast as plain, at the measured costs (None: no
-        data, or no α reaches it)."""
-        costs = self.iteration_costs(k) if k else None
-        plain = self.costs.plain_step_ms
-        if costs is None or not plain:
-            return None
-        draft, verify = costs
-        try:
-            return costmodel.alpha_for_speedup(k, speedup, plain, draft / k, verify, self.costs.fixed_ms or 0.0)
-        except ValueError:
-            return None
-
-    def break_even_alpha(self, k: int) -> float | None:
-        """The α at which speculation at this k breaks even (None: no data, or it cannot pay at any α)."""
-        return self.alpha_for_speedup(k, 1.0)
-
-    def verdict(self) -> str | None:
-        """One sentence when speculation measurably loses (the whole interval below 1), else None."""
-        m = self.measured
-        if m is None or m.hi >= 1.0:
-            return None
-        c = self.costs
-        parts = [f"Speculation is slower than plain decoding ({m.text()})"]
-        if c.plain_step_ms and c.draft_step_ms is not None:
-            parts.append(f"a draft step costs {100 * c.draft_step_ms / c.plain_step_ms:.0f}% of a target step")
-        be = self.break_even_alpha(self.k) if self.k else None
-        if be is not None and self.alpha_window is not None:
-            parts.append(f"break-even α at k={self.k} is {be:.2f}, measured α {self.alpha_window:.2f}")
-        if self.best_k and self.best_speedup is not None and self.best_speedup > 1.0:
-            parts.append(f"best k = {self.best_k} (predicted ×{self.best_speedup:.2f})")
-        elif self.best_k == 0:
-            parts.append("plain decoding wins at every k")
-        return "; ".join(parts)
-
-
-def _interp(points: dict[int, float], length: int) -> float | None:
-    if not points or length > max(points) or length < 1:
-        return None
-    if length in points:
-        return points[length]
-    lengths = sorted(points)
-    if length < lengths[0]:
-        return points[lengths[0]]
-    hi = next(n for n in lengths if n > length)
-    lo = max(n for n in lengths if n < length)
-    return points[lo] + (points[hi] - points[lo]) * (length - lo) / (hi - lo)
-
-
-def _regime(values: ControlValues) -> tuple[object, ...]:
-    """Controls whose change starts a new measured speed-up (k only when it is not chosen adaptively)."""
-    k = None if values.adaptive_k else values.k
-    return (k, values.adaptive_k, values.temperature, values.top_k, values.top_p)
-
-
+# ---- the owner -----------------------------------------------------------------------------------------
 def _sampling(values: ControlValues) -> tuple[object, ...]:
     """Controls whose change changes acceptance (k does not: α is per judged proposal)."""
     return (values.temperature, values.top_k, values.top_p)
@@ -453,17 +328,29 @@ def _sampling(values: ControlValues) -> tuple[object, ...]:
 
 @dataclass
 class _Block:
-    """Speculative iterations between two plain baselines (one regime)."""
+    """Speculative iterations between two runs of plain steps (one control segment)."""
 
-    before: BaselineRecord
+    before: list[float]  # the plain steps before it (ms)
+    segment: int
     tokens: int = 0
     ms: float = 0.0
     iterations: int = 0
     busy: bool = False  # an iteration in it was flagged "machine busy"
 
 
+@dataclass
+class _SegmentState:
+    index: int
+    start_iteration: int
+    controls: ControlValues | None
+    accepted: int = 0
+    judged: int = 0
+    ratios: list[float] = field(default_factory=list)
+    busy_ratios: list[float] = field(default_factory=list)
+
+
 class Measurement:
-    """Fed every record and baseline of a run once (by the session); gives the current :class:`Estimate`.
+    """Fed a run's events in order (by the session, or by replay); gives the current :class:`Estimate`.
 
     Thread-safe: the loop's thread feeds it, any thread may call :meth:`estimate`.
     """
@@ -473,141 +360,165 @@ class Measurement:
         self.k_max = k_max
         self.min_blocks = min_blocks
         self._lock = threading.Lock()
-        # The last events observed, kept alive so identity checks stay valid (an id can be reused once freed):
-        # the adaptive policy and the session may pass the same record; it counts once.
-        self._seen: deque[object] = deque(maxlen=8)
         self.reset()
 
     def reset(self) -> None:
         self.fit = VerifyCostFit()
-        self.counts = PositionCounts(POSITION_DECAY)
+        self.counts = PositionCounts(POSITION_DECAY)  # the curve's acceptance: since the last sampling change
         self._recent: deque[IterationRecord] = deque(maxlen=self.window)
         self._positions: list[list[int]] = []  # [reached, accepted, drafted] per position, since sampling change
         self._accepted = self._judged = self._spec_iterations = 0
         self._emitted = 0
         self._iterations = 0
         self._decode_ms = 0.0
+        self._first_start_s: float | None = None
+        self._last_end_s: float | None = None
+        self._spec_ms = 0.0
+        self._spec_tokens = 0
+        self._baseline_ms = 0.0  # plain steps inside a speculative run, and what they emitted
+        self._baseline_tokens = 0
+        self._explorations = 0
+        self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._last_values: ControlValues | None = None
-        self._baseline: BaselineRecord | None = None
+        self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._block: _Block | None = None
+        self._closing: _Block | None = None  # ended by the plain run under way, closed when that run ends
+        self._plain_steps: list[float] = []  # the plain run under way
         self._ratios: list[float] = []
         self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
-        self._measured: RatioInterval | None = None
+        self._last_record: IterationRecord | None = None
         self._last_busy = ""
         self._last_busy_iteration = -(10**9)
+        self._finished: RunFinished | None = None
         self._estimate: Estimate | None = None
 
     # ---- feeding -----------------------------------------------------------------------------------------
-    def observe_baseline(self, b: BaselineRecord) -> Estimate | None:
-        """Feed a baseline: it closes the open block and opens the next. Returns (and puts on the baseline)
-        the estimate it updates, once there is one."""
+    def feed(self, event: Event) -> Estimate | None:
+        """Feed one event of the stream; returns the snapshot after it (None before any iteration)."""
         with self._lock:
-            if any(b is e for e in self._seen):
-                return b.estimate
-            self._seen.append(b)
-            for ms in b.step_ms:
-                self.fit.add(1, ms)
-            for n, ms in b.verify_ms_by_len.items():
-                self.fit.add(int(n), ms)
-            self._close_block(b)
-            self._baseline = b
-            self._block = _Block(b)
-            last = self._estimate
-            if last is not None:
-                self._estimate = self._estimate_locked(last.iteration, last.k, last.drafter)
-                b.estimate = self._estimate
+            if isinstance(event, IterationRecord):
+                self._iteration(event)
+            elif isinstance(event, ControlChange):
+                self._control_change(event)
+            elif isinstance(event, BaselineRecord):  # a trace from before baselines committed their tokens
+                for ms in event.step_ms:
+                    self.fit.add(1, ms)
+                for n, ms in event.verify_ms_by_len.items():
+                    self.fit.add(int(n), ms)
+                self._plain_steps.extend(event.step_ms)
+                self._closing, self._block = self._closing or self._block, None
+                self._end_plain_run()
+            elif isinstance(event, RunStarted):
+                self._plain_run = event.plain
+                if self._segments[0].controls is None:
+                    self._segments[0].controls = event.controls
+            elif isinstance(event, RunFinished):
+                self._finished = event
+                self._end_plain_run()
+                if self._block is not None:  # the last block: bracketed on one side only
+                    self._close_block(self._block, [])
+                    self._block = None
+            elif not isinstance(event, DrillEvent):
+                raise TypeError(f"not an event of a run: {type(event).__name__}")
+            if self._last_record is not None:
+                self._estimate = self._build()
             return self._estimate
 
-    def observe(self, r: IterationRecord) -> None:
-        with self._lock:
-            self._observe_locked(r)
+    def _control_change(self, change: ControlChange) -> None:
+        if _sampling(change.new) != _sampling(change.old):
+            # the curve predicts for the controls now in force: acceptance under other sampling says little
+            self.counts = PositionCounts(POSITION_DECAY)
+            self._positions = []
+        self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
+        self._block = None  # a block never spans a change: its ratio would mix two settings
+        self._closing = None
 
-    def _observe_locked(self, r: IterationRecord) -> None:
-        if any(r is e for e in self._seen):
-            return
-        self._seen.append(r)
-        values = r.controls
-        if self._last_values is not None:
-            if _sampling(values) != _sampling(self._last_values):
-                self.counts = PositionCounts(POSITION_DECAY)
-                self._positions = []
-                self._accepted = self._judged = self._spec_iterations = 0
-                self._recent.clear()
-            if _regime(values) != _regime(self._last_values):
-                self._ratios = []
-                self._busy_ratios = []
-                self._measured = None
-                self._block = None  # the iterations until the next baseline belong to no block
-        self._last_values = values
+    def _iteration(self, r: IterationRecord) -> None:
+        if self._segments[0].controls is None:
+            self._segments[0].controls = r.controls
+        self._last_values = r.controls
+        self._last_record = r
         self._iterations += 1
         self._emitted += r.n_emitted
         self._decode_ms += r.iteration_ms
+        if self._first_start_s is None:
+            self._first_start_s = r.t_start_s
+        self._last_end_s = r.t_end_s
+        if r.explore:
+            self._explorations += 1
+        for flag in r.flags:
+            if flag.startswith(BUSY_PREFIX):
+                self._last_busy, self._last_busy_iteration = flag, r.iteration
         if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
             self.fit.add(r.n_drafted + 1, r.verify_ms)
-        if r.mode in JUDGING_MODES:
-            self._recent.append(r)
-            self.counts.add(r)
-            self._spec_iterations += 1
-            self._accepted += r.n_accepted
-            self._judged += checked_proposals(r)
-            judged = checked_proposals(r)
-            while len(self._positions) < r.n_drafted:
-                self._positions.append([0, 0, 0])
-            for i in range(r.n_drafted):
-                self._positions[i][2] += 1
-                if i < judged:
-                    self._positions[i][0] += 1
-                if i < r.n_accepted:
-                    self._positions[i][1] += 1
-            if self._block is not None and r.mode == SPECULATIVE_MODE:
+        if r.mode == PLAIN_MODE:
+            if not self._plain_run:
+                self._baseline_ms += r.iteration_ms
+                self._baseline_tokens += r.n_emitted
+                if self._block is not None:
+                    self._closing, self._block = self._block, None
+                self._plain_steps.append(r.verify_ms)  # the target's step, as plain decoding runs it
+            return
+        self._end_plain_run()
+        if r.mode not in JUDGING_MODES:
+            return
+        self._recent.append(r)
+        self.counts.add(r)
+        self._spec_iterations += 1
+        judged = checked_proposals(r)
+        self._accepted += r.n_accepted
+        self._judged += judged
+        seg = self._segments[-1]
+        seg.accepted += r.n_accepted
+        seg.judged += judged
+        while len(self._positions) < r.n_drafted:
+            self._positions.append([0, 0, 0])
+        for i in range(r.n_drafted):
+            self._positions[i][2] += 1
+            if i < judged:
+                self._positions[i][0] += 1
+            if i < r.n_accepted:
+                self._positions[i][1] += 1
+        if r.mode == SPECULATIVE_MODE:
+            self._spec_ms += r.iteration_ms
+            self._spec_tokens += r.n_emitted
+            if self._block is not None:
                 self._block.tokens += r.n_emitted
                 self._block.ms += r.iteration_ms
                 self._block.iterations += 1
+                self._block.busy |= any(f.startswith(BUSY_PREFIX) for f in r.flags)
 
-    def _close_block(self, after: BaselineRecord) -> None:
-        blk = self._block
-        if blk is None or blk.iterations < MIN_BLOCK_ITERATIONS or blk.ms <= 0:
+    def _end_plain_run(self) -> None:
+        """A run of plain steps ended: it closes the block before it and opens the next."""
+        if not self._plain_steps:
             return
-        steps = [*blk.before.step_ms, *after.step_ms]
+        steps, self._plain_steps = self._plain_steps, []
+        if self._closing is not None:
+            self._close_block(self._closing, steps)
+            self._closing = None
+        self._block = _Block(steps, len(self._segments) - 1)
+
+    def _close_block(self, blk: _Block, after: list[float]) -> None:
+        if blk.iterations < MIN_BLOCK_ITERATIONS or blk.ms <= 0:
+            return
+        steps = [*blk.before, *after]
         if not steps:
             return
-        plain = float(median(steps))
-        (self._busy_ratios if blk.busy else self._ratios).append(blk.tokens / blk.ms * plain)
-        self._measured = paired_ratio(self._blocks_used(), self.min_blocks)
+        ratio = blk.tokens / blk.ms * float(median(steps))
+        seg = self._segments[blk.segment]
+        (self._busy_ratios if blk.busy else self._ratios).append(ratio)
+        (seg.busy_ratios if blk.busy else seg.ratios).append(ratio)
 
-    def _blocks_used(self) -> list[float]:
+    def _used(self, quiet: list[float], busy: list[float]) -> list[float]:
         """The quiet blocks once there are enough of them; every block while there are not (a machine busy
-        throughout still gets a number, and its estimate says how many blocks were busy)."""
-        if len(self._ratios) >= self.min_blocks or not self._busy_ratios:
-            return self._ratios
-        return self._ratios + self._busy_ratios
-
-    def enrich(self, r: IterationRecord) -> Estimate:
-        """Observe the record, fill its measurement fields, attach and return the current estimate."""
-        with self._lock:
-            self._observe_locked(r)  # the adaptive policy may have fed it already, before its flags were set
-            for flag in r.flags:
-                if flag.startswith(BUSY_PREFIX):
-                    self._last_busy, self._last_busy_iteration = flag, r.iteration
-                    if self._block is not None and r.mode == SPECULATIVE_MODE:
-                        self._block.busy = True  # its ratio says more about the machine than the speed-up
-            est = self._estimate_locked(r.iteration, r.controls.k, r.drafter)
-            self._estimate = est
-        r.plain_step_ms = est.costs.plain_step_ms
-        r.alpha_window = est.alpha_window
-        r.alpha_cumulative = est.alpha
-        if est.measured is not None:
-            r.measured_speedup, r.measured_speedup_lo, r.measured_speedup_hi = (
-                est.measured.value, est.measured.lo, est.measured.hi)
-        else:
-            r.measured_speedup = r.measured_speedup_lo = r.measured_speedup_hi = None
-        r.predicted_speedup = est.predicted_speedup
-        r.estimate = est
-        return est
+        throughout still gets a number, and the snapshot says how many blocks were busy)."""
+        if len(quiet) >= self.min_blocks or not busy:
+            return quiet
+        return quiet + busy
 
     # ---- reading -----------------------------------------------------------------------------------------
     def estimate(self) -> Estimate | None:
-        """The estimate after the last record (None before any)."""
+        """The snapshot after the last event (None before any iteration)."""
         with self._lock:
             return self._estimate
 
@@ -620,7 +531,8 @@ class Measurement:
             return self._costs_locked(self._recent[-1].drafter if self._recent else "")
 
     def scores(self, k_lo: int, k_hi: int) -> dict[int, float]:
-        """Predicted speed-up for each k in [k_lo, k_hi] that has data (adaptive k reads this)."""
+        """Predicted speed-up for each k in [k_lo, k_hi] that has data: the curve the snapshot shows, which
+        adaptive k reads too."""
         with self._lock:
             drafter = self._recent[-1].drafter if self._recent else ""
             curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1))
@@ -690,58 +602,129 @@ class Measurement:
                 else:
                     out.append(CurvePoint(k, None, "no draft step measured yet"))
                     continue
-            cost = draft + verify + (costs.fixed_ms or 0.0)
-            out.append(CurvePoint(k, plain * tokens / cost if cost > 0 else None,
-                                  "" if cost > 0 else "no cost measured"))
+            speedup = costmodel.speedup(tokens, plain, draft, verify, costs.fixed_ms or 0.0)
+            out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
         return out
 
-    def _estimate_locked(self, iteration: int, k: int, drafter: str) -> Estimate:
-        costs = self._costs_locked(drafter)
+    def _segment_snapshot(self, seg: _SegmentState) -> Segment:
+        used = self._used(seg.ratios, seg.busy_ratios)
+        return Segment(
+            index=seg.index, start_iteration=seg.start_iteration,
+            controls=seg.controls if seg.controls is not None else ControlValues(),
+            alpha=seg.accepted / seg.judged if seg.judged else None, judged=seg.judged,
+            measured=paired_ratio(used, self.min_blocks), blocks=len(used),
+        )
+
+    def _cost_locked(self) -> MeasurementCost | None:
+        if self._first_start_s is None or self._last_end_s is None:
+            return None
+        wall_ms = max(0.0, (self._last_end_s - self._first_start_s) * 1000.0)
+        baseline = 0.0
+        if self._baseline_tokens and self._spec_tokens and self._spec_ms > 0:
+            # what the plain steps cost beyond what speculation takes for as many tokens (never below 0: where
+            # speculation loses, the plain step was the faster way to decode them)
+            baseline = max(0.0, self._baseline_ms - self._baseline_tokens * self._spec_ms / self._spec_tokens)
+        bookkeeping = max(0.0, wall_ms - self._decode_ms)
+        return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations)
+
+    def _build(self) -> Estimate:
+        r = self._last_record
+        assert r is not None
+        k = r.controls.k
+        costs = self._costs_locked(r.drafter)
         curve = self._curve_locked(costs, range(0, self.k_max + 1))
         known = [p for p in curve if p.speedup is not None]
         best = max(known, key=lambda p: (p.speedup or 0.0, -p.k)) if known else None
         predicted = next((p.speedup for p in curve if p.k == k), None)
         recent = list(self._recent)
-        judged_w = sum(checked_proposals(r) for r in recent)
-        alpha_w = sum(r.n_accepted for r in recent) / judged_w if judged_w else None
+        judged_w = sum(checked_proposals(x) for x in recent)
+        alpha_w = sum(x.n_accepted for x in recent) / judged_w if judged_w else None
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
-        used = self._blocks_used()
-        if self._measured is None:
-            have = len(used)
-            if self._recent and all(r.mode == ATTACHED_MODE for r in self._recent):
+        run_used = self._used(self._ratios, self._busy_ratios)
+        run_measured = paired_ratio(run_used, self.min_blocks)
+        segment = self._segment_snapshot(self._segments[-1])
+        measured: RatioInterval | None
+        if len(self._segments) > 1 and segment.measured is not None:
+            measured, scope, blocks = segment.measured, segment.label, segment.blocks
+            busy_left = len(self._segments[-1].busy_ratios) if len(self._segments[-1].ratios) >= self.min_blocks else 0
+        else:
+            measured, scope, blocks = run_measured, "run", len(run_used)
+            busy_left = len(self._busy_ratios) if run_used is self._ratios else 0
+        if measured is None:
+            if self._recent and all(x.mode == ATTACHED_MODE for x in self._recent):
                 reason = ATTACHED_REASON
             elif self._spec_iterations:
-                reason = f"{NOT_ENOUGH} ({have} of {self.min_blocks} plain/speculative blocks)"
+                reason = f"{NOT_ENOUGH} ({len(run_used)} of {self.min_blocks} plain/speculative blocks)"
             else:
                 reason = "plain decoding: nothing to compare"
         else:
             reason = ""
-        busy = self._last_busy if iteration - self._last_busy_iteration < self.window else ""
-        return Estimate(
-            iteration=iteration, k=k, drafter=drafter, iterations=self._iterations,
+        cost = self._cost_locked()
+        wall_s = cost.wall_ms / 1000.0 if cost is not None else 0.0
+        est = Estimate(
+            iteration=r.iteration, k=k, drafter=r.drafter, iterations=self._iterations,
             alpha=self._accepted / self._judged if self._judged else None, judged=self._judged,
             alpha_window=alpha_w, judged_window=judged_w, window=len(recent),
             mean_acceptance_length=(1.0 + self._accepted / self._spec_iterations) if self._spec_iterations else None,
             tokens_per_iteration=self._emitted / self._iterations if self._iterations else None,
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,
-            positions=positions, costs=costs, measured=self._measured, measured_reason=reason,
-            blocks=len(used), blocks_busy=len(self._busy_ratios) if used is self._ratios else 0,
-            predicted_speedup=predicted, curve=tuple(curve),
-            best_k=best.k if best else None, best_speedup=best.speedup if best else None, busy=busy,
+            positions=positions, costs=costs, measured=measured, measured_reason=reason,
+            blocks=blocks, blocks_busy=busy_left, predicted_speedup=predicted, curve=tuple(curve),
+            best_k=best.k if best else None, best_speedup=best.speedup if best else None,
+            busy=self._last_busy if r.iteration - self._last_busy_iteration < self.window else "",
+            measured_scope=scope, run_measured=run_measured, segment=segment, segments=len(self._segments),
+            wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
+            k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
         )
+        return _with_verdict(est, len(self._busy_ratios), len(self._ratios))
 
 
-def replay(events: Iterable[object], window: int = WINDOW) -> Measurement:
-    """A measurement fed a recorded stream (a replayed trace), with every record's fields filled anew.
-    Events that are neither iterations nor baselines (drill events) carry no measurement and are skipped."""
+def _with_verdict(est: Estimate, busy_blocks: int, quiet_blocks: int) -> Estimate:
+    """The snapshot with its verdict: one sentence when speculation measurably loses and the data can carry
+    it, else the reason no verdict is given (or None when there is nothing to say)."""
+    from dataclasses import replace
+
+    m = est.measured
+    if m is None or m.hi >= 1.0:
+        return est
+    if est.adaptive and est.k == 0:
+        sentence = ("Adaptive k chose not to speculate (k = 0): the controller predicts plain decoding is "
+                    f"faster at {est.alpha_text()}; it drafts again when a probe finds acceptance rising")
+    elif busy_blocks > quiet_blocks:
+        sentence = (f"No verdict: not enough quiet data ({busy_blocks} of {busy_blocks + quiet_blocks} blocks "
+                    "ran while the machine was busy)")
+    elif m.spread > VERDICT_MAX_SPREAD:
+        sentence = f"No verdict yet: the interval {m.text()} is too wide to say ({m.n} blocks)"
+    else:
+        c = est.costs
+        parts = [f"Speculation is slower than plain decoding ({m.text()}, {est.measured_scope})"]
+        if c.plain_step_ms and c.draft_step_ms is not None:
+            parts.append(f"a draft step costs {100 * c.draft_step_ms / c.plain_step_ms:.0f}% of a target step")
+        be = est.break_even_alpha(est.k) if est.k else None
+        if be is not None and est.alpha is not None:
+            parts.append(f"break-even α at k={est.k} is {be:.2f}, measured {est.alpha_text()}")
+        if est.best_k and est.best_speedup is not None and est.best_speedup > 1.0:
+            parts.append(f"best k = {est.best_k} (predicted ×{est.best_speedup:.2f})")
+        elif est.best_k == 0:
+            parts.append("the cost model predicts plain decoding is fastest at every k")
+        sentence = "; ".join(parts)
+    return replace(est, verdict=sentence)
+
+
+def feed_all(events: Iterable[Event],
+             measurement: Measurement | None = None) -> Iterable[tuple[Event, Estimate | None]]:
+    """Each event with the snapshot after it: what a live session hands its consumers, for a recorded stream."""
+    m = measurement or Measurement()
+    for e in events:
+        yield e, m.feed(e)
+
+
+def replay(events: Iterable[Event], window: int = WINDOW) -> Measurement:
+    """A measurement fed a recorded stream (a replayed trace): the same owner, the same numbers as live."""
     m = Measurement(window=window)
     for e in events:
-        if isinstance(e, BaselineRecord):
-            m.observe_baseline(e)
-        elif isinstance(e, IterationRecord):
-            m.enrich(e)
+        m.feed(e)
     return m
-
 
 
 def _median_or_none(values: Iterable[float]) -> float | None:
@@ -751,27 +734,39 @@ def _median_or_none(values: Iterable[float]) -> float | None:
 
 def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
                 estimate: Estimate | None = None) -> dict[str, Any]:
-    """A whole run in one JSON-ready dict (CLI ``--json``, session.json, bench rows): the records' own
-    totals and rates, plus the estimate's costs and speed-ups (measured with its interval, predicted, best k).
-    """
+    """A whole run in one JSON-ready dict (CLI ``--json``, session.json, bench rows): the records' own counts
+    and distributions, and every rate and speed-up from the snapshot (the same numbers every surface shows)."""
     spec = [r for r in records if r.mode in JUDGING_MODES]
     intervals = inter_token_intervals_ms(records)
+    e = estimate
+    cost = e.cost if e else None
+    seg = e.segment if e else None
     out: dict[str, Any] = {
         "iterations": len(records),
         "speculative_iterations": len(spec),
+        "plain_iterations": sum(1 for r in records if r.mode == PLAIN_MODE),
+        "exploration_iterations": sum(1 for r in records if r.explore),
         "tokens": sum(r.n_emitted for r in records),
         "drafted": sum(r.n_drafted for r in spec),
         "accepted": sum(r.n_accepted for r in spec),
-        "judged": sum(checked_proposals(r) for r in spec),
-        "alpha": alpha_estimate(records),
+        "judged": e.judged if e else 0,
+        "alpha": e.alpha if e else None,
+        "alpha_window": e.alpha_window if e else None,
+        "alpha_segment": seg.alpha if seg else None,
+        "segment": seg.label if seg else None,
+        "segments": e.segments if e else 0,
         "acceptance_rate": acceptance_rate(records),
-        "mean_acceptance_length": mean_acceptance_length(records),
-        "tokens_per_iteration": (sum(r.n_emitted for r in records) / len(records)) if records else None,
+        "mean_acceptance_length": e.mean_acceptance_length if e else None,
+        "tokens_per_iteration": e.tokens_per_iteration if e else None,
         "mean_k": (sum(r.n_drafted for r in spec) / len(spec)) if spec else None,
         "per_position_acceptance": per_position_acceptance(records),
         "conditional_position_acceptance": conditional_position_acceptance(records),
         "accepted_histogram": accepted_histogram(records),
-        "tokens_per_s": tokens_per_second(records),
+        "tokens_per_s": e.tokens_per_s if e else None,
+        "wall_tokens_per_s": e.wall_tokens_per_s if e else None,
+        "measurement_overhead": cost.share if cost else None,
+        "measurement_overhead_ms": {"bookkeeping": cost.bookkeeping_ms, "baselines": cost.baseline_ms,
+                                    "wall": cost.wall_ms, "decode": cost.decode_ms} if cost else None,
         "prefill_ms": prefill_ms,
         "ttft_ms": time_to_first_token_ms(records, prefill_ms),
         "itl_p50_ms": percentile(intervals, 50.0),
@@ -780,7 +775,6 @@ def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
         "verify_ms_median": _median_or_none(r.verify_ms for r in records),
         "rollback_ms_median": _median_or_none(r.rollback_ms for r in spec),
     }
-    e = estimate
     out.update({
         "plain_step_ms": e.costs.plain_step_ms if e else None,
         "draft_step_ms": e.costs.draft_step_ms if e else None,
@@ -790,11 +784,14 @@ def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
         "measured_speedup": e.measured.value if e and e.measured else None,
         "measured_speedup_lo": e.measured.lo if e and e.measured else None,
         "measured_speedup_hi": e.measured.hi if e and e.measured else None,
+        "measured_speedup_scope": e.measured_scope if e and e.measured else None,
         "measured_speedup_blocks": e.blocks if e else 0,
         "measured_speedup_busy_blocks_left_out": e.blocks_busy if e else 0,
         "measured_speedup_note": e.measured_reason if e else NOT_ENOUGH,
+        "run_measured_speedup": e.run_measured.value if e and e.run_measured else None,
         "predicted_speedup": e.predicted_speedup if e else None,
         "best_k": e.best_k if e else None,
         "best_k_speedup": e.best_speedup if e else None,
+        "verdict": e.verdict if e else None,
     })
     return out

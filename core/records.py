@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .measurement import Estimate
+from typing import Any
 
 
 class TokenStatus(str, Enum):
@@ -102,22 +99,18 @@ class IterationRecord:
     t_end_s: float
     finished: bool = False
     finish_reason: str = ""  # "eos", "max_new_tokens", "stop", "error"
-    # Filled by the measurement layer (session), not the loop:
-    plain_step_ms: float | None = None  # adjacent plain-decoding step time of the target
-    alpha_window: float | None = None
-    alpha_cumulative: float | None = None
-    measured_speedup: float | None = None  # paired ratio over plain/speculative blocks (measurement.py)
-    measured_speedup_lo: float | None = None  # its confidence interval
-    measured_speedup_hi: float | None = None
-    predicted_speedup: float | None = None
+    # Joined by the session (observations, never derived numbers: those are the measurement's snapshot)
     memory: dict[str, float] = field(default_factory=dict)  # joined memory sample (flat, units in names)
     flags: list[str] = field(default_factory=list)  # paging-detector and machine-busy sentences
     # Process CPU time during the iteration (all threads) and involuntary context switches: a step that got
     # far less CPU than its wall time while being preempted ran on a busy machine (see core/busy.py).
     cpu_ms: float | None = None
     preempted: int | None = None
-    # The measurement owner's estimate after this record (shared, immutable; not part of the trace's columns).
-    estimate: Estimate | None = field(default=None, repr=False, compare=False)
+    # Why k was what it was: ``explore`` marks an iteration run at another k to measure a verify pass length
+    # never timed yet (issue: verify costs from real passes); ``k_note`` is the adaptive controller's reason
+    # when it did not simply take the best predicted k (exploring, probing, hysteresis).
+    explore: bool = False
+    k_note: str = ""
 
     @property
     def k(self) -> int:
@@ -132,7 +125,7 @@ class IterationRecord:
         return [t for t in self.tokens if t.status.committed]
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "estimate"}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["controls"] = asdict(self.controls)
         d["tokens"] = [asdict(t) for t in self.tokens]
         return d
@@ -140,16 +133,15 @@ class IterationRecord:
 
 @dataclass
 class BaselineRecord:
-    """Plain target steps measured on the live context, adjacent to the iterations they are compared with."""
+    """Plain target steps measured on the live context and thrown away: how traces written before baselines
+    committed their tokens hold them (read and replayed, never produced now: a baseline is now a run of plain
+    iterations in the stream)."""
 
     after_iteration: int
     context_len: int
     step_ms: list[float]  # one plain step each
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
     t_s: float = 0.0
-    # The measurement's estimate once this baseline closed a block (the closing baseline after the last
-    # iteration completes the run's numbers); not part of the trace's columns.
-    estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_step_ms(self) -> float:

@@ -1,10 +1,13 @@
-"""A session: one pair, one prompt, the loop's records enriched with measurement and memory.
+"""A session: one pair, one prompt, one event stream (``core.events``).
 
-The loop (``speculative.Decoder``) measures; the session joins what the loop cannot know by itself:
-every derived number (``measurement.Measurement``, the one owner: α, costs, speed-ups with their interval,
-best k), the nearest memory sample (``memory.sampler.MemorySampler``, its own thread), machine-busy flags
-(``busy.BusyDetector``) and paging flags (``memory.detector.PagingDetector``).
-The CLI and the GUI worker both consume ``Session.stream``.
+The loop (``speculative.Decoder``) measures; the session joins the observations the loop cannot make by
+itself — the nearest memory sample (``memory.sampler.MemorySampler``, its own thread), machine-busy flags
+(``busy.BusyDetector``) and paging flags (``memory.detector.PagingDetector``) — onto each iteration before
+it leaves, then feeds every event to the measurement (``measurement.Measurement``, the one owner of every
+derived number; the session is its only feeder) and hands the event with the snapshot after it to its
+sinks (autosave, the GUI's buffer, a socket), on this thread, in order. ``stream`` yields the same events.
+The stream opens with ``RunStarted`` and always ends with ``RunFinished``, even when the run is cut short
+(a stop, a signal, an error): the sinks get it then too.
 
 The session also runs the paging drill (``drill.PagingDrill``): asked for through the controls or scheduled
 in the options, applied between iterations, announced as a :class:`DrillEvent` in the stream. For each
@@ -15,15 +18,18 @@ over the iteration (``/proc/self/io``, ``getrusage``).
 
 from __future__ import annotations
 
+import platform
 import time
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
 
 from .adaptive import CostModelKPolicy
 from .adaptive_lookup import LookupLengthPolicy
 from .busy import BusyDetector
 from .controls import K_MAX, Controls
 from .drill import DrillError, DrillSpec, PagingDrill, drill_target
+from .events import ControlChange, Event, RunFinished, RunStarted
 from .measurement import Measurement
 from .memory.bandwidth import device_bandwidth
 from .memory.detector import PagingDetector, is_streaming_flag
@@ -32,10 +38,12 @@ from .memory.offload_meter import OffloadMeter
 from .memory.residency import model_residency
 from .memory.sampler import MemorySampler
 from .pair import ModelPair
-from .records import BaselineRecord, DrillEvent, IterationRecord, RunResult
+from .records import SPECULATIVE_MODE, DrillEvent, IterationRecord, RunResult
+from .schedule import BaselineSchedule, VerifyExploration
+from .snapshot import Estimate
 from .speculative import DecodeOptions, Decoder
 
-Event = IterationRecord | BaselineRecord | DrillEvent
+Sink = Callable[[Event, Estimate | None], None]
 
 
 @dataclass
@@ -44,26 +52,36 @@ class SessionOptions:
     seed: int | None = None
     plain: bool = False
     record_tokens: bool = True
-    # Plain steps on the live context every N iterations: short blocks of plain and speculative decoding,
-    # interleaved, make the measured speed-up a paired ratio robust to the machine drifting.
+    # A baseline is a few real plain iterations on the live context: short blocks of plain and speculative
+    # decoding, interleaved, make the measured speed-up a paired ratio robust to the machine drifting. The
+    # first ones come every ``baseline_every`` speculative iterations; once the speed-up is known they are
+    # spaced so their cost stays within ``baseline_budget`` of the wall time (core/schedule.py). 0 = only
+    # when asked (controls.request_baseline).
     baseline_every: int = 6
-    baseline_steps: int = 3
-    verify_sweep: bool = True  # with a baseline, time passes of length 1..sweep_k_max+1 (the verify fit)
-    sweep_k_max: int = K_MAX  # so every k the curve offers has a measured pass length
-    sweep_every: int = 4
+    baseline_steps: int = 2
+    baseline_budget: float = 0.03
+    # Now and then a real iteration at a k whose verify pass length was never timed (the curve over k needs
+    # it); at most one in ``explore_every`` speculative iterations. 0 = never.
+    explore_every: int = 16
     alpha_window: int = 32
     memory_period_s: float = 0.25  # 0 disables the sampler
     paging_factor: float = 3.0
     drill: DrillSpec | None = None  # a scheduled drill: from iteration drill.start until before drill.end
     drill_folder: str | None = None  # where a CPU drill writes its offloaded layers (default: the temp dir)
     measure_bandwidth: bool = True  # the compute devices' bandwidth, for the first-iteration paging check
+    # What RunStarted says about the run, beside what the session knows itself.
+    prompt_text: str = ""
+    source: str = "local"
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Session:
-    def __init__(self, pair: ModelPair, controls: Controls | None = None, options: SessionOptions | None = None):
+    def __init__(self, pair: ModelPair, controls: Controls | None = None, options: SessionOptions | None = None,
+                 sinks: list[Sink] | None = None):
         self.pair = pair
         self.controls = controls or Controls()
         self.options = options or SessionOptions()
+        self.sinks: list[Sink] = list(sinks or [])
         self.measurement = Measurement(window=self.options.alpha_window)
         # prompt lookup finds a whole continuation for free: its adaptive k trims what it found, per match
         self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
@@ -90,8 +108,10 @@ class Session:
             k_policy=self.k_policy,
         )
         self.records: list[IterationRecord] = []
-        self.baselines: list[BaselineRecord] = []
+        self.events: list[Event] = []  # the whole stream, in order
         self.drill_events: list[DrillEvent] = []
+        self.started: RunStarted | None = None
+        self.finished: RunFinished | None = None
         self.drill: PagingDrill | None = None
         self.meter = OffloadMeter()
         self._profile: dict[str, float] = {}  # per-model step bytes and device bandwidth, joined to records
@@ -116,6 +136,10 @@ class Session:
 
     def decode_options(self) -> DecodeOptions:
         o = self.options
+        schedule = (BaselineSchedule(self.measurement, max(1, o.baseline_steps), min_gap=o.baseline_every,
+                                     max_gap=max(o.baseline_every, 48), budget=o.baseline_budget)
+                    if o.baseline_every > 0 else None)
+        explore = VerifyExploration(self.measurement, K_MAX, every=o.explore_every) if o.explore_every > 0 else None
         return DecodeOptions(
             max_new_tokens=o.max_new_tokens,
             seed=o.seed,
@@ -123,11 +147,37 @@ class Session:
             record_tokens=o.record_tokens,
             baseline_every=o.baseline_every,
             baseline_steps=o.baseline_steps,
-            verify_sweep=o.verify_sweep,
-            sweep_k_max=o.sweep_k_max,
-            sweep_every=o.sweep_every,
+            baseline_gap=schedule.next_gap if schedule is not None else None,
+            explore_k=explore,
             context_window=self.pair.context_window,
         )
+
+    def run_started(self, prompt_ids: list[int]) -> RunStarted:
+        """The stream's first event: what this run is."""
+        pair, o = self.pair, self.options
+        draft = pair.draft.name if pair.draft is not None else ""
+        machine: dict[str, Any] = {
+            "target_device": str(pair.target.device),
+            "draft_device": str(pair.draft.device) if pair.draft is not None else "",
+            "platform": platform.platform(terse=True),
+            "python": platform.python_version(),
+        }
+        options = {"baseline_every": o.baseline_every, "baseline_steps": o.baseline_steps,
+                   "baseline_budget": o.baseline_budget, "explore_every": o.explore_every, **o.extra}
+        return RunStarted(
+            source=o.source, target=str(pair.target.name), draft=str(draft),
+            drafter="none" if o.plain else str(pair.drafter_kind),
+            description=str(getattr(pair, "description", "") or ""), prompt=o.prompt_text,
+            prompt_tokens=len(prompt_ids), controls=self.controls.values, max_new_tokens=o.max_new_tokens,
+            plain=o.plain, seed=o.seed, options=options, machine=machine, t_s=time.monotonic(),
+        )
+
+    def _emit(self, event: Event) -> None:
+        """Feed the one owner, keep the event, hand it with the snapshot after it to every sink."""
+        snapshot = self.measurement.feed(event)
+        self.events.append(event)
+        for sink in self.sinks:
+            sink(event, snapshot)
 
     # ---- drill and evidence -----------------------------------------------------------------------------
     def _profile_models(self) -> None:
@@ -201,7 +251,7 @@ class Session:
         if self.meter.watched_modules:
             t0 = record.t_start_s
             t_draft_end = t0 + record.draft_ms / 1000.0
-            if record.mode == "speculative":
+            if record.mode == SPECULATIVE_MODE:
                 out["draft_offload_read_bytes"] = float(self.meter.bytes_between(t0, t_draft_end))
                 out["target_offload_read_bytes"] = float(self.meter.bytes_between(t_draft_end, record.t_end_s))
             else:
@@ -213,46 +263,80 @@ class Session:
         return out
 
     def stream(self, prompt_ids: list[int]) -> Generator[Event, None, None]:
+        started = self.started = self.run_started(prompt_ids)
+        self._emit(started)
+        yield started
         self._profile_models()
         self.meter.watch(self._models_for_residency().values())  # type: ignore[arg-type]
         if self.sampler is not None:
             self.sampler.start()
         events = self.decoder.stream(prompt_ids, self.controls, self.decode_options(), plain=self.options.plain)
+        error = ""
         try:
             while True:
                 change = self._drill_change(len(self.records))
                 if change is not None:
                     self.drill_events.append(change)
+                    self._emit(change)
                     yield change
                 self._io_before = io_and_faults()
                 try:
                     event = next(events)
                 except StopIteration:
                     break
-                if isinstance(event, BaselineRecord):
-                    self.measurement.observe_baseline(event)
-                    self.baselines.append(event)
+                if isinstance(event, ControlChange):
+                    self._emit(event)
                     yield event
                     continue
-                if self.sampler is not None:
-                    event.memory = self.sampler.sample_near(event.t_start_s, event.t_end_s)
-                event.memory.update(self._evidence(event))
-                # A preempted step is slow for a reason that is not memory: name it, and do not call it paging
-                # from its time alone. Weights measured streaming through offload hooks are a fact either way,
-                # so that sentence stays beside the busy one.
-                busy = self.busy.observe(event)
-                paging = self.detector.observe(event)
-                event.flags = busy + [f for f in paging if is_streaming_flag(f)] if busy else paging
-                self.measurement.enrich(event)
+                self._observe(event)
                 self.records.append(event)
+                self._emit(event)
                 yield event
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # a model failing, a second signal: the stream still says how it ended
+            error = getattr(exc, "reason", "") or f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             events.close()  # the decoder's finally sets the result
             if self.drill is not None:  # a run that stops mid-drill gives the weights back
-                self.drill_events.append(self._end_drill(len(self.records)))
+                end = self._end_drill(len(self.records))
+                self.drill_events.append(end)
+                self._emit(end)
             self.meter.unwatch()
             if self.sampler is not None:
                 self.sampler.stop()
+            self.finished = self._finish(error)
+            self._emit(self.finished)
+        yield self.finished
+
+    def _observe(self, event: IterationRecord) -> None:
+        """Join what the loop cannot see: the memory sample, this iteration's evidence, busy and paging flags."""
+        if self.sampler is not None:
+            event.memory = self.sampler.sample_near(event.t_start_s, event.t_end_s)
+        event.memory.update(self._evidence(event))
+        # A preempted step is slow for a reason that is not memory: name it, and do not call it paging from its
+        # time alone. Weights measured streaming through offload hooks are a fact either way, so that sentence
+        # stays beside the busy one.
+        busy = self.busy.observe(event)
+        paging = self.detector.observe(event)
+        event.flags = busy + [f for f in paging if is_streaming_flag(f)] if busy else paging
+
+    def _finish(self, error: str) -> RunFinished:
+        result = self.decoder.result
+        if error:
+            reason = error if error in ("interrupted", "terminated") else "error"
+        elif result is None:
+            reason = "error"
+        elif result.finish_reason == "stop":
+            reason = self.controls.stop_reason
+        else:
+            reason = result.finish_reason
+        return RunFinished(
+            reason=reason, iterations=len(self.records), tokens=len(result.token_ids) if result else 0,
+            elapsed_s=result.elapsed_s if result else 0.0, prefill_ms=self.decoder.prefill_ms,
+            error=error if reason == "error" else "", t_s=time.monotonic(),
+        )
 
     def run(self, prompt_ids: list[int]) -> RunResult:
         for _ in self.stream(prompt_ids):

@@ -19,8 +19,17 @@ from transformers import DynamicCache, PreTrainedModel
 from .acceptance import accept_greedy, accept_sample
 from .controls import K_MAX, Controls
 from .drafters.base import Drafter, Proposal
+from .events import ControlChange, regime
 from .memory.residency import compute_device
-from .records import BaselineRecord, ControlValues, IterationRecord, RunResult, TokenRecord, TokenStatus
+from .records import (
+    PLAIN_MODE,
+    SPECULATIVE_MODE,
+    ControlValues,
+    IterationRecord,
+    RunResult,
+    TokenRecord,
+    TokenStatus,
+)
 from .sampling import processed_probs, sample_from
 
 try:
@@ -30,13 +39,11 @@ except ImportError:  # Windows: CPU time without the preemption count
 
 
 class KPolicy(Protocol):
-    """Chooses k for the next iteration (adaptive k). Fed every record and baseline of the run."""
+    """Chooses k for the next iteration (adaptive k). Shown every speculative record of the run."""
 
     def choose_k(self, k_max: int) -> int: ...
 
     def observe(self, record: IterationRecord) -> None: ...
-
-    def observe_baseline(self, baseline: BaselineRecord) -> None: ...
 
 
 @runtime_checkable
@@ -45,12 +52,6 @@ class ProposalLengthPolicy(Protocol):
     free, only the verify pass costs): how many of the proposed tokens to keep."""
 
     def proposal_length(self, match_ngram: int, available: int) -> int: ...
-
-
-def sweep_lengths(longest: int) -> list[int]:
-    """Pass lengths a sweep times: every length up to 8, then every other one, and the longest (the verify
-    fit interpolates between them)."""
-    return sorted({*range(1, min(longest, 8) + 1), *range(9, longest + 1, 2), longest})
 
 
 def cpu_snapshot() -> tuple[float, int]:
@@ -76,11 +77,15 @@ class DecodeOptions:
     seed: int | None = None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     record_tokens: bool = True  # per-token p, q and top-5; off only to measure instrumentation overhead
-    baseline_every: int = 0  # measure plain steps on the live context every N iterations (0 = only on request)
+    # A baseline is ``baseline_steps`` real plain iterations (they commit their tokens): one before the first
+    # speculative iteration, then after every ``baseline_every`` speculative iterations, or after as many as
+    # ``baseline_gap()`` says (the session spaces them to keep their cost within a budget). 0 = on request only.
+    baseline_every: int = 0
     baseline_steps: int = 3
-    verify_sweep: bool = False  # with a baseline, time target passes of length 1..sweep_k_max+1
-    sweep_k_max: int = 8
-    sweep_every: int = 1  # sweep with every N-th baseline (the first always): the verify fit keeps what it saw
+    baseline_gap: Callable[[], int] | None = None
+    # Before a speculative iteration: the k to run it at instead, to time a verify pass length never measured
+    # (None = the k in use). The session bounds how often.
+    explore_k: Callable[[int], int | None] | None = None
     context_window: int | None = None  # positions the models hold: decoding stops there ("context_window")
 
 
@@ -129,7 +134,7 @@ class TargetRunner:
 class Decoder:
     """Runs plain or speculative decoding for one target (and optionally one drafter).
 
-    ``stream`` is a generator of :class:`IterationRecord` and :class:`BaselineRecord`; after it ends (or is
+    ``stream`` is a generator of :class:`IterationRecord` and :class:`ControlChange`; after it ends (or is
     stopped through the controls, or closed) ``result`` holds the tokens generated so far.
     """
 
@@ -191,35 +196,6 @@ class Decoder:
             return int(torch.argmax(logits_row).item())
         return sample_from(processed_probs(logits_row.unsqueeze(0), controls)[0], gen)
 
-    @torch.inference_mode()
-    def measure_baseline(self, ids: list[int], after_iteration: int, opts: DecodeOptions) -> BaselineRecord:
-        """Plain target steps (and optionally a pass-length sweep) on the live context; cache restored."""
-        base_len = len(ids) - 1
-        steps: list[float] = []
-        token = ids[-1]
-        for _ in range(max(1, opts.baseline_steps)):
-            t0 = time.perf_counter()
-            logits = self.target.forward([token], keep=1)
-            token = int(torch.argmax(logits[-1]).item())
-            self._sync()
-            steps.append((time.perf_counter() - t0) * 1000.0)
-        self.target.crop_to(base_len)
-        sweep: dict[int, float] = {}
-        if opts.verify_sweep:
-            for n in sweep_lengths(opts.sweep_k_max + 1):
-                t0 = time.perf_counter()
-                self.target.forward([ids[-1]] * n, keep=n)
-                self._sync()
-                sweep[n] = (time.perf_counter() - t0) * 1000.0
-                self.target.crop_to(base_len)
-        return BaselineRecord(
-            after_iteration=after_iteration,
-            context_len=len(ids),
-            step_ms=steps,
-            verify_ms_by_len=sweep,
-            t_s=time.monotonic(),
-        )
-
     # ---- the loops -----------------------------------------------------------------------------------
     # The steps run in inference mode; the generator itself is not wrapped. torch's decorator turns a generator
     # into an outer one that enters the mode around each send, and an exception raised in that outer frame
@@ -230,7 +206,9 @@ class Decoder:
         controls: Controls | None = None,
         options: DecodeOptions | None = None,
         plain: bool = False,
-    ) -> Generator[IterationRecord | BaselineRecord, None, None]:
+    ) -> Generator[IterationRecord | ControlChange, None, None]:
+        """Iteration records in order, with a :class:`ControlChange` before the first iteration that runs
+        under changed controls. Every target pass here commits tokens: a baseline is a few plain iterations."""
         if not prompt_ids:
             raise ValueError("the prompt is empty: at least one token is needed")
         if not plain and self.drafter is None:
@@ -258,10 +236,14 @@ class Decoder:
         ids = list(prompt_ids)
         n_prompt = len(prompt_ids)
         records: list[IterationRecord] = []
-        baselines: list[BaselineRecord] = []
         finish = "max_new_tokens"
         t_run = time.perf_counter()
         self.result = None
+        last_values: ControlValues | None = None
+        baseline_left = 0  # plain steps still to run in the baseline under way
+        since_baseline = 0  # speculative iterations since the last baseline
+        gap = opts.baseline_every
+        first_baseline_due = bool(opts.baseline_every)  # one before the first speculative iteration
         try:
             self._prefill(prompt_ids)
             iteration = 0
@@ -270,24 +252,28 @@ class Decoder:
                 if values is None:
                     finish = "stop"
                     break
-                # A first baseline before iteration 0, so a speed-up is known from the start.
-                if (controls.take_baseline_request() or (
-                    opts.baseline_every and iteration % opts.baseline_every == 0
-                )) and self._baseline_fits(len(ids), opts):
-                    sweep = opts.verify_sweep and len(baselines) % max(1, opts.sweep_every) == 0
-                    b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=sweep))
-                    baselines.append(b)
-                    if self.k_policy is not None:
-                        self.k_policy.observe_baseline(b)
-                    yield b
-                if plain:
-                    rec = self._plain_step(ids, n_prompt, iteration, values, gen, opts)
+                if last_values is not None and regime(values) != regime(last_values):
+                    yield ControlChange(iteration, last_values, values, time.monotonic())
+                    # the new segment's first block starts at once, bracketed by a baseline like every other
+                    first_baseline_due = bool(opts.baseline_every)
+                last_values = values
+                if not plain and baseline_left == 0 and (
+                    controls.take_baseline_request() or first_baseline_due or (gap and since_baseline >= gap)
+                ):
+                    baseline_left, since_baseline, first_baseline_due = max(1, opts.baseline_steps), 0, False
+                if plain or baseline_left:
+                    rec = self._plain_step(ids, n_prompt, iteration, values, gen, opts, baseline=not plain)
+                    if baseline_left:
+                        baseline_left -= 1
+                        if baseline_left == 0 and opts.baseline_gap is not None:
+                            gap = max(1, opts.baseline_gap())
                 else:
                     rec = self._speculative_step(ids, n_prompt, iteration, values, gen, opts)
+                    since_baseline += 1
                 if window_bound and rec.finish_reason == "max_new_tokens":
                     rec.finish_reason = "context_window"
                 records.append(rec)
-                if self.k_policy is not None and not plain:
+                if self.k_policy is not None and rec.mode == SPECULATIVE_MODE:
                     self.k_policy.observe(rec)
                 iteration += 1
                 if rec.finished:
@@ -295,14 +281,6 @@ class Decoder:
                     yield rec
                     break
                 yield rec
-            if opts.baseline_every and records and not plain and self._baseline_fits(len(ids), opts):
-                # A closing baseline, so the last block of speculative iterations is bracketed by plain steps
-                # on both sides like every other (the measured speed-up is a paired ratio over blocks).
-                b = self.measure_baseline(ids, iteration, replace(opts, verify_sweep=False))
-                baselines.append(b)
-                if self.k_policy is not None:
-                    self.k_policy.observe_baseline(b)
-                yield b
         finally:
             gen_ids = ids[n_prompt:]
             self.result = RunResult(
@@ -310,18 +288,10 @@ class Decoder:
                 token_ids=gen_ids,
                 text="".join(self.text(t) for t in gen_ids),
                 iterations=records,
-                baselines=baselines,
+                baselines=[],
                 finish_reason=finish,
                 elapsed_s=time.perf_counter() - t_run,
             )
-
-    @staticmethod
-    def _baseline_fits(context_len: int, opts: DecodeOptions) -> bool:
-        """A baseline's plain steps and sweep passes run past the context; near the window they would not fit."""
-        if opts.context_window is None:
-            return True
-        needed = max(opts.baseline_steps, opts.sweep_k_max + 1 if opts.verify_sweep else 0)
-        return context_len + needed <= opts.context_window
 
     def run(self, prompt_ids: list[int], controls: Controls | None = None,
             options: DecodeOptions | None = None, plain: bool = False) -> RunResult:
@@ -352,11 +322,20 @@ class Decoder:
         values: ControlValues,
         gen: torch.Generator | None,
         opts: DecodeOptions,
+        baseline: bool = False,
     ) -> IterationRecord:
+        """One target step that commits its token. ``baseline``: a plain step inside a speculative run (the
+        drafter sees the token as committed context; an EAGLE head gets the step's features)."""
         t_start = time.monotonic()
         cpu0, pre0 = cpu_snapshot()
         t0 = time.perf_counter()
-        logits = self.target.forward(ids[self.target.cache_len :], keep=1)[-1]
+        first_fed = self.target.cache_len
+        features: torch.Tensor | None = None
+        if baseline and self.drafter is not None and self.drafter.feature_layers:
+            rows, features = self.target.forward_with_features(ids[first_fed:], 1, self.drafter.feature_layers)
+            logits = rows[-1]
+        else:
+            logits = self.target.forward(ids[first_fed:], keep=1)[-1]
         token = self._choose(logits, values, gen)
         self._sync()
         t1 = time.perf_counter()
@@ -364,13 +343,16 @@ class Decoder:
         new, reason = self._finish_check(ids, n_prompt, [token], opts)
         if opts.record_tokens:
             probs = processed_probs(logits.unsqueeze(0), values)[0]
-            tokens.append(TokenRecord(token, self.text(token), TokenStatus.PLAIN, len(ids) - n_prompt,
+            status = TokenStatus.TARGET if baseline else TokenStatus.PLAIN
+            tokens.append(TokenRecord(token, self.text(token), status, len(ids) - n_prompt,
                                       p=float(probs[token]), top5=self._top5(probs)))
         ids.extend(new)
+        if features is not None and self.drafter is not None:
+            self.drafter.observe_target_features(first_fed, features)
         t2 = time.perf_counter()
         cpu1, pre1 = cpu_snapshot()
         return IterationRecord(
-            iteration=iteration, mode="plain", drafter="none", controls=values, tokens=tokens,
+            iteration=iteration, mode=PLAIN_MODE, drafter="none", controls=values, tokens=tokens,
             n_drafted=0, n_accepted=0, n_emitted=len(new), draft_ms=0.0,
             verify_ms=(t1 - t0) * 1000.0, rollback_ms=0.0, iteration_ms=(t2 - t0) * 1000.0,
             context_len=len(ids), generated_len=len(ids) - n_prompt, t_start_s=t_start,
@@ -389,8 +371,15 @@ class Decoder:
         opts: DecodeOptions,
     ) -> IterationRecord:
         assert self.drafter is not None
+        note, explore = "", False
         if values.adaptive_k and self.k_policy is not None:
             values = replace(values, k=max(0, min(K_MAX, self.k_policy.choose_k(K_MAX))))
+            note = str(getattr(self.k_policy, "note", ""))
+        elif opts.explore_k is not None:
+            other = opts.explore_k(values.k)
+            if other is not None and other != values.k:
+                note = f"exploring k={other} to time a verify pass of {other + 1} tokens never measured"
+                values, explore = replace(values, k=other), True
         remaining = opts.max_new_tokens - (len(ids) - n_prompt)
         k = max(0, min(values.k, remaining - 1))  # never draft past max_new_tokens
         t_start = time.monotonic()
@@ -465,10 +454,10 @@ class Decoder:
         t4 = time.perf_counter()
         cpu1, pre1 = cpu_snapshot()
         return IterationRecord(
-            iteration=iteration, mode="speculative", drafter=self.drafter.name, controls=values,
+            iteration=iteration, mode=SPECULATIVE_MODE, drafter=self.drafter.name, controls=values,
             tokens=tokens, n_drafted=k, n_accepted=n_acc, n_emitted=len(new),
             draft_ms=(t1 - t0) * 1000.0, verify_ms=(t2 - t1) * 1000.0, rollback_ms=(t3 - t2) * 1000.0,
             iteration_ms=(t4 - t0) * 1000.0, context_len=len(ids), generated_len=len(ids) - n_prompt,
             t_start_s=t_start, t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
-            cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0,
+            cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0, explore=explore, k_note=note,
         )

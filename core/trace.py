@@ -36,7 +36,17 @@ from typing import IO, Any, NamedTuple
 
 from .. import __version__
 from .controls import K_MAX
+from .event_log import EVENTS_SUFFIX, read_events, write_events
+from .events import Event, RunFinished, RunStarted, control_changes
 from .records import BaselineRecord, ControlValues, IterationRecord, TokenRecord, TokenStatus
+from .trace_errors import (
+    JsonLimitError,
+    TraceError,
+    TraceFormatError,
+    TraceReadError,
+    TraceWriteError,
+    bounded_json,
+)
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 1
@@ -137,36 +147,6 @@ def split_flags(cell: str) -> list[str]:
     if current or flags:
         flags.append("".join(current))
     return flags
-
-
-# --- bounded JSON ---------------------------------------------------------------------------------------
-
-_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_JSON_BRACKET_RE = re.compile(r"[\[\]{}]")
-
-
-class JsonLimitError(ValueError):
-    """JSON deeper or longer than a trace file may hold; ``line`` is 1-based within the text."""
-
-    def __init__(self, message: str, line: int = 1):
-        super().__init__(message)
-        self.line = line
-
-
-def bounded_json(text: str, *, max_depth: int, max_chars: int) -> Any:
-    """``json.loads`` for untrusted text, refusing more than ``max_chars`` characters or ``max_depth`` levels
-    of nesting before parsing (a deep file would otherwise end in RecursionError). Raises ValueError."""
-    if len(text) > max_chars:
-        raise JsonLimitError(f"JSON of {len(text):,} characters, more than the {max_chars:,} allowed")
-    depth = 0
-    # Brackets inside strings do not nest: blank the strings out (same length, so offsets still hold).
-    skeleton = _JSON_STRING_RE.sub(lambda m: " " * len(m.group()), text)
-    for m in _JSON_BRACKET_RE.finditer(skeleton):
-        depth += 1 if m.group() in "[{" else -1
-        if depth > max_depth:
-            line = text.count("\n", 0, m.start()) + 1
-            raise JsonLimitError(f"JSON nested deeper than {max_depth} levels", line)
-    return json.loads(text)
 
 
 # --- cell types -----------------------------------------------------------------------------------------
@@ -331,6 +311,30 @@ def _col(name: str, unit: str, type_: CellType, doc: str, **kw: Any) -> Column:
     return Column(name, unit, type_, doc, **kw)
 
 
+class IterationRow:
+    """The subject of one iteration-CSV row: the record, and the measurement's snapshot after it (None when
+    the row is written without one). Attributes not here are the record's."""
+
+    __slots__ = ("record", "snapshot")
+
+    def __init__(self, record: IterationRecord, snapshot: Any = None):
+        self.record = record
+        self.snapshot = snapshot
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.record, name)
+
+
+def _snap(row: Any, path: str) -> Any:
+    """A snapshot value for a row (None without a snapshot, or where a step of the path is None)."""
+    value = getattr(row, "snapshot", None)
+    for part in path.split("."):
+        if value is None:
+            return None
+        value = getattr(value, part)
+    return value
+
+
 # Memory columns (one per memory key, or one JSON column) follow these in the iteration CSV.
 ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("iteration", "", INT, "iteration number in the run, from 0", required=True, plotted=True),
@@ -357,17 +361,29 @@ ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("generated_len", "tokens", INT, "generated tokens after the iteration", required=True),
     _col("t_start_s", "s", FLOAT, "iteration start, `time.monotonic()` of the recording process", required=True),
     _col("t_end_s", "s", FLOAT, "iteration end, `time.monotonic()` of the recording process", required=True),
-    _col("plain_step_ms", "ms", OPT_FLOAT, "adjacent plain-decoding step of the target (empty until measured)",
-         plotted=True),
-    _col("alpha_window", "", OPT_FLOAT, "α = accepted / judged proposals over the recent window", plotted=True),
-    _col("alpha_cumulative", "", OPT_FLOAT, "α = accepted / judged proposals since the last change of sampling "
-         "controls", plotted=True),
-    _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding: paired "
-         "plain/speculative blocks, Hodges-Lehmann centre (empty until 5 blocks)", plotted=True),
-    _col("measured_speedup_lo", "x", OPT_FLOAT, "lower end of the measured speed-up's 95% interval", plotted=True),
-    _col("measured_speedup_hi", "x", OPT_FLOAT, "upper end of the measured speed-up's 95% interval", plotted=True),
+    # From here to predicted_speedup: the measurement's snapshot after this iteration (derived: written for
+    # spreadsheets from the event stream, never read back; replay recomputes them through the same owner).
+    _col("plain_step_ms", "ms", OPT_FLOAT, "the target's plain step, the verify fit at length 1 (empty until "
+         "measured)", plotted=True, derived=True, getter=lambda r: _snap(r, "costs.plain_step_ms")),
+    _col("alpha_run", "", OPT_FLOAT, "α = accepted / judged proposals over the whole run so far (the headline α)",
+         plotted=True, derived=True, getter=lambda r: _snap(r, "alpha")),
+    _col("alpha_segment", "", OPT_FLOAT, "α over the current control segment (since the last control change)",
+         plotted=True, derived=True, getter=lambda r: _snap(r, "segment.alpha")),
+    _col("alpha_window", "", OPT_FLOAT, "α over the recent window of iterations", plotted=True, derived=True,
+         getter=lambda r: _snap(r, "alpha_window")),
+    _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding: paired plain/speculative "
+         "blocks, Hodges-Lehmann centre (empty until 5 blocks); over `measured_scope`", plotted=True,
+         derived=True, getter=lambda r: _snap(r, "measured.value")),
+    _col("measured_speedup_lo", "x", OPT_FLOAT, "lower end of the measured speed-up's 95% interval", plotted=True,
+         derived=True, getter=lambda r: _snap(r, "measured.lo")),
+    _col("measured_speedup_hi", "x", OPT_FLOAT, "upper end of the measured speed-up's 95% interval", plotted=True,
+         derived=True, getter=lambda r: _snap(r, "measured.hi")),
+    _col("measured_scope", "", TEXT, "what the measured speed-up is over: `run`, or the control segment's label",
+         derived=True, getter=lambda r: _snap(r, "measured_scope") if _snap(r, "measured") else ""),
     _col("predicted_speedup", "x", OPT_FLOAT, "the cost model's speed-up at this k (acceptance by position, the "
-         "verify fit)", plotted=True),
+         "verify fit)", plotted=True, derived=True, getter=lambda r: _snap(r, "predicted_speedup")),
+    _col("explore", "", BOOL, "`true` when the iteration ran at another k to time a verify pass never measured"),
+    _col("k_note", "", TEXT, "why k was what it was, when the controller or an exploration chose it"),
     _col("cpu_ms", "ms", OPT_FLOAT, "process CPU time during the iteration, all threads"),
     _col("preempted", "count", OPT_INT, "involuntary context switches of the process during the iteration"),
     _col("flags", "", FLAGS, "paging-detector and machine-busy sentences joined with ` | ` (`|` and `\\` inside "
@@ -496,44 +512,42 @@ def doc_tables() -> dict[str, str]:
 # --- errors and results ---------------------------------------------------------------------------------
 
 
-class TraceError(Exception):
-    """Base of the trace errors; ``str(e)`` is a one-line message for the user."""
-
-
-class TraceWriteError(TraceError):
-    def __init__(self, path: Path, reason: str):
-        self.path = path
-        self.reason = reason
-        super().__init__(f"cannot write {path}: {reason}")
-
-
-class TraceReadError(TraceError):
-    """The file could not be read at all (missing, permission)."""
-
-
-class TraceFormatError(TraceError):
-    """The file is not a specscope trace, or is corrupt."""
-
-
 @dataclass(frozen=True)
 class TracePaths:
     iterations: Path  # the path given to write_trace
     tokens: Path
     baselines: Path
     session: Path
+    events: Path  # the event stream: what replay reads
 
-    def all(self) -> tuple[Path, Path, Path, Path]:
-        return (self.iterations, self.tokens, self.baselines, self.session)
+    def all(self) -> tuple[Path, Path, Path, Path, Path]:
+        return (self.iterations, self.tokens, self.baselines, self.session, self.events)
 
 
 @dataclass
 class LoadedTrace:
-    records: list[IterationRecord]
-    baselines: list[BaselineRecord]
+    events: list[Event]  # the run's stream in order: what replay feeds the measurement
     session: dict[str, Any]  # the caller's settings/models dict as written
     warnings: list[str]
     meta: dict[str, Any] = field(default_factory=dict)  # the whole sidecar (format, version, columns, ...)
     paths: TracePaths | None = None
+    legacy: bool = False  # read from the CSVs of a trace written before the event log existed
+
+    @property
+    def records(self) -> list[IterationRecord]:
+        return [e for e in self.events if isinstance(e, IterationRecord)]
+
+    @property
+    def baselines(self) -> list[BaselineRecord]:
+        return [e for e in self.events if isinstance(e, BaselineRecord)]
+
+    @property
+    def started(self) -> RunStarted | None:
+        return next((e for e in self.events if isinstance(e, RunStarted)), None)
+
+    @property
+    def finished(self) -> RunFinished | None:
+        return next((e for e in reversed(self.events) if isinstance(e, RunFinished)), None)
 
 
 SESSION_FOLDER_TRACE = "trace.csv"  # the iteration CSV's name inside an autosaved session folder
@@ -544,7 +558,7 @@ def trace_paths(path: Path) -> TracePaths:
     (``x.tokens.csv``, ``x.session.json``...)."""
     path = Path(path)
     name = path.name
-    for sibling in (".tokens.csv", ".baselines.csv", ".session.json"):
+    for sibling in (".tokens.csv", ".baselines.csv", ".session.json", EVENTS_SUFFIX):
         if name.endswith(sibling):
             stem = name[: -len(sibling)]
             path = path.with_name(stem + ".csv")
@@ -556,6 +570,7 @@ def trace_paths(path: Path) -> TracePaths:
         tokens=path.with_name(stem + ".tokens.csv"),
         baselines=path.with_name(stem + ".baselines.csv"),
         session=path.with_name(stem + ".session.json"),
+        events=path.with_name(stem + EVENTS_SUFFIX),
     )
 
 
@@ -580,6 +595,7 @@ def sidecar(
         "created": datetime.now().astimezone().isoformat(timespec="seconds"),
         "specscope_version": __version__,
         "files": {
+            "events": paths.events.name,
             "iterations": paths.iterations.name,
             "tokens": paths.tokens.name,
             "baselines": paths.baselines.name,
@@ -669,14 +685,16 @@ class TraceAppender:
         self.n_iterations = 0
         self.n_baselines = 0
 
-    def append(self, item: IterationRecord | BaselineRecord) -> None:
+    def append(self, item: IterationRecord | BaselineRecord, snapshot: Any = None) -> None:
+        """A record's rows; ``snapshot`` is the measurement's after it (the derived columns), if any."""
         if isinstance(item, BaselineRecord):
             if any(n not in VERIFY_LENGTHS for n in item.verify_ms_by_len):
                 raise ValueError(f"verify pass lengths beyond {VERIFY_LENGTHS[-1]}: {sorted(item.verify_ms_by_len)}")
             self._pending[2].append([c.cell(item) for c in BASELINE_SCHEMA])
             self.n_baselines += 1
             return
-        self._pending[0].append([c.cell(item) for c in self._iteration_columns])
+        row = IterationRow(item, snapshot)
+        self._pending[0].append([c.cell(row) for c in self._iteration_columns])
         self._pending[1].extend([c.cell(TokenRow(item.iteration, t)) for c in TOKEN_SCHEMA] for t in item.tokens)
         self.n_iterations += 1
 
@@ -691,34 +709,47 @@ class TraceAppender:
 
 def write_trace(
     path: Path,
-    records: Iterable[IterationRecord],
-    baselines: Iterable[BaselineRecord] = (),
+    events: Iterable[Event],
     session: dict[str, Any] | None = None,
 ) -> TracePaths:
-    """Write a trace (iteration CSV at ``path`` plus its tokens, baselines and session files beside it).
+    """Write a trace: the event stream (``<stem>.events.jsonl``, what replay reads) and, from the same stream,
+    the flat export for spreadsheets — the iteration CSV at ``path`` with the measurement's numbers after each
+    iteration, its tokens, legacy baselines and session files beside it.
 
-    All four files are written to temporary names first and renamed into place, so a failed export leaves
-    no half-written trace. Raises TraceWriteError (path + OS reason); the records are not modified.
+    All files are written to temporary names first and renamed into place, so a failed export leaves no
+    half-written trace. Raises TraceWriteError (path + OS reason); the events are not modified.
     """
-    records = list(records)
-    baselines = list(baselines)
+    from dataclasses import replace
+
+    from .measurement import Measurement  # the derived columns are the one owner's, fed this stream
+
+    events = list(events)
     paths = trace_paths(Path(path))
+    records = [e for e in events if isinstance(e, IterationRecord)]
     memory_keys = sorted({k for r in records for k in r.memory})
     clash = [k for k in memory_keys if k in _ITERATION_FIXED]
     if clash:
         raise ValueError(f"memory keys clash with trace columns: {', '.join(clash)}")
+    finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
     meta = sidecar(
         session, paths, memory_keys,
-        counts={"iterations": len(records), "tokens": sum(len(r.tokens) for r in records),
-                "baselines": len(baselines)},
+        counts={"events": len(events), "iterations": len(records), "tokens": sum(len(r.tokens) for r in records),
+                "baselines": sum(isinstance(e, BaselineRecord) for e in events)},
     )
-    with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta):
+    measurement = Measurement()
+    with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta, f_events):
         appender = TraceAppender(f_it, f_tok, f_base, memory_keys)
-        items: list[IterationRecord | BaselineRecord] = [*records, *baselines]
-        for item in items:  # separate files: each keeps its own order
-            appender.append(item)
+        for e in events:
+            snapshot = measurement.feed(e)
+            if isinstance(e, IterationRecord):
+                if e is records[-1] and finished is not None and not e.finish_reason:
+                    e = replace(e, finish_reason=finished.reason)  # the export's last row says how it ended
+                appender.append(e, snapshot)
+            elif isinstance(e, BaselineRecord):
+                appender.append(e)
         appender.flush()
         f_meta.write(sidecar_text(meta))
+        write_events(f_events, events)
     return paths
 
 
@@ -932,17 +963,30 @@ def _read_sidecar(path: Path, warnings: list[str]) -> dict[str, Any]:
 
 
 def read_trace(path: Path) -> LoadedTrace:
-    """Read a trace written by ``write_trace`` or an autosaved session folder (also those of 0.1.0).
+    """Read a trace: its event log when there is one (``write_trace``, autosave), else the CSVs of a trace
+    written before the event log existed, turned into the same stream.
 
-    ``path`` may be the iteration CSV, a sibling file, or a session folder. Raises TraceFormatError for a
-    corrupt or foreign file, TraceReadError when it cannot be read; a truncated last row (crash) is
-    dropped and reported in ``warnings``. Missing tokens/baselines/session files are warnings too.
+    ``path`` may be the iteration CSV, a sibling file (the event log included), or a session folder. Raises
+    TraceFormatError for a corrupt or foreign file, TraceReadError when it cannot be read; what was repaired (a
+    last line cut by a crash, repeated iterations) is reported in ``warnings``.
     """
     path = Path(path)
     paths = trace_paths(path / SESSION_FOLDER_TRACE if path.is_dir() else path)
     warnings: list[str] = []
+    if paths.events.exists():
+        events, warnings = read_events(paths.events)
+        meta = _read_sidecar(paths.session, warnings)
+        session = meta.get("session", {})
+        return LoadedTrace(events=events, session=session if isinstance(session, dict) else {},
+                           warnings=warnings, meta=meta, paths=paths)
+    return _read_legacy(paths, warnings)
+
+
+def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
+    """The CSVs of a trace from before the event log: iterations, tokens, baselines and session settings, merged
+    into one stream in the order the loop emitted them, with the control changes and the end they imply."""
     header, rows = _read_csv(paths.iterations, "trace", ITERATION_SCHEMA, warnings)
-    memory_cols = [c for c in header if c not in _ITERATION_FIXED]
+    memory_cols = [c for c in header if c not in _ITERATION_FIXED and c not in _LEGACY_DERIVED]
     records: list[IterationRecord] = _parse_rows(
         paths.iterations, header, rows, lambda row: _parse_iteration(row, memory_cols), warnings
     )
@@ -962,17 +1006,57 @@ def read_trace(path: Path) -> LoadedTrace:
         baselines = _parse_rows(
             paths.baselines, header, rows, lambda row: _parse_baseline(row, verify_cols), warnings
         )
+    elif records and any(r.mode == "speculative" for r in records):
+        warnings.append(f"{paths.baselines.name}: missing; no measured speed-up can be replayed")
 
     meta = _read_sidecar(paths.session, warnings)
     session = meta.get("session", {})
-    return LoadedTrace(
-        records=records,
-        baselines=baselines,
-        session=session if isinstance(session, dict) else {},
-        warnings=warnings,
-        meta=meta,
-        paths=paths,
-    )
+    session = session if isinstance(session, dict) else {}
+    return LoadedTrace(events=legacy_stream(records, baselines, session), session=session, warnings=warnings,
+                       meta=meta, paths=paths, legacy=True)
+
+
+# Derived columns older versions wrote (now snapshot columns or renamed): never read back as memory columns.
+_LEGACY_DERIVED = frozenset({"alpha_cumulative"})
+
+
+def legacy_stream(records: list[IterationRecord], baselines: list[BaselineRecord],
+                  session: dict[str, Any]) -> list[Event]:
+    """The event stream a trace from before the event log implies: what it says of the run, records and
+    baselines in the order the loop emitted them (a baseline precedes the iteration it ran before), the control
+    changes between records, and the end the last record gives."""
+    events: list[Event] = []
+    if records:
+        first = records[0]
+        # what the app (pair, pair_description, prompt) or the CLI (target, draft) wrote of the run
+        pair: dict[str, Any] = session["pair"] if isinstance(session.get("pair"), dict) else {}
+
+        def text_of(*values: Any) -> str:
+            return next((v for v in values if isinstance(v, str) and v), "")
+
+        kind = next((r.drafter for r in records if r.mode != "plain"), "none")
+        events.append(RunStarted(source="trace", target=text_of(session.get("target"), pair.get("target")),
+                                 draft=text_of(session.get("draft"), pair.get("draft")), drafter=kind,
+                                 description=text_of(session.get("pair_description")),
+                                 prompt=text_of(session.get("prompt")),
+                                 prompt_tokens=max(0, first.context_len - first.generated_len),
+                                 controls=first.controls, max_new_tokens=0, t_s=first.t_start_s))
+    changes = {c.iteration: c for c in control_changes(records)}
+    pending = sorted(baselines, key=lambda b: b.after_iteration)
+    i = 0
+    for r in records:
+        while i < len(pending) and pending[i].after_iteration <= r.iteration:
+            events.append(pending[i])
+            i += 1
+        if r.iteration in changes:
+            events.append(changes[r.iteration])
+        events.append(r)
+    events.extend(pending[i:])
+    if records:
+        last = records[-1]
+        events.append(RunFinished(reason=last.finish_reason or "unknown", iterations=len(records),
+                                  tokens=last.generated_len, elapsed_s=0.0, prefill_ms=0.0, t_s=last.t_end_s))
+    return events
 
 
 def _main(argv: Sequence[str]) -> int:

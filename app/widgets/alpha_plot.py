@@ -1,4 +1,5 @@
-"""Plot 2: acceptance rate α (windowed and cumulative, left axis) and tokens per iteration (right axis)."""
+"""Plot 2: acceptance α (the run's, the headline, and the recent window's, left axis) and tokens per iteration
+(right axis); the title says the snapshot's α in the words every surface uses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .plot_base import LivePlot, RangeFollower, pen, settle
 
 
 class AlphaPlot(LivePlot):
-    title_text = "Acceptance α and tokens per iteration"
+    title_text = "Acceptance and tokens per iteration"
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -33,8 +34,14 @@ class AlphaPlot(LivePlot):
         self.right_follower = RangeFollower(self.right, x=False)
         pi.vb.sigResized.connect(self._sync_views)
         self.add_key("tokens/iter (right)", PLOT_COLOURS["tokens_per_iteration"])
-        self.window = self.curve("α window", PLOT_COLOURS["alpha_window"], width=2)
-        self.cumulative = self.curve("α cumulative", PLOT_COLOURS["alpha_cumulative"], width=2, style="dash")
+        self.run = self.curve("α run", PLOT_COLOURS["alpha_run"], width=2)
+        self.window = self.curve("α recent window", PLOT_COLOURS["alpha_window"], width=1.5, style="dash")
+
+    def title_for(self, data: RunData) -> str:
+        est = data.estimate
+        if est is None or est.alpha is None:
+            return self.title_text
+        return f"{self.title_text}: {est.alpha_text()}"
 
     def _sync_views(self) -> None:
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
@@ -42,8 +49,8 @@ class AlphaPlot(LivePlot):
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
+        self.run.setData(x, data.col("alpha_run"), connect="finite")
         self.window.setData(x, data.col("alpha_window"), connect="finite")
-        self.cumulative.setData(x, data.col("alpha_cumulative"), connect="finite")
         tokens = data.col("tokens_per_iteration")
         self.tokens.setData(x, tokens)
         self.right_follower.observe(tokens)

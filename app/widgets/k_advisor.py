@@ -73,10 +73,8 @@ class KAdvisorPlot(pg.PlotWidget):
             self.best.setData([est.best_k], [est.best_speedup])
             best = "plain decoding (k=0)" if est.best_k == 0 else f"k={est.best_k}"
             self.best.setToolTip(f"best {best}: ×{est.best_speedup:.2f}")
-        alpha = f"α={est.alpha:.2f}" if est.alpha is not None else "α —"
-        best_text = ("best: do not speculate" if est.best_k == 0 else
-                     f"best k={est.best_k} (×{est.best_speedup:.2f})" if est.best_speedup is not None else "")
         self.current.setPos(est.k)
         self.current.setVisible(True)
-        pi.setTitle(f"Predicted speed-up vs k at {alpha} — {best_text}", size="9pt")
+        controller = f" · {est.controller_text()}" if est.controller_text() else ""
+        pi.setTitle(f"Predicted speed-up vs k — {est.best_k_text()} · {est.alpha_text()}{controller}", size="9pt")
         settle(pi.vb)

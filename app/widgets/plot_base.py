@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
-from ..run_data import ControlChange, RunData
+from ..run_data import Marker, RunData
 from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
 
 pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT_FOREGROUND)
@@ -234,6 +234,7 @@ class LivePlot(pg.PlotWidget):
         self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.markers: list[pg.InfiniteLine] = []
+        self._title = self.title_text  # as shown: the fixed title plus the snapshot's headline, if any
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
         self.empty = EmptyNote(self, self.empty_text(None) or "")
@@ -263,8 +264,12 @@ class LivePlot(pg.PlotWidget):
         self.keys = [k for k in self.keys if k[0] != name]
         self._show_keys()
 
+    def title_for(self, data: RunData) -> str:
+        """The title with the snapshot's headline number, in the one wording every surface uses."""
+        return self.title_text
+
     def _show_keys(self) -> None:
-        self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
+        self.plot_item.setTitle(title_html(self._title, self.keys), size="9pt")
         # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
         lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)
         height = 16 * lines + 4
@@ -278,7 +283,7 @@ class LivePlot(pg.PlotWidget):
         item.setClipToView(True)
         return item
 
-    def sync_markers(self, changes: list[ControlChange]) -> None:
+    def sync_markers(self, changes: list[Marker]) -> None:
         """One labelled vertical line per control change (only new ones are added)."""
         for change in changes[len(self.markers):]:
             line = pg.InfiniteLine(
@@ -304,9 +309,13 @@ class LivePlot(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
+        title = self.title_for(data)
+        if title != self._title:
+            self._title = title
+            self._show_keys()
         self.update_from(data)
         self.show_empty(data)
-        self.sync_markers(data.control_changes)
+        self.sync_markers(data.markers)
         x = data.col("iteration")
         self.follower.apply(float(x[-1]) if len(x) else 0.0)
         settle(self.plot_item.vb)

@@ -12,7 +12,7 @@ from ..run_controller import RunState
 STATE_COLOURS = {
     RunState.NO_MODEL: "#777777", RunState.LOADING: "#0072B2", RunState.READY: "#006B4E",
     RunState.RUNNING: "#006B4E", RunState.PAUSED: "#A36A00", RunState.FINISHED: "#333333",
-    RunState.STOPPED: "#333333", RunState.FAILED: "#A34400",
+    RunState.STOPPED: "#333333", RunState.FAILED: "#A34400", RunState.REPLAY: "#5B3A8C",
 }
 
 STATE_HINTS = {
@@ -21,6 +21,7 @@ STATE_HINTS = {
     RunState.READY: "press Start (F5) to decode the prompt",
     RunState.PAUSED: "Resume (F6) continues at the next iteration",
     RunState.FAILED: "see the message below",
+    RunState.REPLAY: "a saved run: its own pair, prompt and controls; Start (F5) runs the loaded pair again",
 }
 
 
@@ -80,12 +81,16 @@ class RunPanel(QWidget):
         self.pair.setText(f"engine: <b>{where}</b> · its own drafter and k")
         self.pair.setToolTip(where)
 
-    def show_k(self, k: int | None, adaptive: bool) -> None:
-        """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider)."""
+    def show_k(self, k: int | None, adaptive: bool, why: str = "") -> None:
+        """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider), and why
+        the controller differs from best k when it does (the snapshot's words)."""
         if k is None:
             self.k_in_use.setText("")
+            self.k_in_use.setToolTip("")
             return
-        self.k_in_use.setText(f"k in use: <b>{k}</b>" + (" (adaptive)" if adaptive else ""))
+        self.k_in_use.setText(f"k in use: <b>{k}</b>" + (" (adaptive)" if adaptive else "")
+                              + (f" <span style='color:#555'>— {why}</span>" if why else ""))
+        self.k_in_use.setToolTip(why)
 
     def show_verdict(self, verdict: str | None) -> None:
         self.verdict.setText(verdict or "")

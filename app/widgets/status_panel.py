@@ -93,10 +93,11 @@ class StatusPanel:
         else:
             # The status bar is one line: a missing speed-up is a dash here, its reason the tooltip (and the
             # speed-up plot's own sentence).
-            speedup = est.measured.text() if est.measured is not None else "—"
+            speedup = est.speedup_text() if est.measured is not None else "—"
+            cost = est.cost.text() if est.cost is not None else ""
             self.metrics.setText(
-                f"{_f(est.tokens_per_s, '.1f')} tok/s · α {_f(est.alpha, '.2f')} · "
-                f"{_f(est.tokens_per_iteration, '.2f')} tok/iter · speed-up {speedup} · "
-                f"{len(data.records)} it")
-            self.metrics.setToolTip("" if est.measured is not None else f"speed-up: {est.measured_reason}")
+                f"{est.rates_text()} · {est.alpha_text()} · {_f(est.tokens_per_iteration, '.2f')} tok/iter · "
+                f"speed-up {speedup} · {len(data.records)} it")
+            self.metrics.setToolTip(
+                ("" if est.measured is not None else f"speed-up: {est.measured_reason}. ") + cost)
         self.memory.setText(memory_text(data))

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..measurement import Measurement
 from ..records import ControlValues, IterationRecord
 from .chunks import Chunk, ChunkError, parse_sse_data
 from .passes import Pass, PassBuilder, RecordContext, RecordMaker
@@ -312,14 +311,12 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
                                 prompt_tokens=None, t_request_s=time.monotonic())
         maker = RecordMaker(context)
         builder = PassBuilder(draft_len=draft_len)
-        measure = Measurement()  # α, α by position and the k advisor's acceptance, as for a local run
         texts: list[str] = []
 
         def emit(passes: list[Pass], finished: bool = False, reason: str = "") -> None:
             for i, p in enumerate(passes):
                 last = finished and i == len(passes) - 1
                 rec = maker.record(p, finished=last, finish_reason=reason if last else "")
-                measure.enrich(rec)
                 result.records.append(rec)
                 if on_record is not None:
                     on_record(rec)

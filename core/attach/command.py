@@ -104,7 +104,7 @@ def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str
     session = dict(result.session)
     session.update(extra)
     try:
-        write_trace(path, result.records, [], session=session)
+        write_trace(path, result.records, session=session)
     except (TraceError, OSError) as exc:
         return f"could not write the trace: {exc}"
     return None
