@@ -92,7 +92,11 @@ class EventLogAppender:
         f.flush()
 
     def append(self, event: Event) -> None:
-        self._pending.append(encode(event))
+        """Render one event's line. It is read back before it is kept, so what the log holds always reads:
+        an event the format cannot hold raises ValueError here, at the writer, never later at a replay."""
+        line = encode(event)
+        decode(json.loads(line))
+        self._pending.append(line)
         self.n_events += 1
         self.n_iterations += isinstance(event, IterationRecord)
 
@@ -188,7 +192,8 @@ def _token(d: Any) -> TokenRecord:
     except ValueError:
         raise _Bad(f"token status {status!r} is not one of {', '.join(s.value for s in TokenStatus)}") from None
     return TokenRecord(
-        token_id=_int(d, "token_id", 0, 2**31), text=_text(d, "text", max_chars=4096), status=st,
+        # -1: an attached engine's token, known by its text only (core.attach.passes.UNKNOWN_TOKEN_ID)
+        token_id=_int(d, "token_id", -1, 2**31), text=_text(d, "text", max_chars=4096), status=st,
         position=_int(d, "position", 0, 2**31),
         p=_num(d, "p", 0.0, 1.0 + 1e-6, default=None), q=_num(d, "q", 0.0, 1.0 + 1e-6, default=None),
         top5=_top5(d.get("top5") or []),

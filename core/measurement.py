@@ -387,6 +387,7 @@ class Measurement:
         self._ratios: list[float] = []
         self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
         self._last_record: IterationRecord | None = None
+        self._drafter = ""  # of the last iteration that drafted (a plain step's is "none")
         self._last_busy = ""
         self._last_busy_iteration = -(10**9)
         self._finished: RunFinished | None = None
@@ -415,9 +416,10 @@ class Measurement:
             elif isinstance(event, RunFinished):
                 self._finished = event
                 self._end_plain_run()
-                if self._block is not None:  # the last block: bracketed on one side only
-                    self._close_block(self._block, [])
-                    self._block = None
+                last = self._block or self._closing
+                if last is not None:  # the last block: bracketed on one side only
+                    self._close_block(last, [])
+                self._block = self._closing = None
             elif not isinstance(event, DrillEvent):
                 raise TypeError(f"not an event of a run: {type(event).__name__}")
             if self._last_record is not None:
@@ -430,8 +432,10 @@ class Measurement:
             self.counts = PositionCounts(POSITION_DECAY)
             self._positions = []
         self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
-        self._block = None  # a block never spans a change: its ratio would mix two settings
-        self._closing = None
+        # A block never spans a change (its ratio would mix two settings): the open one ends here, and the plain
+        # steps that follow the change close it (a plain step does not depend on k).
+        if self._block is not None:
+            self._closing, self._block = self._block, None
 
     def _iteration(self, r: IterationRecord) -> None:
         if self._segments[0].controls is None:
@@ -459,9 +463,12 @@ class Measurement:
                     self._closing, self._block = self._block, None
                 self._plain_steps.append(r.verify_ms)  # the target's step, as plain decoding runs it
             return
+        if not self._plain_steps:
+            self._closing = None  # no plain step came after that block: it has no baseline after it
         self._end_plain_run()
         if r.mode not in JUDGING_MODES:
             return
+        self._drafter = r.drafter
         self._recent.append(r)
         self.counts.add(r)
         self._spec_iterations += 1
@@ -631,7 +638,8 @@ class Measurement:
         r = self._last_record
         assert r is not None
         k = r.controls.k
-        costs = self._costs_locked(r.drafter)
+        drafter = self._drafter or r.drafter
+        costs = self._costs_locked(drafter)
         curve = self._curve_locked(costs, range(0, self.k_max + 1))
         known = [p for p in curve if p.speedup is not None]
         best = max(known, key=lambda p: (p.speedup or 0.0, -p.k)) if known else None
@@ -662,7 +670,7 @@ class Measurement:
         cost = self._cost_locked()
         wall_s = cost.wall_ms / 1000.0 if cost is not None else 0.0
         est = Estimate(
-            iteration=r.iteration, k=k, drafter=r.drafter, iterations=self._iterations,
+            iteration=r.iteration, k=k, drafter=drafter, iterations=self._iterations,
             alpha=self._accepted / self._judged if self._judged else None, judged=self._judged,
             alpha_window=alpha_w, judged_window=judged_w, window=len(recent),
             mean_acceptance_length=(1.0 + self._accepted / self._spec_iterations) if self._spec_iterations else None,

@@ -9,12 +9,32 @@ import pytest
 from specscope.core.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.controls import Controls
 from specscope.core.drafters.model import ModelDrafter
+from specscope.core.events import RunFinished
 from specscope.core.measurement import Measurement, PositionCounts, monotone_fit
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.schedule import VerifyExploration
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
 
 SWEEP = {n: 10.0 + 0.5 * (n - 1) for n in range(1, 18)}  # verify cost by pass length
+
+def show(policy, record: IterationRecord) -> None:
+    """One record as a run hands it over: the session feeds the measurement, the loop shows the policy."""
+    policy.measurement.feed(record)
+    policy.observe(record)
+
+
+def run_fed(decoder: Decoder, prompt: list[int], controls: Controls, opts: DecodeOptions, measurement: Measurement,
+            plain: bool = False):
+    """``decoder.run`` with the measurement fed every event, as the session feeds it (the one feeder)."""
+    for event in decoder.stream(prompt, controls, opts, plain=plain):
+        measurement.feed(event)
+    result = decoder.result
+    assert result is not None
+    measurement.feed(RunFinished(result.finish_reason, len(result.iterations), len(result.token_ids),
+                                 result.elapsed_s, decoder.prefill_ms))
+    return result
+
 
 
 def rec(drafted: int, accepted: int, draft_step_ms: float = 1.0) -> IterationRecord:
@@ -32,10 +52,10 @@ def policy_fed(records: list[IterationRecord], **kw: object) -> CostModelKPolicy
     """A policy whose live window has seen these records (copies: live counts each object once)."""
     records = [replace(r) for r in records]
     measurement = Measurement(window=64)
-    measurement.observe_baseline(BaselineRecord(0, 10, [10.0, 10.0, 10.0], verify_ms_by_len=dict(SWEEP)))
+    measurement.feed(BaselineRecord(0, 10, [10.0, 10.0, 10.0], verify_ms_by_len=dict(SWEEP)))
     policy = CostModelKPolicy(measurement, explore_every=0, **kw)  # type: ignore[arg-type]
     for r in records:
-        policy.observe(r)
+        show(policy, r)
     return policy
 
 
@@ -47,7 +67,7 @@ def test_keeps_initial_k_until_it_has_data():
 def test_everything_accepted_with_a_cheap_draft_climbs_two_positions_past_the_measured_ones():
     policy = policy_fed([rec(4, 4, draft_step_ms=0.1) for _ in range(8)])
     assert policy.choose_k(16) == 6  # the best is deeper, but positions 5 and 6 have not been measured
-    policy.observe(rec(6, 6, draft_step_ms=0.1))
+    show(policy, rec(6, 6, draft_step_ms=0.1))
     assert policy.choose_k(16) == 8
     assert policy.choose_k(4) == 4  # the loop's k_max caps it
     assert policy_fed([rec(4, 4, draft_step_ms=0.1) for _ in range(8)], reach=1).choose_k(16) == 5
@@ -79,9 +99,9 @@ def test_a_dear_draft_makes_every_k_lose_and_rising_acceptance_brings_drafting_b
         k = policy.choose_k(16)
         chosen.append(k)
         if k:
-            policy.observe(rec(k, k, draft_step_ms=6.0))
+            show(policy, rec(k, k, draft_step_ms=6.0))
         else:
-            policy.observe(rec(0, 0))
+            show(policy, rec(0, 0))
     assert chosen[:2] == [1, 0]  # a probe every other choice while not drafting
     assert chosen[-5:] == [chosen[-1]] * 5 and chosen[-1] >= 1  # drafting again, every iteration
 
@@ -90,17 +110,17 @@ def test_k_zero_costs_a_plain_step_when_the_sweep_has_no_length_one():
     # a baseline without a sweep: the cost of not drafting is its plain step (12 ms, dear) ...
     records = [rec(1, 1, draft_step_ms=4.0), rec(1, 0, draft_step_ms=4.0)] * 6
     measurement = Measurement(window=64)
-    measurement.observe_baseline(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
+    measurement.feed(BaselineRecord(0, 10, [12.0, 12.0, 12.0]))
     policy = CostModelKPolicy(measurement, explore_every=0)
     for r in records:
-        policy.observe(replace(r))
+        show(policy, replace(r))
     assert policy.choose_k(16) >= 1
     # ... and with a cheap plain step (6 ms) drafting does not pay at the same acceptance
     measurement = Measurement(window=64)
-    measurement.observe_baseline(BaselineRecord(0, 10, [6.0, 6.0, 6.0]))
+    measurement.feed(BaselineRecord(0, 10, [6.0, 6.0, 6.0]))
     policy = CostModelKPolicy(measurement, explore_every=0)
     for r in records:
-        policy.observe(replace(r))
+        show(policy, replace(r))
     assert policy.choose_k(16) == 0
 
 
@@ -149,7 +169,7 @@ def unswept_policy(records: list[IterationRecord]) -> CostModelKPolicy:
     """A policy that has seen these records and no baseline: verify costs only from the window."""
     policy = CostModelKPolicy(Measurement(window=64), explore_every=0, hysteresis=0.0)
     for r in records:
-        policy.observe(replace(r))
+        show(policy, replace(r))
     return policy
 
 
@@ -161,17 +181,17 @@ def test_before_any_plain_step_nothing_is_predicted_and_k_stays():
     records = [replace(r) for r in [rec(1, 0), rec(3, 0)] * 6]
     m = Measurement()
     for r in records:
-        est = m.enrich(r)
+        est = m.feed(r)
     assert est.curve[2].speedup is None and "plain step" in est.curve[2].reason
 
 
 def explorer(draft_step_ms: float) -> CostModelKPolicy:
     """A policy at k=1 with acceptance 0.5 at position 0 and position 1 never judged."""
     measurement = Measurement(window=64)
-    measurement.observe_baseline(BaselineRecord(0, 10, [10.0], verify_ms_by_len=dict(SWEEP)))
+    measurement.feed(BaselineRecord(0, 10, [10.0], verify_ms_by_len=dict(SWEEP)))
     policy = CostModelKPolicy(measurement, explore_every=3, initial_k=1, reach=1)
     for r in [rec(1, 1, draft_step_ms), rec(1, 0, draft_step_ms)] * 4:
-        policy.observe(r)
+        show(policy, r)
     return policy
 
 
@@ -234,10 +254,7 @@ class ScriptedPolicy:
         return self.cycle[(self.i - 1) % len(self.cycle)]
 
     def observe(self, record: IterationRecord) -> None:
-        self.measurement.enrich(record)
-
-    def observe_baseline(self, baseline: BaselineRecord) -> None:
-        self.measurement.observe_baseline(baseline)
+        pass  # the run's feeder (run_fed, standing in for the session) feeds the measurement
 
 
 def test_iterations_without_a_draft_keep_the_output_and_the_measurements_right():
@@ -248,10 +265,10 @@ def test_iterations_without_a_draft_keep_the_output_and_the_measurements_right()
     # runs of k=0 make the draft catch up on several committed tokens at its next proposal
     policy = ScriptedPolicy([0, 0, 0, 2, 0, 1, 3, 0, 0])
     decoder = Decoder(target, 64, drafter=ModelDrafter(draft, 64), k_policy=policy)
-    result = decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=True)),
-                         DecodeOptions(max_new_tokens=40, baseline_every=8, verify_sweep=True, sweep_k_max=3))
+    result = run_fed(decoder, prompt, Controls(ControlValues(k=4, adaptive_k=True)),
+                     DecodeOptions(max_new_tokens=40, baseline_every=4, baseline_steps=1), policy.measurement)
     assert result.token_ids == plain
-    skipped = [r for r in result.iterations if r.controls.k == 0]
+    skipped = [r for r in result.iterations if r.mode == "speculative" and r.controls.k == 0]
     assert skipped and all(r.n_drafted == 0 and r.n_accepted == 0 and r.n_emitted == 1 for r in skipped)
     assert sum(r.n_accepted for r in result.iterations) > 0
     est = policy.measurement.estimate()
@@ -267,9 +284,11 @@ def test_the_cost_model_policy_drives_the_loop_with_k_zero_allowed():
     plain = Decoder(target, 64).run(prompt, options=DecodeOptions(max_new_tokens=48), plain=True).token_ids
     policy = CostModelKPolicy(Measurement(window=32))
     decoder = Decoder(target, 64, drafter=ModelDrafter(useless, 64), k_policy=policy)
-    result = decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=True)),
-                         DecodeOptions(max_new_tokens=48, baseline_every=16, verify_sweep=True, sweep_k_max=4))
+    result = run_fed(decoder, prompt, Controls(ControlValues(k=4, adaptive_k=True)),
+                     DecodeOptions(max_new_tokens=48, baseline_every=16, baseline_steps=1,
+                                   explore_k=VerifyExploration(policy.measurement, 4, every=4)),
+                     policy.measurement)
     assert result.token_ids == plain
-    ks = [r.controls.k for r in result.iterations]
+    ks = [r.controls.k for r in result.iterations if r.mode == "speculative"]
     assert ks[0] == 2 and max(ks[1:]) <= 2  # initial_k, then at most a probe or an exploration
     assert ks.count(0) > len(ks) // 2  # mostly not drafting, with a probe now and then

@@ -9,6 +9,7 @@ import torch
 from specscope.core.adaptive_lookup import LookupLengthPolicy
 from specscope.core.controls import Controls
 from specscope.core.drafters.lookup import PromptLookupDrafter
+from specscope.core.events import RunFinished
 from specscope.core.measurement import KeyedPositionCounts, Measurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from specscope.core.speculative import DecodeOptions, Decoder
@@ -16,6 +17,24 @@ from tests.models import tiny_model
 
 RISING = {n: 10.0 + 2.0 * (n - 1) for n in range(1, 18)}  # a CPU: each verified token costs a fifth of a step
 FLAT = {n: 10.0 for n in range(1, 18)}  # an accelerator with room: verifying more costs nothing
+
+def show(policy, record: IterationRecord) -> None:
+    """One record as a run hands it over: the session feeds the measurement, the loop shows the policy."""
+    policy.measurement.feed(record)
+    policy.observe(record)
+
+
+def run_fed(decoder: Decoder, prompt: list[int], controls: Controls, opts: DecodeOptions, measurement: Measurement,
+            plain: bool = False):
+    """``decoder.run`` with the measurement fed every event, as the session feeds it (the one feeder)."""
+    for event in decoder.stream(prompt, controls, opts, plain=plain):
+        measurement.feed(event)
+    result = decoder.result
+    assert result is not None
+    measurement.feed(RunFinished(result.finish_reason, len(result.iterations), len(result.token_ids),
+                                 result.elapsed_s, decoder.prefill_ms))
+    return result
+
 
 
 def rec(drafted: int, accepted: int, verify: dict[int, float]) -> IterationRecord:
@@ -29,7 +48,7 @@ def rec(drafted: int, accepted: int, verify: dict[int, float]) -> IterationRecor
 
 def policy_with(verify: dict[int, float], **kw: object) -> LookupLengthPolicy:
     measurement = Measurement(window=64)
-    measurement.observe_baseline(BaselineRecord(0, 10, [verify[1]] * 3, verify_ms_by_len=dict(verify)))
+    measurement.feed(BaselineRecord(0, 10, [verify[1]] * 3, verify_ms_by_len=dict(verify)))
     return LookupLengthPolicy(measurement, **kw)  # type: ignore[arg-type]
 
 
@@ -38,7 +57,7 @@ def feed(policy: LookupLengthPolicy, match_ngram: int, drafted: int, accepted: i
     """One iteration as the loop runs it: the policy is asked, then sees the record of what it chose."""
     chosen = policy.proposal_length(match_ngram, drafted)
     n = min(chosen, drafted) if chosen else 0
-    policy.observe(rec(n, min(accepted, n), verify))
+    show(policy, rec(n, min(accepted, n), verify))
 
 
 def test_everything_accepted_with_flat_verification_proposes_the_whole_continuation():
@@ -46,7 +65,7 @@ def test_everything_accepted_with_flat_verification_proposes_the_whole_continuat
     climb = []
     for _ in range(6):  # it doubles the positions judged each iteration
         climb.append(policy.proposal_length(3, 10))
-        policy.observe(rec(climb[-1], climb[-1], FLAT))
+        show(policy, rec(climb[-1], climb[-1], FLAT))
     assert climb == [1, 2, 4, 8, 10, 10]
     assert policy.proposal_length(3, 10) == 10
     assert policy.proposal_length(3, 4) == 4  # never more than the match offers
@@ -59,7 +78,7 @@ def test_proposals_that_are_never_accepted_stop_and_only_probes_remain():
     choices = []
     for _ in range(15):  # what it chose is judged: the probes' rejections are counted too
         choices.append(policy.proposal_length(2, 8))
-        policy.observe(rec(choices[-1], 0, RISING))
+        show(policy, rec(choices[-1], 0, RISING))
     assert set(choices) == {0, 1} and choices.count(1) == 3  # backed off to one probe per probe_every + 1
     assert policy.scores[0] > policy.scores[1]
 
@@ -72,12 +91,12 @@ def test_probes_back_off_while_rejected_and_resume_at_once_after_an_acceptance()
     choices = []
     for _ in range(16):  # a 1-token probe costs 0.8 of a step here, so the prior 0.5 never pays by itself
         choices.append(policy.proposal_length(2, 8))
-        policy.observe(rec(choices[-1], 0, STEEP))
+        show(policy, rec(choices[-1], 0, STEEP))
     # the first proposal of a match size is tried (it climbs from plain steps); rejected, it is probed
     # again after 2, 4 and 8 declined matches
     assert [i for i, c in enumerate(choices) if c] == [0, 3, 8]
     assert policy.proposal_length(3, 8) == 1  # another match size has its own schedule
-    policy.observe(rec(1, 1, STEEP))
+    show(policy, rec(1, 1, STEEP))
     assert policy.proposal_length(3, 8) >= 1  # accepted: the next 3-gram match is tried again
 
 
@@ -86,12 +105,12 @@ def test_a_rising_verify_cost_stops_where_acceptance_no_longer_pays():
     for _ in range(20):  # the first three proposals of a 3-gram match are accepted, the fourth never
         feed(policy, 3, 3, 3, RISING)
     long = policy.proposal_length(3, 10)
-    policy.observe(rec(long, 3, RISING))
+    show(policy, rec(long, 3, RISING))
     assert 3 <= long <= 6  # at most double the judged positions: it keeps measuring the next ones
     explored = []
     for _ in range(16):  # a pass length measured fewer than 3 times may be tried until it is known not to pay
         explored.append(policy.proposal_length(3, 10))
-        policy.observe(rec(explored[-1], 3, RISING))
+        show(policy, rec(explored[-1], 3, RISING))
     lengths = {n + 1 for n in explored if n > 3}
     assert all(policy.measurement.fit.passes(n) >= 3 for n in lengths)  # each tried only until measured
     assert explored[-4:] == [3, 3, 3, 3]
@@ -103,7 +122,7 @@ def test_acceptance_is_conditioned_on_the_match_size():
         feed(policy, 3, 4, 4, RISING)  # 3-gram matches are copied text
         feed(policy, 1, 4, 0, RISING)  # 1-gram matches are coincidences
     assert policy.proposal_length(3, 4) >= 3
-    policy.observe(rec(0, 0, RISING))
+    show(policy, rec(0, 0, RISING))
     assert policy.proposal_length(1, 4) <= 1
 
 
@@ -140,8 +159,9 @@ def test_earliest_match_is_transformers_choice():
 def _tiny_run(prompt: list[int], max_new: int, drafter: PromptLookupDrafter | None, policy=None):
     model = tiny_model(3, logit_scale=4.0)
     decoder = Decoder(model, 64, drafter=drafter, k_policy=policy)
-    return decoder.run(prompt, Controls(ControlValues(k=4, adaptive_k=policy is not None)),
-                       DecodeOptions(max_new_tokens=max_new, record_tokens=False), plain=drafter is None)
+    return run_fed(decoder, prompt, Controls(ControlValues(k=4, adaptive_k=policy is not None)),
+                   DecodeOptions(max_new_tokens=max_new, record_tokens=False),
+                   policy.measurement if policy is not None else Measurement(), plain=drafter is None)
 
 
 def test_in_the_loop_a_run_without_matches_proposes_nothing():

@@ -76,24 +76,16 @@ def test_alpha_for_speedup_edges():
             cm.alpha_for_speedup(2, bad, 10.0, 1.0, 12.0)
 
 
-def test_verify_cost_interpolates_and_extrapolates_linearly():
-    v = cm.verify_cost_function({1: 10.0, 9: 18.0})
-    assert v(5) == pytest.approx(14.0)
-    assert v(12) == pytest.approx(21.0)
-    assert cm.verify_cost_function({3: 7.0})(10) == 7.0
-    assert cm.verify_cost_function(lambda n: 2.0 * n)(4) == 8.0
-
-
-def test_best_k_hand_computed():
-    # alpha 0.8, plain 10 ms, draft 2 ms, verify 10 + 0.5 (n - 1):
+def test_speedup_is_the_one_formula_hand_computed():
+    # alpha 0.8, plain 10 ms, draft 2 ms a step, verify 10 + 0.5 (n - 1):
     # k=2: 2.44/15 * 10 = 1.627, k=3: 2.952/17.5 * 10 = 1.687, k=4: 3.3616/20 * 10 = 1.681
-    k, s = cm.best_k(0.8, 10.0, 2.0, {1: 10.0, 2: 10.5})
-    assert (k, s) == (3, pytest.approx(1.6869, abs=1e-3))
-    assert cm.best_k(0.0, 10.0, 2.0, {1: 10.0})[0] == 1  # nothing accepted: the fewest guesses
-    assert cm.best_k(1.0, 10.0, 0.0, {1: 10.0}, k_range=range(1, 9))[0] == 8  # free, perfect: the most
-    curve = cm.speedup_curve(0.8, 10.0, 2.0, {1: 10.0, 2: 10.5}, k_range=range(1, 6))
-    assert [k for k, _ in curve] == [1, 2, 3, 4, 5]
-    assert max(curve, key=lambda kv: kv[1])[0] == 3
+    def at(k: int) -> float | None:
+        return cm.speedup(cm.expected_tokens_per_iteration(0.8, k), 10.0, 2.0 * k, 10.0 + 0.5 * k)
+
+    assert at(3) == pytest.approx(1.6869, abs=1e-3)
+    assert max(range(1, 8), key=lambda k: at(k) or 0.0) == 3
+    assert cm.speedup(2.0, 10.0, 0.0, 0.0) is None  # an iteration that costs nothing was not measured
+    assert cm.predicted_speedup(0.8, 3, 10.0, 2.0, 11.5) == pytest.approx(at(3))
 
 
 @pytest.mark.parametrize(
@@ -103,8 +95,7 @@ def test_best_k_hand_computed():
         lambda: cm.expected_tokens_per_iteration(0.5, -1),
         lambda: cm.predicted_speedup(0.5, 2, 10.0, -1.0, 12.0),
         lambda: cm.break_even_alpha(2, 0.0, 1.0, 1.0),
-        lambda: cm.verify_cost_function({}),
-        lambda: cm.best_k(0.5, 10.0, 1.0, {1: 10.0}, k_range=[]),
+        lambda: cm.predicted_speedup(0.5, 2, 10.0, 0.0, 0.0),
     ],
 )
 def test_bad_input_is_a_clear_value_error(call):

@@ -26,7 +26,9 @@ from specscope.core.measurement import (
     paired_ratio,
     run_summary,
 )
+from specscope.core.events import ControlChange, RunFinished
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
+from specscope.core.snapshot import Estimate
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import tiny_model
 
@@ -82,15 +84,17 @@ def controlled_pair(alpha: float, draft_ms: float, base_ms: float, per_token_ms:
 
 
 def run_measured(decoder: Decoder, prompt: list[int], k: int, opts: DecodeOptions,
-                 m: Measurement) -> list[IterationRecord]:
-    records = []
+                 m: Measurement) -> list[tuple[IterationRecord, Estimate | None]]:
+    """The decoder's stream fed to the measurement, as a session feeds it: each record with its snapshot."""
+    out = []
     for event in decoder.stream(prompt, Controls(ControlValues(k=k)), opts):
-        if isinstance(event, BaselineRecord):
-            m.observe_baseline(event)
-        else:
-            m.enrich(event)
-            records.append(event)
-    return records
+        snapshot = m.feed(event)
+        if isinstance(event, IterationRecord):
+            out.append((event, snapshot))
+    result = decoder.result
+    assert result is not None
+    m.feed(RunFinished(result.finish_reason, len(out), len(result.token_ids), result.elapsed_s, decoder.prefill_ms))
+    return out
 
 
 # ---- constructed records ----------------------------------------------------------------------------
@@ -104,16 +108,26 @@ def rec(i: int, drafted: int, accepted: int, ms: float, draft_ms: float = 2.0, v
     )
 
 
+def plain(i: int, ms: float) -> IterationRecord:
+    """A plain step inside a speculative run: a baseline that committed its token."""
+    return IterationRecord(
+        iteration=i, mode="plain", drafter="none", controls=ControlValues(k=2), tokens=[], n_drafted=0,
+        n_accepted=0, n_emitted=1, draft_ms=0.0, verify_ms=ms, rollback_ms=0.0, iteration_ms=ms, context_len=0,
+        generated_len=0, t_start_s=0.0, t_end_s=0.0,
+    )
+
+
 def baseline(after: int, *steps: float, sweep: dict[int, float] | None = None) -> BaselineRecord:
+    """A baseline as traces from before productive baselines hold it (steps thrown away, a sweep)."""
     return BaselineRecord(after_iteration=after, context_len=5, step_ms=list(steps), verify_ms_by_len=sweep or {})
 
 
 def test_no_baseline_yet_means_no_speedups_and_says_why():
     m = Measurement(window=4)
     r = rec(0, 2, 1, 15.0)
-    est = m.enrich(r)
-    assert r.plain_step_ms is None and r.measured_speedup is None and r.predicted_speedup is None
-    assert r.alpha_window == pytest.approx(1 / 2)  # one accepted, one rejected: two judged
+    est = m.feed(r)
+    assert est is not None and est.costs.plain_step_ms is None and est.predicted_speedup is None
+    assert est.alpha_window == pytest.approx(1 / 2)  # one accepted, one rejected: two judged
     assert est.measured is None and est.measured_text.startswith("not enough data yet")
     assert all(p.speedup is None and p.reason for p in est.curve)  # gaps with reasons, never zeros
 
@@ -122,7 +136,7 @@ def test_alpha_is_accepted_over_judged_everywhere():
     m = Measurement()
     records = [rec(0, 4, 1, 20.0), rec(1, 4, 4, 20.0), rec(2, 4, 0, 20.0)]
     for r in records:
-        est = m.enrich(r)
+        est = m.feed(r)
     # judged: 2 + 4 + 1 = 7; accepted 5 (drafted 12: accepted/drafted would be 0.42)
     assert est.alpha == pytest.approx(5 / 7) and est.judged == 7
     s = run_summary(records, estimate=est)
@@ -131,30 +145,59 @@ def test_alpha_is_accepted_over_judged_everywhere():
 
 
 def blocks_run(ratio_per_block: list[float], plain_ms: float = 10.0, per_block: int = 4) -> Measurement:
-    """Blocks of ``per_block`` iterations, each emitting 2 tokens, timed so the block's ratio is as given."""
+    """Blocks of ``per_block`` iterations, each emitting 2 tokens, timed so the block's ratio is as given,
+    between runs of 3 plain iterations (baselines that commit their tokens)."""
     m = Measurement()
     it = 0
-    m.observe_baseline(baseline(0, plain_ms, plain_ms, plain_ms))
+
+    def baseline_steps() -> None:
+        nonlocal it
+        for _ in range(3):
+            m.feed(plain(it, plain_ms))
+            it += 1
+
+    baseline_steps()
     for ratio in ratio_per_block:
         for _ in range(per_block):
-            m.enrich(rec(it, 2, 1, ms=2 * plain_ms / ratio))
+            m.feed(rec(it, 2, 1, ms=2 * plain_ms / ratio))
             it += 1
-        m.observe_baseline(baseline(it, plain_ms, plain_ms, plain_ms))
+        baseline_steps()
     return m
 
 
 def test_measured_speedup_is_a_paired_ratio_over_blocks_with_an_interval():
     m = blocks_run([1.5, 1.4, 1.6, 1.5, 1.45, 1.55])
-    r = rec(99, 2, 1, 10.0)
-    est = m.enrich(r)
-    assert est.blocks == 6 and est.measured is not None
+    est = m.feed(rec(99, 2, 1, 10.0))  # the speculative iteration after the last plain run closes its block
+    assert est is not None and est.blocks == 6 and est.measured is not None
     assert est.measured.value == pytest.approx(1.5, rel=0.02)
     assert est.measured.lo <= 1.5 <= est.measured.hi and est.measured.lo >= 1.39 and est.measured.hi <= 1.61
-    assert (r.measured_speedup, r.measured_speedup_lo, r.measured_speedup_hi) == (
-        est.measured.value, est.measured.lo, est.measured.hi)
-    assert est.measured.text().startswith("×1.5")
-    few = blocks_run([1.5] * (MIN_BLOCKS - 1)).enrich(rec(99, 2, 1, 10.0))
-    assert few.measured is None and f"{MIN_BLOCKS - 1} of {MIN_BLOCKS}" in few.measured_reason
+    assert est.measured.text().startswith("×1.5") and est.speedup_text().endswith(", run")
+    assert est.costs.plain_step_ms == pytest.approx(10.0)  # the plain iterations are the fit's length-1 passes
+    few = blocks_run([1.5] * (MIN_BLOCKS - 1)).feed(rec(99, 2, 1, 10.0))
+    assert few is not None and few.measured is None and f"{MIN_BLOCKS - 1} of {MIN_BLOCKS}" in few.measured_reason
+
+
+def test_a_legacy_baseline_record_brackets_blocks_like_plain_iterations():
+    m = Measurement()
+    it = 0
+    m.feed(baseline(0, 10.0, 10.0, 10.0))
+    for _ in range(MIN_BLOCKS):
+        for _ in range(4):
+            m.feed(rec(it, 2, 1, ms=2 * 10.0 / 1.5))
+            it += 1
+        m.feed(baseline(it, 10.0, 10.0, 10.0, sweep={9: 12.0}))
+    est = m.estimate()
+    assert est is not None and est.measured is not None and est.measured.value == pytest.approx(1.5)
+    assert m.fit(9) == pytest.approx(12.0)  # an old trace's sweep still feeds the verify fit
+
+
+def test_the_last_block_is_closed_by_the_run_finishing():
+    m = blocks_run([1.5] * (MIN_BLOCKS - 1))
+    for i in range(100, 104):  # a fifth block with no baseline after it: the run ran out of tokens
+        m.feed(rec(i, 2, 1, ms=2 * 10.0 / 1.5))
+    assert m.estimate() is not None and m.estimate().measured is None
+    est = m.feed(RunFinished("max_new_tokens", 104, 200, 1.0, 5.0))
+    assert est is not None and est.measured is not None and est.blocks == MIN_BLOCKS
 
 
 def test_one_outlying_block_barely_moves_the_estimate():
@@ -222,10 +265,10 @@ def lookup_run(seed: int, n: int = 80) -> list[IterationRecord]:
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
 def test_the_curve_is_finite_and_at_most_k_plus_1_for_every_k(drafter):
     m = Measurement()
-    m.observe_baseline(baseline(0, 10.0, 10.2, 9.9, sweep={n: 10.0 + 0.4 * n for n in (1, 2, 3, 5, 9)}))
+    m.feed(baseline(0, 10.0, 10.2, 9.9, sweep={n: 10.0 + 0.4 * n for n in (1, 2, 3, 5, 9)}))
     records = lookup_run(1) if drafter == "lookup" else [rec(i, 4, i % 5, 30.0) for i in range(40)]
     for r in records:
-        est = m.enrich(r)
+        est = m.feed(r)
     known = [p for p in est.curve if p.speedup is not None]
     assert known and all(math.isfinite(p.speedup) and 0 < p.speedup <= p.k + 1 for p in known)
     # lengths past the longest pass measured (9 from the sweep, 11 from the loop) are gaps with a reason
@@ -236,27 +279,57 @@ def test_the_curve_is_finite_and_at_most_k_plus_1_for_every_k(drafter):
 
 def test_lookup_is_charged_per_iteration_not_per_proposal():
     m = Measurement()
-    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0, sweep={n: 10.0 + 0.5 * n for n in range(1, 12)}))
+    m.feed(baseline(0, 10.0, 10.0, 10.0, sweep={n: 10.0 + 0.5 * n for n in range(1, 12)}))
     for r in lookup_run(2):
-        est = m.enrich(r)
+        est = m.feed(r)
     assert est.costs.draft_step_ms is None and est.costs.draft_iteration_ms == pytest.approx(0.05)
 
 
-def test_a_control_change_starts_a_new_measured_regime():
+def test_a_control_change_starts_a_segment_and_the_run_numbers_never_blank():
     m = blocks_run([1.5] * 6)
-    assert m.enrich(rec(99, 2, 1, 10.0)).measured is not None
-    hot = rec(100, 2, 1, 10.0)
-    hot.controls = ControlValues(k=2, temperature=0.8)
-    est = m.enrich(hot)
-    assert est.measured is None and est.alpha == pytest.approx(0.5) and est.judged == 2
+    before = m.feed(rec(99, 2, 2, 10.0))
+    assert before is not None and before.measured is not None and before.segments == 1
+    old, new = ControlValues(k=2), ControlValues(k=2, temperature=0.8)
+    m.feed(ControlChange(100, old, new))
+    hot = rec(100, 2, 0, 10.0)
+    hot.controls = new
+    est = m.feed(hot)
+    assert est is not None and before.alpha is not None and est.alpha is not None
+    # the headline α is the whole run's (nothing resets); the segment has its own, under its own label
+    assert est.judged == before.judged + 1 and est.alpha == pytest.approx((before.alpha * before.judged) / est.judged)
+    assert est.segment is not None and est.segment.alpha == 0.0 and est.segment.start_iteration == 100
+    assert est.alpha_text() == f"α {est.alpha:.2f} (run) · 0.00 (k=2, T=0.8 since it. 100)"
+    # the speed-up keeps the run's value, saying so, until the new segment has blocks of its own
+    assert est.measured == before.measured and est.measured_scope == "run"
 
 
-def test_observing_the_same_record_twice_counts_it_once():
+def test_a_segment_with_enough_blocks_of_its_own_is_the_headline():
+    m = blocks_run([1.5] * 6)
+    m.feed(rec(60, 2, 1, 10.0))
+    m.feed(ControlChange(61, ControlValues(k=2), ControlValues(k=3)))
+    it = 61
+    for _ in range(MIN_BLOCKS + 1):
+        for _ in range(3):
+            m.feed(plain(it, 10.0))
+            it += 1
+        for _ in range(4):
+            r = rec(it, 3, 2, ms=3 * 10.0 / 2.0)  # 3 tokens at 2x
+            r.controls = ControlValues(k=3)
+            m.feed(r)
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.measured is not None and est.measured_scope == "k=3 since it. 61"
+    assert est.measured.value == pytest.approx(2.0) and est.run_measured is not None
+    assert 1.5 < est.run_measured.value < 2.0  # the run's number pools both settings
+
+
+def test_the_policies_never_feed_the_measurement():
+    from specscope.core.adaptive import CostModelKPolicy
+
     m = Measurement(window=8)
-    r = rec(0, 4, 4, 10.0)
-    m.observe(r)
-    est = m.enrich(r)
-    assert len(m.window_records()) == 1 and est.alpha == 1.0 and est.judged == 4
+    policy = CostModelKPolicy(m)
+    policy.observe(rec(0, 4, 4, 10.0))
+    assert m.estimate() is None and m.window_records() == []
 
 
 # ---- machine busy -----------------------------------------------------------------------------------
@@ -331,11 +404,11 @@ TOLERANCE = 0.05  # absolute: the gap left is E(alpha) from the iid model vs the
 def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, k):
     prompt = [3, 14, 15, 9, 26]
     base_ms, per_token_ms, draft_ms = 16.0, 1.0, 3.0
-    target, drafter = controlled_pair(alpha, draft_ms, base_ms, per_token_ms, prompt, max_new=80)
+    target, drafter = controlled_pair(alpha, draft_ms, base_ms, per_token_ms, prompt, max_new=100)
     decoder = Decoder(target, VOCAB, drafter=drafter)
     m = Measurement(window=1000)
-    opts = DecodeOptions(max_new_tokens=80, baseline_every=6, baseline_steps=3)
-    records = run_measured(decoder, prompt, k, opts, m)
+    opts = DecodeOptions(max_new_tokens=100, baseline_every=6, baseline_steps=2)
+    observed = run_measured(decoder, prompt, k, opts, m)
     est = m.estimate()
     assert est is not None and est.measured is not None and est.predicted_speedup is not None
     # the prediction falls inside the measured interval (the interval is what the timings support: wide on a
@@ -348,8 +421,9 @@ def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, 
     assert c.draft_step_ms is not None and c.draft_step_ms >= draft_ms
     assert c.verify_ms_by_len[k + 1] >= base_ms + per_token_ms * (k + 1)
     assert c.plain_step_ms is not None and c.plain_step_ms >= base_ms + per_token_ms
-    assert all(r.measured_speedup is None or r.measured_speedup_lo <= r.measured_speedup <= r.measured_speedup_hi
-               for r in records)
+    assert all(s.measured is None or s.measured.lo <= s.measured.value <= s.measured.hi for _, s in observed if s)
+    # no target pass was thrown away: every plain iteration committed a token
+    assert all(r.n_emitted == 1 for r, _ in observed if r.mode == "plain")
 
 
 def test_an_attached_engines_passes_count_for_acceptance_and_never_for_costs():
@@ -359,18 +433,18 @@ def test_an_attached_engines_passes_count_for_acceptance_and_never_for_costs():
     from specscope.core.records import ATTACHED_MODE
 
     m = Measurement(window=8)
-    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0))
+    m.feed(baseline(0, 10.0, 10.0, 10.0))
     nan = float("nan")
     passes = [replace(rec(i, 4, acc, 30.0), mode=ATTACHED_MODE, draft_ms=nan, verify_ms=nan, rollback_ms=nan)
               for i, acc in enumerate([4, 1, 2, 0])]
     for p in passes:
-        est = m.enrich(p)
+        est = m.feed(p)
     # judged: 4 + 2 + 3 + 1 = 10 proposals, 7 accepted: the same α as for the loop's own records
-    assert est.alpha == pytest.approx(0.7) and passes[-1].alpha_cumulative == pytest.approx(0.7)
+    assert est.alpha == pytest.approx(0.7)
     assert [p.reached for p in est.positions][:2] == [4, 3]  # judged at positions 0 and 1
     assert m.fit.points == {1: 10.0}  # a 30 ms client-side pass is no verify time of this machine
     assert est.costs.draft_step_ms is None and est.measured is None and est.measured_reason == ATTACHED_REASON
-    summary = run_summary(passes)
+    summary = run_summary(passes, estimate=est)
     assert summary["alpha"] == pytest.approx(0.7) and summary["drafted"] == 16
     assert summary["verify_ms_median"] is None and summary["draft_ms_median"] is None  # not reported: no number
 
@@ -395,11 +469,11 @@ def test_blocks_with_a_busy_iteration_are_left_out_once_enough_quiet_blocks_exis
             r = rec(i, 2, 2, ms)  # 3 tokens per iteration
             if busy:
                 r.flags = [f"{BUSY_PREFIX}: the process got 30% of a core during this step"]
-            m.enrich(r)
-        m.observe_baseline(baseline(start + 2, 10.0, 10.0, 10.0))
+            m.feed(r)
+        m.feed(baseline(start + 2, 10.0, 10.0, 10.0))
 
     m = Measurement(window=8)
-    m.observe_baseline(baseline(0, 10.0, 10.0, 10.0))
+    m.feed(baseline(0, 10.0, 10.0, 10.0))
     n = 1
     for busy in (True, True, False, False, False, False):  # 3 tokens in 15 ms = 2× when quiet
         block(m, n, 60.0 if busy else 15.0, busy)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specscope.core.chrome_trace import chrome_trace, write_chrome_trace
+from specscope.core.measurement import Measurement
 from specscope.core.records import IterationRecord
 from specscope.core.trace import (
     ITERATION_COLUMNS,
@@ -21,6 +22,7 @@ from specscope.core.trace import (
     doc_tables,
     escape_text,
     join_flags,
+    legacy_stream,
     read_trace,
     split_flags,
     trace_paths,
@@ -36,8 +38,10 @@ SESSION = {"target": "tiny-target", "draft": "tiny-draft", "device": "cpu", "k":
 
 @pytest.fixture
 def written(tmp_path: Path):
+    """A trace in the CSV layout alone, as specscope wrote it before the event log: the reader for old traces."""
     records, baselines = sample_records(), sample_baselines()
-    paths = write_trace(tmp_path / "run.csv", records, baselines, SESSION)
+    paths = write_trace(tmp_path / "run.csv", legacy_stream(records, baselines, SESSION), SESSION)
+    paths.events.unlink()
     return paths, records, baselines
 
 
@@ -47,7 +51,7 @@ def written(tmp_path: Path):
 def test_export_then_read_gives_equal_data(written) -> None:
     paths, records, baselines = written
     loaded = read_trace(paths.iterations)
-    assert loaded.warnings == []
+    assert loaded.warnings == [] and loaded.legacy
     assert loaded.records == records
     assert loaded.baselines == baselines
     assert loaded.session == SESSION
@@ -55,9 +59,9 @@ def test_export_then_read_gives_equal_data(written) -> None:
     assert [t.text for r in loaded.records for t in r.tokens] == [t.text for r in records for t in r.tokens]
 
 
-def test_all_files_are_written_next_to_each_other(written) -> None:
-    paths, _, _ = written
-    names = ["run.csv", "run.tokens.csv", "run.baselines.csv", "run.session.json"]
+def test_all_files_are_written_next_to_each_other(tmp_path: Path) -> None:
+    paths = write_trace(tmp_path / "run.csv", sample_records(), SESSION)
+    names = ["run.csv", "run.tokens.csv", "run.baselines.csv", "run.session.json", "run.events.jsonl"]
     assert [p.name for p in paths.all()] == names
     assert all(p.exists() for p in paths.all())
     assert not [p for p in paths.iterations.parent.iterdir() if p.name.endswith(".tmp")]
@@ -74,7 +78,9 @@ def test_iteration_header_and_memory_columns(written) -> None:
                            "n_drafted", "n_accepted"]
     assert rows[1]["gpu_used_bytes"] == ""  # a key missing from a row is an empty cell
     assert rows[3]["gpu_used_bytes"] == repr(1.6e9)
-    assert rows[1]["plain_step_ms"] == ""  # None
+    # derived columns are the measurement's snapshot after each row: no plain step before the first baseline,
+    # then the verify fit at length 1 (the baseline before iteration 1: steps 3.1, 3.3, 0.3 and its 3.2 sweep)
+    assert rows[0]["plain_step_ms"] == "" and float(rows[1]["plain_step_ms"]) == pytest.approx(3.15)
     assert float(rows[0]["draft_step_ms"]) == pytest.approx(records[0].draft_ms / records[0].n_drafted)
     assert rows[1]["flags"] == "paging: verify 4.1x slower, PCIe RX up | a \\| b, c \\\\ d"
     assert rows[4]["finished"] == "true" and rows[4]["finish_reason"] == "max_new_tokens"
@@ -83,7 +89,6 @@ def test_iteration_header_and_memory_columns(written) -> None:
 def test_every_record_field_reaches_the_trace() -> None:
     """A field added to IterationRecord must be added to the trace too, or replays would silently lose it."""
     covered = {c.path.split(".")[0] for c in ITERATION_SCHEMA} | {"tokens", "memory"}
-    covered.add("estimate")  # the measurement's live object; a replay recomputes it from the columns
     missing = [f.name for f in dataclasses.fields(IterationRecord) if f.name not in covered]
     assert missing == []
 
@@ -98,6 +103,9 @@ def test_floats_round_trip_exactly(tmp_path: Path) -> None:
         records.append(r)
     write_trace(tmp_path / "f.csv", records)
     loaded = read_trace(tmp_path / "f.csv").records
+    assert loaded == records  # from the event log
+    (tmp_path / "f.events.jsonl").unlink()
+    loaded = read_trace(tmp_path / "f.csv").records  # from the CSV
     assert [r.draft_ms for r in loaded] == awkward
     assert [r.memory["gpu_used_bytes"] for r in loaded] == awkward
     assert loaded == records
@@ -315,7 +323,7 @@ def test_chrome_trace_write_error(tmp_path: Path) -> None:
 
 def test_chrome_trace_structure(tmp_path: Path) -> None:
     records, baselines = sample_records(), sample_baselines()
-    path = write_chrome_trace(tmp_path / "run.json", records, baselines)
+    path = write_chrome_trace(tmp_path / "run.json", legacy_stream(records, baselines, {}))
     doc = json.loads(path.read_text(encoding="utf-8"))
     events = doc["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -349,7 +357,9 @@ def test_chrome_trace_counters_and_flags() -> None:
         if e["ph"] == "C":
             counters.setdefault(e["name"], []).append(e["args"]["value"])
     assert counters["tokens_per_iteration"] == [r.n_emitted for r in records]
-    assert counters["alpha_cumulative"] == [r.alpha_cumulative for r in records if r.measured_speedup]
+    m = Measurement()
+    alphas = [s.alpha for s in (m.feed(r) for r in records) if s is not None and s.alpha is not None]
+    assert counters["alpha_run"] == alphas  # the measurement's snapshot after each iteration
     assert counters["gpu_used_bytes"] == [1.5e9, 1.6e9]
     assert "pcie_rx_bytes_per_s" in counters and "alpha_window" in counters
     instants = [e for e in events if e["ph"] == "i"]
@@ -359,8 +369,8 @@ def test_chrome_trace_counters_and_flags() -> None:
 
 def test_chrome_trace_nan_becomes_valid_json(tmp_path: Path) -> None:
     r = make_record(0, memory={"gpu_used_bytes": float("nan")})
-    r.alpha_window = float("inf")
-    path = write_chrome_trace(tmp_path / "nan.json", [r], sample_baselines()[:1])
+    r.verify_ms = float("inf")
+    path = write_chrome_trace(tmp_path / "nan.json", [r, *sample_baselines()[:1]])
     text = path.read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
     json.loads(text)
@@ -386,17 +396,18 @@ def test_traces_written_by_0_1_0_still_open(form: str) -> None:
     assert loaded.baselines == sample_baselines()
 
 
-def test_export_and_autosave_write_baselines_in_one_form(tmp_path: Path) -> None:
+def test_export_and_autosave_write_the_stream_in_one_form(tmp_path: Path) -> None:
     from specscope.core.autosave import SessionRecorder
 
-    paths = write_trace(tmp_path / "x.csv", sample_records(), sample_baselines())
+    stream = legacy_stream(sample_records(), sample_baselines(), SESSION)
+    paths = write_trace(tmp_path / "x.csv", stream)
     rec = SessionRecorder(tmp_path / "sessions", {}, background_flush=False)
-    for item in (*sample_records(), *sample_baselines()):
+    for item in stream:
         rec.append(item)
     rec.close()
-    assert paths.baselines.read_bytes() == rec.paths.baselines.read_bytes()
-    assert paths.tokens.read_bytes() == rec.paths.tokens.read_bytes()
-    assert read_trace(rec.folder).records == read_trace(paths.iterations).records
+    body = paths.events.read_text(encoding="utf-8").split("\n", 1)[1]  # the first line names the format
+    assert body == rec.paths.events.read_text(encoding="utf-8").split("\n", 1)[1]
+    assert read_trace(rec.folder).events == read_trace(paths.iterations).events == stream
 
 
 def test_session_units_come_from_the_schema(written) -> None:

@@ -15,6 +15,7 @@ from specscope.core.trace import (
     FORMULA_TRIGGERS,
     TraceError,
     TraceFormatError,
+    legacy_stream,
     read_trace,
     spreadsheet_restore,
     spreadsheet_safe,
@@ -92,7 +93,9 @@ def test_bench_csv_neutralises_text_cells(tmp_path: Path) -> None:
 
 @pytest.fixture
 def trace_dir(tmp_path: Path) -> Path:
-    write_trace(tmp_path / "run.csv", sample_records(), sample_baselines(), {"k": 4})
+    """A trace in the CSV layout alone (as written before the event log): the cell-level reader."""
+    paths = write_trace(tmp_path / "run.csv", legacy_stream(sample_records(), sample_baselines(), {}), {"k": 4})
+    paths.events.unlink()
     return tmp_path
 
 
@@ -181,7 +184,8 @@ def test_reader_fuzz_every_failure_is_a_trace_error(tmp_path: Path) -> None:
         "autosave": sorted((DATA / "trace-0.1.0" / "autosave").iterdir()),
     }
     (tmp_path / "now").mkdir()
-    write_trace(tmp_path / "now" / "run.csv", [*sample_records(), _demo_record(5)], sample_baselines(), {"k": 4})
+    write_trace(tmp_path / "now" / "run.csv",
+                legacy_stream([*sample_records(), _demo_record(5)], sample_baselines(), {}), {"k": 4})
     sources["now"] = sorted((tmp_path / "now").iterdir())
     originals = {name: {p.name: p.read_bytes() for p in files} for name, files in sources.items()}
     rng = random.Random(20261201)

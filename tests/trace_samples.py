@@ -31,7 +31,6 @@ def make_record(
     memory: dict[str, float] | None = None,
     flags: list[str] | None = None,
     texts: list[str] | None = None,
-    measured: bool = True,
     t0: float = 1000.0,
 ) -> IterationRecord:
     texts = texts if texts is not None else ["x", "y", "z"]
@@ -72,11 +71,6 @@ def make_record(
         generated_len=3 * i + 2,
         t_start_s=start,
         t_end_s=start + (draft_ms + verify_ms + rollback_ms + 0.01) / 1000.0,
-        plain_step_ms=3.3 + i if measured else None,
-        alpha_window=2 / 3 if measured else None,
-        alpha_cumulative=(i + 1) / (i + 2) if measured else None,
-        measured_speedup=1.2345678901234567 if measured else None,
-        predicted_speedup=None,
         memory=dict(memory or {}),
         flags=list(flags or []),
     )
@@ -88,7 +82,7 @@ def sample_records() -> list[IterationRecord]:
         make_record(0, memory={"gpu_used_bytes": 1.5e9, "gpu_free_bytes": 7.9e10, "host_rss_bytes": 4.1e8},
                     texts=NASTY_TEXTS[:8]),
         make_record(1, memory={}, flags=["paging: verify 4.1x slower, PCIe RX up", "a | b, c \\ d"],
-                    texts=NASTY_TEXTS[8:], measured=False),
+                    texts=NASTY_TEXTS[8:]),
         make_record(2, memory={"host_rss_bytes": 4.2e8, "pcie_rx_bytes_per_s": 12345.678}, texts=[]),
         make_record(3, memory={"gpu_used_bytes": 1.6e9}, flags=["one, with commas"], texts=["only", "two"]),
         make_record(4, texts=["a", "b", "end"]),
