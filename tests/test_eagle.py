@@ -263,9 +263,6 @@ def test_k_zero_iterations_keep_features_flowing(target, tmp_path) -> None:
         def observe(self, record) -> None:
             pass
 
-        def observe_baseline(self, baseline) -> None:
-            pass
-
     dec = Decoder(target, V, drafter=drafter, k_policy=ZeroThenThree())
     dec.run([1, 2, 3], Controls(ControlValues(k=3, adaptive_k=True)), DecodeOptions(max_new_tokens=12))
     assert dec.result is not None and dec.result.token_ids == _plain(target, [1, 2, 3], 12)

@@ -13,7 +13,7 @@ import torch
 from specscope.core.controls import Controls
 from specscope.core.drafters.base import Drafter, Proposal
 from specscope.core.drafters.model import ModelDrafter
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenStatus
+from specscope.core.records import ControlValues, IterationRecord, TokenStatus
 from specscope.core.sampling import processed_probs
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
@@ -109,20 +109,6 @@ def test_records_carry_timings_and_context(target) -> None:
         assert r.t_end_s >= r.t_start_s
     assert res.iterations[-1].context_len == 3 + 20
     assert [r.generated_len for r in res.iterations] == list(np.cumsum([r.n_emitted for r in res.iterations]))
-
-
-def test_baseline_measurement_restores_the_cache(target) -> None:
-    """Plain steps measured on the live context must not disturb the output."""
-    dec = Decoder(target, V, drafter=ModelDrafter(perturbed(target, 0.03), V))
-    opts = DecodeOptions(max_new_tokens=30, baseline_every=2, verify_sweep=True, sweep_k_max=4)
-    events = list(dec.stream([1, 2, 3], Controls(ControlValues(k=3)), opts))
-    baselines = [e for e in events if isinstance(e, BaselineRecord)]
-    *periodic, closing = baselines
-    assert periodic and all(len(b.step_ms) == 3 and sorted(b.verify_ms_by_len) == [1, 2, 3, 4, 5]
-                            for b in periodic)
-    # a closing baseline after the last iteration brackets the last block (no sweep: the fit has them)
-    assert events[-1] is closing and len(closing.step_ms) == 3 and not closing.verify_ms_by_len
-    assert dec.result is not None and dec.result.token_ids == _plain(target, [1, 2, 3])
 
 
 # ---- sampling: the whole loop keeps the target's distribution ---------------------------------------

@@ -1,0 +1,158 @@
+"""Baselines that commit their tokens and verify costs from real passes (nothing the profiler times is thrown
+away): greedy output identical to plain decoding, every target pass in the run belongs to an iteration that
+committed tokens, sampling stays exact, an EAGLE head keeps its features through plain steps, exploration is
+bounded, and the baseline spacing follows its budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specscope.core.controls import Controls
+from specscope.core.drafters.model import ModelDrafter
+from specscope.core.events import RunFinished
+from specscope.core.measurement import Measurement
+from specscope.core.records import ControlValues, IterationRecord, TokenStatus
+from specscope.core.sampling import processed_probs
+from specscope.core.schedule import BaselineSchedule, VerifyExploration
+from specscope.core.speculative import DecodeOptions, Decoder
+from tests.models import perturbed, tiny_model
+from tests.stats import chi_square_pvalue
+
+V = 64
+
+
+class CountingTarget(torch.nn.Module):
+    """The target with its forward passes counted (what a discarded pass would show up in)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.config, self.calls = inner, inner.config, 0
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.inner.get_input_embeddings()
+
+
+def _plain(target: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    return Decoder(target, V).run(prompt, options=DecodeOptions(max_new_tokens=n), plain=True).token_ids
+
+
+def test_a_greedy_run_with_baselines_every_two_iterations_is_plain_decoding_and_wastes_no_pass() -> None:
+    inner = tiny_model(0, vocab_size=V, logit_scale=3.0)
+    target = CountingTarget(inner)
+    decoder = Decoder(target, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
+    m = Measurement()
+    opts = DecodeOptions(max_new_tokens=40, baseline_every=2, baseline_steps=2,
+                         explore_k=VerifyExploration(m, 8, every=4))
+    for event in decoder.stream([1, 2, 3], Controls(ControlValues(k=3)), opts):
+        m.feed(event)
+    result = decoder.result
+    assert result is not None and result.token_ids == _plain(inner, [1, 2, 3], 40)
+    records = result.iterations
+    plain = [r for r in records if r.mode == "plain"]
+    assert len(plain) >= 10 and all(r.n_emitted == 1 for r in plain)
+    assert all(t.status is TokenStatus.TARGET for r in plain for t in r.tokens)  # "target" in the token view
+    # one target pass for the prompt, then exactly one per iteration: no pass whose output was thrown away
+    assert target.calls == 1 + len(records)
+    assert sum(r.n_emitted for r in records) == 40
+    explored = [r for r in records if r.explore]
+    assert explored and all("exploring" in r.k_note for r in explored)
+    assert len(explored) <= len([r for r in records if r.mode == "speculative"]) // 4 + 1
+    m.feed(RunFinished(result.finish_reason, len(records), 40, result.elapsed_s, decoder.prefill_ms))
+    assert m.fit.max_length == 9  # the explored pass gives the curve its longest length, by a real iteration
+
+
+def test_an_eagle_head_gets_the_features_of_plain_steps() -> None:
+    from specscope.core.drafters.eagle import load_head, save_head
+    from tests.test_eagle import LAYERS, PROMPTS, RecordingDrafter, head_config, random_head
+
+    target = tiny_model(0, vocab_size=V, layers=LAYERS, logit_scale=3.0)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_head(random_head(target, head_config(), 4), Path(tmp), dtype=torch.float32)
+        for prompt in PROMPTS:
+            drafter = RecordingDrafter(load_head(Path(tmp), target, V), target.config, V)
+            res = Decoder(target, V, drafter=drafter).run(
+                prompt, Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=30, baseline_every=2,
+                                                                    baseline_steps=2))
+            assert res.token_ids == _plain(target, prompt, 30)
+            assert any(r.mode == "plain" for r in res.iterations) and drafter.calls
+
+
+V8 = 8
+RUNS = 1500
+
+
+def _exact_first_two(target: torch.nn.Module, prompt: list[int], controls: ControlValues) -> np.ndarray:
+    with torch.no_grad():
+        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
+        joint = np.zeros((V8, V8))
+        for a in range(V8):
+            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
+            joint[a] = float(p1[a]) * p2.numpy()
+    return joint
+
+
+def test_sampling_with_a_plain_step_first_keeps_the_targets_joint_distribution() -> None:
+    """Token 1 from a baseline's plain step (the run's generator), token 2 from speculation: the pair is still
+    the target's. 1,500 runs over 64 cells: a χ² test at p > 1e-3 catches a 0.1 total-variation error."""
+    target = tiny_model(10, vocab_size=V8, logit_scale=1.0)
+    draft = tiny_model(11, vocab_size=V8, logit_scale=1.0)
+    controls = ControlValues(k=2, temperature=1.0)
+    prompt = [1, 2, 3]
+    dec = Decoder(target, V8, drafter=ModelDrafter(draft, V8))
+    counts = np.zeros((V8, V8))
+    for seed in range(RUNS):
+        res = dec.run(prompt, Controls(controls), DecodeOptions(max_new_tokens=2, seed=seed, record_tokens=False,
+                                                                baseline_every=1, baseline_steps=1))
+        assert res.iterations[0].mode == "plain" and res.iterations[1].mode == "speculative"
+        counts[res.token_ids[0], res.token_ids[1]] += 1
+    assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) > 1e-3
+
+
+def _rec(i: int, mode: str, ms: float, emitted: int) -> IterationRecord:
+    return IterationRecord(i, mode, "model" if mode == "speculative" else "none", ControlValues(k=3), [],
+                           3 if mode == "speculative" else 0, emitted - 1 if mode == "speculative" else 0,
+                           emitted, 0.0, ms, 0.0, ms, 0, 0, 0.0, 0.0)
+
+
+def test_baselines_spread_out_once_the_speed_up_is_known_and_stay_dense_when_it_does_not_pay() -> None:
+    def schedule_after(spec_ms: float) -> int:
+        m = Measurement()
+        schedule = BaselineSchedule(m, steps=2, min_gap=6, max_gap=48, budget=0.03)
+        assert schedule.next_gap() == 6  # nothing known yet: dense, to get the first estimate soon
+        it = 0
+        for _ in range(8):
+            for _ in range(2):
+                m.feed(_rec(it, "plain", 10.0, 1))
+                it += 1
+            for _ in range(6):
+                m.feed(_rec(it, "speculative", spec_ms, 2))
+                it += 1
+        m.feed(_rec(it, "plain", 10.0, 1))
+        m.feed(_rec(it + 1, "speculative", spec_ms, 2))
+        return schedule.next_gap()
+
+    # 2 tokens in 13.3 ms against 10 ms a token: x1.5; a baseline of 2 steps costs 2 * (1 - 1/1.5) = 0.67 steps,
+    # so it comes once per 0.67 / 0.03 = 22 steps of work: 2 * (0.333 / 0.03 - 1) / (2 / 1.5) = 15 iterations
+    assert schedule_after(2 * 10.0 / 1.5) == 15
+    assert schedule_after(2 * 10.0 / 0.8) == 6  # speculation loses: a plain step costs nothing extra
+
+
+def test_exploration_is_bounded_and_stops_once_every_length_was_timed() -> None:
+    m = Measurement()
+    explore = VerifyExploration(m, 16, every=4, attempts=2)
+    assert explore.candidates() == [17, 9, 5, 3]
+    asked = [explore(3) for _ in range(40)]
+    chosen = [k for k in asked if k is not None]
+    assert chosen[:4] == [16, 16, 8, 8] and len(chosen) <= 40 // 4  # two tries each, one in four at most
+    assert all(k is None for k in asked[:3])
+    for n in (17, 9, 5, 3):
+        m.fit.add(n, 10.0)
+    assert all(explore(3) is None for _ in range(20))  # every length timed: nothing left to explore
