@@ -66,9 +66,13 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                    help="stop after this many new tokens (the model's context window also stops the run)")
     g.add_argument("--seed", type=SEED, default=None)
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
-    g.add_argument("--baseline-every", type=whole_number(0), default=6,
-                   help="time 3 plain target steps on the live context every N iterations: the blocks the measured "
-                        "speed-up and its interval are paired over (0 = never: no measured speed-up)")
+    g.add_argument("--baseline-every", type=whole_number(0, 10_000), default=6,
+                   help="a baseline (2 plain steps that commit their tokens) after every N speculative iterations "
+                        "until the speed-up is known, then spaced to cost at most 3%% of the run: the blocks the "
+                        "measured speed-up and its interval are paired over (0 = never: no measured speed-up)")
+    g.add_argument("--explore-every", type=whole_number(0, 10_000), default=16,
+                   help="at most one speculative iteration in N runs at a k whose verify pass was never timed, so "
+                        "the curve over k is measured, not extrapolated (0 = never)")
     g.add_argument("--drill", default=None, metavar="START:END:MODEL[:LAYERS]",
                    help="paging drill: move LAYERS (default all) decoder layers of the draft or target off "
                         "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
@@ -260,7 +264,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the recorder is a sink of the session: it records on this thread, in the stream's order
     session = Session(pair, controls, SessionOptions(
         max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
-        baseline_every=args.baseline_every, drill=drill, prompt_text=text, source="local",
+        baseline_every=args.baseline_every, explore_every=args.explore_every, drill=drill, prompt_text=text,
+        source="local",
     ), sinks=[recorder] if recorder is not None else [])
 
     with SignalGuard(controls).installed() as guard, loaded_objects_frozen():  # no full collection in a step
