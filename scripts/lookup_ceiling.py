@@ -100,8 +100,10 @@ def replay(prompt: list[int], output: list[int], source: Source, pass_ms: Callab
             proposal = proposal[: choose(proposal, match, future)]
         accepted = common_prefix(proposal, future)
         ms = pass_ms(len(proposal) + 1)
-        if policy is not None:
-            policy.observe(_record(len(proposal), accepted, ms))
+        if policy is not None:  # as a run hands it over: the measurement fed, then the policy shown
+            record = _record(len(proposal), accepted, ms)
+            policy.measurement.feed(record)
+            policy.observe(record)
         total += ms
         passes += 1
         step = min(accepted + 1, len(future))

@@ -73,9 +73,7 @@ def main() -> int:
 
         print(f"demo unavailable ({reason}); replaying a synthetic trace", flush=True)
         events = synthetic_records(400, k=4, accept=lambda i: (i * 7) % 5, flag_every=97)
-        records = [e for e in events if hasattr(e, "tokens")]
-        baselines = [e for e in events if not hasattr(e, "tokens")]
-        write_trace(tmp / "synthetic.csv", records, baselines, {"note": "synthetic"})
+        write_trace(tmp / "synthetic.csv", events, {"note": "synthetic"})
         window.open_trace(tmp / "synthetic.csv")
 
     def check() -> None:
