@@ -243,10 +243,19 @@ class RunController(QObject):
         except InvalidControl as exc:
             self.error.emit(str(exc))
 
+    def _autosave_problem(self) -> None:
+        """A recorder that stopped mid-run (a full disk, an event the format cannot hold) says so once the run
+        ends: the run went on, but its safety net did not."""
+        problem = getattr(self.recorder, "error", None)
+        if problem:
+            self.error.emit(f"{problem[:1].upper()}{problem[1:]}. The iterations on screen are complete: export "
+                            "them with File ▸ Export trace.")
+
     def _on_finished(self, reason: str) -> None:
         if self._closed:
             return  # queued before shutdown: the window is gone
         self.catch_up()
+        self._autosave_problem()
         self.attach_runner = None
         self.finish_reason = reason
         self._set_state(RunState.STOPPED if reason == "stop" else RunState.FINISHED)
@@ -260,6 +269,7 @@ class RunController(QObject):
         if self._closed:
             return
         self.catch_up()
+        self._autosave_problem()
         self.attach_runner = None
         self.finish_reason = "error"
         self._set_state(RunState.FAILED)
@@ -322,6 +332,10 @@ class RunController(QObject):
     def feed(self, events: list[Event]) -> int:
         """Ingest events that come without snapshots (a benchmark's or a test's stream): they are fed through
         this run's own measurement first, as a session would."""
+        if self._measurement is None:
+            from specscope.core.measurement import Measurement
+
+            self._measurement = Measurement()
         return self.ingest([(e, self._measurement.feed(e)) for e in events])
 
     def reset_data(self) -> None:

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.core.controls import switched_drafter_controls
+from specscope.core.events import ControlChange
 from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
@@ -50,6 +51,7 @@ from .widgets.control_panel import ControlPanel
 from .widgets.drill_control import DrillControl
 from .widgets.legend import TokenLegend
 from .widgets.model_picker import ModelPicker
+from .widgets.plot_base import IDLE_TEXT
 from .widgets.plots_panel import PlotsPanel
 from .widgets.run_panel import RunPanel
 from .widgets.status_panel import StatusPanel
@@ -379,24 +381,42 @@ class MainWindow(QMainWindow):
         detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
             RunState.FINISHED, RunState.REPLAY) else ""
         self.run_panel.show_state(state, detail)
+        if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
+            self.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
         shown = c.shown
-        if shown is not None and (state == RunState.REPLAY or not c.has_pair):
-            self.run_panel.show_pair(shown.description or shown.target, shown.drafter)  # the run on screen
+        if shown is not None:  # the run on screen: a replay's, an attached engine's, or the live run's own
+            self.run_panel.show_pair(shown.description or shown.target, shown.drafter)
         else:
             drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
             self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
         self.panel.set_drafter(self.pair_choice.drafter)
         self.drill_control.set_state(state.value)
+        self.plots.set_idle_text(self._idle_text(state), self.data)
         self._update_title()
+
+    def _idle_text(self, state: RunState) -> str:
+        """What the plots say before the run's first iteration: a run under way is not 'press Start'."""
+        if state.active:
+            shown = self.controller.shown
+            prefill = (f"prefill of {shown.prompt_tokens} prompt tokens" if shown is not None
+                       and shown.prompt_tokens else "prefill of the prompt")
+            return f"{state.value}: waiting for the first iteration ({prefill}…)"
+        if state == RunState.LOADING:
+            return "no data yet: loading the pair…"
+        return IDLE_TEXT
 
     def _update_title(self) -> None:
         c = self.controller
+        shown = c.shown
         if c.replay_path and c.state == RunState.REPLAY:
-            shown = c.shown
             what = f"{Path(c.replay_path).name} (replay" + (f" of {shown.description or shown.target})"
                                                              if shown is not None else ")")
+        elif c.state == RunState.LOADING:
+            what = "loading a pair…"  # not the old pair's name, nor a replay's
+        elif shown is not None and shown.source == "attach":
+            what = shown.description
         else:
-            what = c.pair_description or "speculative decoding profiler"
+            what = c.pair_description if c.has_pair else "speculative decoding profiler"
         self.setWindowTitle(f"specscope — {what}")
 
     def _clear_views(self) -> None:
@@ -417,6 +437,7 @@ class MainWindow(QMainWindow):
                 self.plots.refresh_one(data)
         elif self.plots.stale(data):
             self.plots.refresh(data)
+        self.plots.refresh_titles(data)  # the titles agree with the status bar every frame
         self._render_numbers()
 
     def _render_numbers(self) -> None:
@@ -428,9 +449,11 @@ class MainWindow(QMainWindow):
         if last is not None and last.mode == ATTACHED_MODE and not k:  # the engine did not say its k: what it drafted
             k = max(r.n_drafted for r in data.records[-8:])
         adaptive = bool(est and est.adaptive)
-        self.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "")
-        # the panel's note reads the controls as they are now: a run that just turned adaptive off says nothing
-        self.panel.show_k_in_use(k if adaptive and self.panel.values().adaptive_k and self.state.active else None)
+        numbers = f"{est.alpha_text()} · speed-up {est.speedup_text()}" if est is not None else ""
+        self.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "",
+                              numbers)
+        # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
+        self.panel.show_k_in_use(k if adaptive and self.panel.values().adaptive_k else None)
         self.run_panel.show_verdict(est.verdict if est is not None else None)
         band = data.flag_bands[-1] if data.flag_bands else None
         self.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
@@ -529,6 +552,11 @@ class MainWindow(QMainWindow):
         self.controller.request_baseline()
 
     def _on_baseline_requested(self, after: int) -> None:
+        if self.state == RunState.PAUSED:  # said at once: nothing else moves until the run resumes
+            self.status.show_message(f"Baseline requested: the run is paused, so its plain target steps run "
+                                     f"when you resume (F6), after iteration {after}; a 'baseline' marker shows "
+                                     "where", 0)
+            return
         self.status.show_message(f"Baseline requested: plain target steps run after iteration {after}; "
                                  "a 'baseline' marker shows where", 6000)
 
@@ -615,10 +643,12 @@ class MainWindow(QMainWindow):
                 "source": shown.source, "app": "specscope desktop"}
 
     def _on_shown_run(self, shown: Any, replay: bool) -> None:
-        """A replay shows the run it holds: its prompt and controls in the editor (a live run's are already there)."""
+        """A replay shows the run it holds: its prompt and the controls it ended with in the editor (a live run's
+        are already there), so the panel agrees with the k line and the segment the numbers name."""
         if replay and shown is not None:
             self.panel.set_prompt_text(shown.prompt)
-            self.panel.set_values(shown.controls)
+            changes = [e for e in self.data.events if isinstance(e, ControlChange)]
+            self.panel.set_values(changes[-1].new if changes else shown.controls)
         self._render_state(self.controller.state)
 
     def export_trace(self, path: str | Path) -> bool:

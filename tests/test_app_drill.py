@@ -1,5 +1,5 @@
 """The drill in the app: the Run panel widget asks the controls for it, and the plots mark it like a control
-change, from the records' drill columns (so a replayed trace shows it too)."""
+change, from the drill events in the stream (a trace keeps them in place, so a replay shows them too)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,16 @@ from specscope.core.records import DrillEvent
 from .app_helpers import synthetic_records
 
 
-def test_drill_start_and_end_are_marked_from_the_records() -> None:
-    events = synthetic_records(12)
-    records = [e for e in events if hasattr(e, "iteration")]
-    for r in records:
-        r.memory["drill_draft_layers_count"] = 3.0 if 4 <= r.iteration < 8 else 0.0
-        r.memory["drill_target_layers_count"] = 0.0
+def test_drill_start_and_end_are_marked_from_the_stream() -> None:
+    records = synthetic_records(12, first_baseline=False)
+    start = DrillEvent("start", "draft", 3, 3, "disk", 4)
+    end = DrillEvent("end", "draft", 3, 3, "disk", 8)
     data = RunData()
-    data.extend([*events[:5], DrillEvent("start", "draft", 3, 3, "disk", 4), *events[5:]])
-    marks = [(c.iteration, c.label) for c in data.control_changes if "drill" in c.label]
-    assert marks == [(4, "drill: draft 3 layers off its device"), (8, "drill end: draft layers back")]
-    assert len(data.records) == 12  # the event itself is not a record
+    data.extend([(e, None) for e in [*records[:4], start, *records[4:8], end, *records[8:]]])
+    marks = [(m.iteration, m.label) for m in data.markers]
+    assert marks == [(4, "drill: draft 3/3 layers → disk"), (8, "drill end: draft layers back")]
+    assert len(data.records) == 12  # the events themselves are not records
+    assert data.events[4] is start and data.events[9] is end  # kept in place: an export writes them there
 
 
 def test_the_widget_asks_the_controls_and_shows_the_engine_reply(qtbot) -> None:

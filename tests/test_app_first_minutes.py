@@ -86,3 +86,63 @@ def test_runs_prune_old_session_folders_to_the_setting(qtbot, tmp_path):
         with qtbot.waitSignal(w.run_ended, timeout=60_000):
             w.start_run()
     assert len(list((w.data_dir / "sessions").iterdir())) == 2
+
+
+def test_a_run_waiting_for_its_first_iteration_says_so(qtbot, tmp_path, monkeypatch):
+    """Issue 29 item 6: "no data yet: press Start (F5)" stayed for the first seconds while the state said running."""
+    import threading
+
+    from specscope.core.controls import Controls
+
+    gate = threading.Event()
+    original = Controls.checkpoint
+
+    def held(self):  # the loop's first boundary, after the prefill: held until the test has looked
+        gate.wait(60)
+        return original(self)
+
+    monkeypatch.setattr(Controls, "checkpoint", held)
+    w = make_window(qtbot, tmp_path)
+    load_tiny(qtbot, w, "perfect")
+    prompt = "a prompt of 23 letters."
+    w.panel.set_prompt_text(prompt)  # the tiny pair's tokenizer: one token per character
+    w.panel.max_new.setValue(8)
+    try:
+        assert w.start_run()
+        assert w.state == "running" and not w.data.records
+        note = w.plots.timing.empty
+        assert note.isVisible() and "Start (F5)" not in note.text()
+        assert note.text().startswith("running: waiting for the first iteration (prefill")
+        # once the run says what it is, the note names the prompt's length
+        qtbot.waitUntil(lambda: f"prefill of {len(prompt)} prompt tokens…)" in note.text(), timeout=30_000)
+        assert all("waiting for the first iteration" in p.empty.text() for p in w.plots.live_plots)
+    finally:
+        gate.set()
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        pass
+    assert w.state == "finished" and not w.plots.timing.empty.isVisible()
+
+
+def test_stopping_after_one_iteration_leaves_a_sentence_not_a_blank_plot(qtbot, tmp_path, monkeypatch):
+    """Issue 29 item 12: one point draws no line; the plots say so."""
+    from specscope.app.widgets.plot_base import ONE_ITERATION_TEXT
+    from specscope.core.controls import Controls
+
+    original = Controls.checkpoint
+    calls: dict[int, int] = {}
+
+    def stop_after_one(self):  # the second boundary: one iteration ran
+        calls[id(self)] = calls.get(id(self), 0) + 1
+        if calls[id(self)] == 2:
+            self.stop()
+        return original(self)
+
+    monkeypatch.setattr(Controls, "checkpoint", stop_after_one)
+    w = make_window(qtbot, tmp_path)
+    load_tiny(qtbot, w, "perfect")
+    w.panel.max_new.setValue(100)
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        assert w.start_run()
+    assert w.state == "stopped" and len(w.data.records) == 1
+    assert w.plots.timing.empty.isVisible() and w.plots.timing.empty.text() == ONE_ITERATION_TEXT
+    assert "1 iteration)" in w.status.message.text()

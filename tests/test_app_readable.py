@@ -26,14 +26,11 @@ LONG_WARNING = ("target verify 5x its recent median with host memory nearly full
 def test_verdict_and_warning_wrap_in_full_and_messages_stay_visible(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)
-    from specscope.core.measurement import replay
-
     events = synthetic_records(60, k=8, accept=lambda i: 0, draft_ms=4.0, flag_every=30, baseline_every=6)
     events[-1].flags = [LONG_WARNING]
-    replay(events)  # the measurement's numbers, as a live session puts them on the records
-    w.ingest(events)
+    w.ingest(events)  # through the window's measurement, as a live session feeds its own
     panel = w.run_panel
-    verdict = w.data.estimate.verdict() if w.data.estimate is not None else None
+    verdict = w.data.estimate.verdict if w.data.estimate is not None else None
     assert verdict
     assert panel.verdict.isVisible() and panel.verdict.text() == verdict  # the whole sentence
     assert panel.verdict.wordWrap() and panel.warning.wordWrap()
@@ -92,9 +89,30 @@ def test_state_in_words_pair_and_drafter_and_the_k_in_use(qtbot, tmp_path):
     adaptive = [replace(e, controls=ControlValues(k=1, adaptive_k=True)) if hasattr(e, "tokens") else e
                 for e in events]
     w.panel.k_spin.setValue(6)
+    w.panel.adaptive.setChecked(True)
     w.ingest(adaptive)
     assert "k in use: <b>1</b> (adaptive)" in w.run_panel.k_in_use.text()
     assert "k = 1" in w.panel.k_in_use.text()
+
+
+def test_the_adaptive_k_note_goes_when_adaptive_is_unticked(qtbot, tmp_path):
+    """Issue 29 item 8: "adaptive k is using k = 0" stayed after the user unticked adaptive k."""
+    from dataclasses import replace
+
+    from specscope.core.records import ControlValues
+
+    w = make_window(qtbot, tmp_path)
+    w.panel.adaptive.setChecked(True)
+    events = [replace(e, controls=ControlValues(k=0, adaptive_k=True)) if e.mode == "speculative" else e
+              for e in synthetic_records(5, k=2, accept=lambda i: 0)]
+    w.ingest(events)
+    note = w.panel.k_in_use
+    assert note.isVisible() and "adaptive k is using k = 0" in note.text()
+    w.panel.adaptive.setChecked(False)
+    assert not note.isVisible() and note.text() == ""  # at once, not at the next frame
+    w.tick()  # and the next frames do not bring it back
+    w.redraw_all()
+    assert not note.isVisible() and note.text() == ""
 
 
 def test_measure_baseline_now_gives_feedback_and_a_marker(qtbot, tmp_path):
@@ -105,10 +123,12 @@ def test_measure_baseline_now_gives_feedback_and_a_marker(qtbot, tmp_path):
     qtbot.waitUntil(lambda: len(w.data.records) >= 3, timeout=60_000)
     w.panel.baseline_button.click()
     assert "Baseline requested" in w.status.message.text()
-    qtbot.waitUntil(lambda: any(c.label.startswith("baseline") for c in w.data.control_changes), timeout=60_000)
+    qtbot.waitUntil(lambda: any(m.label.startswith("baseline") for m in w.data.markers), timeout=60_000)
     with qtbot.waitSignal(w.run_ended, timeout=30_000):
         w.stop_run()
-    marker = next(c for c in w.data.control_changes if c.label.startswith("baseline"))
+    marker = next(m for m in w.data.markers if m.label.startswith("baseline"))
+    # the baseline is real plain iterations that keep their tokens: the marker sits on one
+    assert next(r for r in w.data.records if r.iteration == marker.iteration).mode == "plain"
     assert any(m.value() == marker.iteration for m in w.plots.timing.markers)
 
 
@@ -151,6 +171,7 @@ def test_the_controls_fit_their_dock_with_the_adaptive_k_sentence_shown(qtbot, t
 
     w = make_window(qtbot, tmp_path)
     w.resize(1600, 1000)
+    w.panel.adaptive.setChecked(True)
     events = [replace(e, controls=ControlValues(k=10, adaptive_k=True)) if hasattr(e, "tokens") else e
               for e in synthetic_records(5, k=4)]
     w.ingest(events)
@@ -160,3 +181,22 @@ def test_the_controls_fit_their_dock_with_the_adaptive_k_sentence_shown(qtbot, t
     assert w.panel.minimumSizeHint().width() <= scroll.viewport().width()
     qtbot.wait(50)
     assert not scroll.horizontalScrollBar().isVisible()
+
+
+def test_measure_baseline_while_paused_says_at_once_when_it_will_run(qtbot, tmp_path):
+    """Issue 29 item 9: F7 while paused gave no feedback until the run resumed."""
+    w = make_window(qtbot, tmp_path)
+    load_tiny(qtbot, w, "perfect")
+    w.panel.max_new.setValue(100_000)
+    assert w.start_run()
+    qtbot.waitUntil(lambda: len(w.data.records) >= 3, timeout=60_000)
+    w.panel.pause_button.click()
+    assert w.state == "paused" and w.baseline_action.isEnabled()
+    w.baseline_action.trigger()  # F7
+    message = w.status.message.text()
+    assert "Baseline requested" in message and "paused" in message and "resume (F6)" in message
+    w.panel.pause_button.click()
+    qtbot.waitUntil(lambda: any(m.label.startswith("baseline") for m in w.data.markers), timeout=60_000)
+    assert "Baseline measured at iteration" in w.status.message.text()
+    with qtbot.waitSignal(w.run_ended, timeout=30_000):
+        w.stop_run()

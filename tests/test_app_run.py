@@ -54,17 +54,22 @@ def test_perfect_draft_shows_only_accepted_and_bonus(qtbot, window):
 def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     load_tiny(qtbot, window, "useless")
     run_to_end(qtbot, window, max_new=16)
-    # The last iteration has room for one token only, so it drafts nothing and the target's token is its
-    # own plain step ("target"); every iteration that drafted was rejected at its first proposal.
-    drafted = {r.iteration for r in window.data.records if r.n_drafted}
-    assert drafted == {r.iteration for r in window.data.records[:-1]}
-    assert {t.status.value for it, t in window.token_view.shown_tokens() if it in drafted} == {
-        "rejected", "correction"}
+    # Baselines are real plain iterations: their tokens are the target's own ("target") and kept. The last
+    # iteration has room for one token only, so it drafts nothing either. Every iteration that drafted was
+    # rejected at its first proposal.
+    records = window.data.records
+    drafted = {r.iteration for r in records if r.n_drafted}
+    undrafted = {r.iteration for r in records if not r.n_drafted}
+    assert drafted and {r.iteration for r in records if r.mode == "plain"} <= undrafted
+    assert undrafted <= {r.iteration for r in records if r.mode == "plain"} | {records[-1].iteration}
+    shown = window.token_view.shown_tokens()
+    assert {t.status.value for it, t in shown if it in drafted} == {"rejected", "correction"}
+    assert {t.status.value for it, t in shown if it in undrafted} == {"target"}
     assert window.data.estimate is not None and window.data.estimate.alpha == 0.0
     # Hiding rejected tokens leaves exactly the committed output.
     window.legend.show_rejected.setChecked(False)
     assert statuses(window) <= {"correction", "target"}
-    assert window.legend.counts.text().endswith("target 1")
+    assert window.legend.counts.text().endswith(f"target {len(undrafted)}")
     assert len(window.token_view.shown_tokens()) == 16
 
 
@@ -74,12 +79,14 @@ def test_k_changed_mid_run_reaches_records_and_plots(qtbot, window):
     assert start_k != 7
     start_long(qtbot, window)
     window.panel.k_spin.setValue(7)  # coalesced, applied at the next iteration boundary
-    qtbot.waitUntil(lambda: any(r.controls.k == 7 for r in window.data.records), timeout=30_000)
+    # exploration iterations run at another k on purpose (to time a verify length never seen): not the user's k
+    qtbot.waitUntil(lambda: any(r.controls.k == 7 and not r.explore for r in window.data.records), timeout=30_000)
     with qtbot.waitSignal(window.run_ended, timeout=30_000):
         window.stop_run()
-    first_k7 = next(r.iteration for r in window.data.records if r.controls.k == 7)
-    assert all(r.controls.k == start_k for r in window.data.records if r.iteration < first_k7)
-    assert [(c.iteration, c.label) for c in window.data.control_changes] == [(first_k7, f"k {start_k}→7")]
+    chosen = [r for r in window.data.records if not r.explore]
+    first_k7 = next(r.iteration for r in chosen if r.controls.k == 7)
+    assert all(r.controls.k == start_k for r in chosen if r.iteration < first_k7)
+    assert [(m.iteration, m.label) for m in window.data.markers] == [(first_k7, f"k {start_k}→7")]
     for plot in window.plots.live_plots:
         assert [m.value() for m in plot.markers] == [first_k7]
         assert plot.markers[0].label.textItem.toPlainText() == f"k {start_k}→7"

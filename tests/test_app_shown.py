@@ -77,10 +77,7 @@ def test_every_empty_plot_says_so_until_it_has_data(qtbot, tmp_path):
     assert all(p.empty.isVisible() for p in plots)
     assert w.plots.k_advisor.note.isVisible()
     assert "no data yet" in w.plots.timing.empty.text()
-    from specscope.core.measurement import replay
-
     events = synthetic_records(50, k=4, memory=False, baseline_every=6)
-    replay(events)
     w.ingest(events)
     assert not any(p.empty.isVisible() for p in (w.plots.timing, w.plots.alpha, w.plots.speedup,
                                                    w.plots.positions))
@@ -109,10 +106,11 @@ def test_tokens_of_iterations_without_proposals_are_target_steps_everywhere(qtbo
     w.ingest(events)
     shown = [t.status.value for it, t in w.token_view.shown_tokens() if it == events[-1].iteration]
     assert shown == ["target"]
-    assert "target 1" in w.legend.counts.text() and "target" in legend_html()
+    # the baseline's two plain iterations are target steps too
+    assert "target 3" in w.legend.counts.text() and "target" in legend_html()
     fmt = w.token_view._formats
     assert fmt["target"].fontItalic() is False and fmt["target"] != fmt["bonus"]
-    write_trace(tmp_path / "t.csv", [e for e in events if hasattr(e, "tokens")], [], {})
+    write_trace(tmp_path / "t.csv", events, {})
     assert ",target," in (tmp_path / "t.tokens.csv").read_text()
     back = read_trace(tmp_path / "t.csv").records[-1]
     assert [t.status for t in back.tokens] == [TokenStatus.TARGET]
@@ -124,13 +122,10 @@ def test_acceptance_bars_have_integer_ticks_and_a_sample_size(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     # Every iteration accepts 3 of 4: positions 1-3 reached 30 times, position 4 reached 30 times, rejected.
     # One iteration at k=6 reaches positions 5 and 6 once (n=1): those bars are hatched and carry no rate.
-    from specscope.core.measurement import replay
-
     events = synthetic_records(30, k=4, accept=lambda i: 3)
-    last = synthetic_records(1, k=6, accept=lambda i: 6)[1]
-    events.append(replace(last, iteration=30))
-    replay(events)  # acceptance by position comes from the measurement
-    w.ingest(events)
+    last = synthetic_records(1, k=6, accept=lambda i: 6, first_baseline=False)[0]
+    events.append(replace(last, iteration=len(events)))
+    w.ingest(events)  # acceptance by position comes from the window's measurement
     bars = w.plots.positions
     ticks = bars.getPlotItem().getAxis("bottom")._tickLevels[0]
     assert [v for v, _ in ticks] == [1, 2, 3, 4, 5, 6] and all(float(v).is_integer() for v, _ in ticks)

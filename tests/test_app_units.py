@@ -16,13 +16,14 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from specscope.app.pair_choice import PairChoice
-from specscope.app.run_data import RunData, describe_change
+from specscope.app.run_data import RunData
 from specscope.core.controls import switched_drafter_controls
+from specscope.core.events import describe_change
 from specscope.core.kinds import DEFAULT_K, DEMO_DRAFTER, default_k
-from specscope.core.measurement import replay
-from specscope.core.records import ControlValues, IterationRecord
+from specscope.core.measurement import feed_all, replay
+from specscope.core.records import ControlValues
 
-from .app_helpers import make_window, qt_binding_broken, synthetic_records
+from .app_helpers import make_window, qt_binding_broken, synthetic_records, synthetic_stream
 
 needs_qt = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
 
@@ -60,23 +61,39 @@ def test_pair_choice_validation_and_round_trip():
 
 
 def test_run_data_columns_changes_bands_and_positions():
-    events = synthetic_records(6, k=4, accept=lambda i: [4, 0, 2, 4, 1, 3][i], flag_every=0)
-    recs: list[IterationRecord] = [e for e in events if isinstance(e, IterationRecord)]
-    recs[3] = replace(recs[3], controls=ControlValues(k=6), flags=["slow"])
-    recs[4] = replace(recs[4], controls=ControlValues(k=6, temperature=0.7), flags=["slow"])
-    recs[5] = replace(recs[5], memory={**recs[5].memory, "pcie0_rx_bytes_per_s": 1e6})
+    values = [ControlValues(k=4)] * 3 + [ControlValues(k=6), ControlValues(k=6, temperature=0.7), ControlValues(k=4)]
+    recs = synthetic_records(6, k=4, accept=lambda i: [4, 0, 2, 4, 1, 3][i], controls=values.__getitem__)
+    first = recs[2].iteration  # two plain baseline iterations come first
+    recs[first + 3] = replace(recs[first + 3], flags=["slow"])
+    recs[first + 4] = replace(recs[first + 4], flags=["slow"])
+    recs[-1] = replace(recs[-1], memory={**recs[-1].memory, "pcie0_rx_bytes_per_s": 1e6})
+    events = synthetic_stream(recs)
     data = RunData()
-    data.extend([events[0], *recs[:2]])
-    data.extend(recs[2:])
-    assert len(data) == 6 and data.version == 2
-    assert [(c.iteration, c.label) for c in data.control_changes] == [
-        (3, "k 4→6"), (4, "T 0→0.7"), (5, "k 6→4, T 0.7→0")]
-    assert [(b.start, b.end, b.sentence) for b in data.flag_bands] == [(3, 4, "slow")]
-    # A memory key first seen at iteration 5 is NaN before it.
+    data.extend([(e, None) for e in events[:4]])
+    data.extend([(e, None) for e in events[4:]])
+    assert len(data) == 8 and data.version == 2
+    assert data.started is events[0] and data.finished is events[-1] and data.events == events
+    # the stream's control changes are the plots' labelled markers
+    assert [(m.iteration, m.label) for m in data.markers] == [
+        (first + 3, "k 4→6"), (first + 4, "T 0→0.7"), (first + 5, "k 6→4, T 0.7→0")]
+    assert [(b.start, b.end, b.sentence) for b in data.flag_bands] == [(first + 3, first + 4, "slow")]
+    # A memory key first seen at the last iteration is NaN before it.
     rx = data.memory["pcie0_rx_bytes_per_s"].view()
-    assert len(rx) == 6 and all(x != x for x in rx[:5]) and rx[5] == 1e6
-    # RunData estimates nothing: what it plots is what the measurement put on the records (none here).
+    assert len(rx) == 8 and all(x != x for x in rx[:7]) and rx[7] == 1e6
+    # RunData estimates nothing: what it plots is the snapshot handed with each event (none here).
     assert data.estimate is None and all(x != x for x in data.col("measured_speedup"))
+    assert all(x != x for x in data.col("alpha_run"))
+
+
+def test_run_data_plots_the_snapshot_handed_with_each_iteration():
+    events = synthetic_stream(synthetic_records(40, k=4, baseline_every=6))
+    observed = list(feed_all(events))
+    data = RunData()
+    data.extend(observed)
+    last_iteration = [s for e, s in observed if hasattr(e, "tokens")][-1]
+    assert data.estimate is observed[-1][1]
+    assert last_iteration is not None and data.last("alpha_run") == pytest.approx(last_iteration.alpha)
+    assert data.last("alpha_window") == pytest.approx(last_iteration.alpha_window)
 
 
 def test_describe_change_labels():
@@ -90,16 +107,18 @@ def test_the_verdict_says_plainly_when_speculation_loses():
     events = synthetic_records(64, k=4, accept=lambda i: 0, draft_ms=8.0, baseline_every=8)
     est = replay(events).estimate()
     assert est is not None and est.measured is not None and est.measured.hi < 1
-    verdict = est.verdict()
+    verdict = est.verdict
     assert verdict is not None and "slower than plain decoding (×0.2" in verdict
-    assert "a draft step costs 84% of a target step" in verdict and "plain decoding wins at every k" in verdict
-    # What the status bar shows is the record's estimate: RunData only carries it.
+    assert "a draft step costs 84% of a target step" in verdict
+    assert "plain decoding is fastest at every k" in verdict
+    # What the status bar shows is the snapshot handed with the last event: RunData only carries it.
+    observed = list(feed_all(events))
     data = RunData()
-    data.extend(events)
-    assert data.estimate is est
+    data.extend(observed)
+    assert data.estimate is observed[-1][1] and data.estimate is not None and data.estimate.verdict == verdict
     # A cheap draft that is always accepted wins: no verdict, best k above 1.
     good = replay(synthetic_records(64, k=4, accept=lambda i: 4, draft_ms=0.5, baseline_every=8)).estimate()
-    assert good is not None and good.verdict() is None and good.best_k is not None and good.best_k > 1
+    assert good is not None and good.verdict is None and good.best_k is not None and good.best_k > 1
 
 
 @needs_qt
@@ -122,13 +141,14 @@ def test_token_view_styles_hover_and_hide(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     w.ingest(synthetic_records(3, k=4, accept=lambda i: [4, 1, 0][i]))
     shown = w.token_view.shown_tokens()
-    assert [t.status.value for _, t in shown] == ["accepted"] * 4 + ["bonus", "accepted", "rejected",
-                                                                     "correction", "rejected", "correction"]
-    tip = w.token_view.tooltip_for_offset(0) or ""
-    assert "iteration 0" in tip and "accepted" in tip and "p(x) = 0.9000" in tip and "q(x) = 0.8000" in tip
+    # the baseline's two plain iterations commit their tokens ("target"), then the speculative ones
+    assert [t.status.value for _, t in shown] == ["target"] * 2 + ["accepted"] * 4 + [
+        "bonus", "accepted", "rejected", "correction", "rejected", "correction"]
+    starts = w.token_view._starts
+    tip = w.token_view.tooltip_for_offset(starts[2]) or ""
+    assert "iteration 2" in tip and "accepted" in tip and "p(x) = 0.9000" in tip and "q(x) = 0.8000" in tip
     assert "min(1, p/q) = 1.0000" in tip and "id 10" in tip  # no tokenizer: top-5 shown as ids
-    rejected_offset = w.token_view._starts[6]
-    assert "min(1, p/q) = 0.1429" in (w.token_view.tooltip_for_offset(rejected_offset) or "")
+    assert "min(1, p/q) = 0.1429" in (w.token_view.tooltip_for_offset(starts[8]) or "")
     fmt = w.token_view._formats["rejected"]
     assert fmt.fontStrikeOut() and fmt.foreground().color().name().upper() == STATUS_STYLES["rejected"].colour
     for status in ("accepted", "rejected", "correction", "bonus"):
@@ -146,7 +166,8 @@ def test_plots_show_memory_flags_and_advice(qtbot, tmp_path):
     assert set(w.plots.memory.series) == {"host_rss_bytes", "gpu0_used_bytes"}
     assert len(w.plots.memory.bands) == 4
     assert "paging" in w.plots.memory.bands[0].toolTip()
-    assert w.plots.k_advisor.estimate is est and est is not None and est.measured is not None
+    # the window's measurement, fed the same events, gives the same snapshot as a batch replay
+    assert w.plots.k_advisor.estimate == est and est is not None and est.measured is not None
     # the status bar shows the estimate's numbers, the measured speed-up with its interval
     assert f"{est.tokens_per_s:.1f} tok/s" in w.status.metrics.text()
     assert est.measured.text() in w.status.metrics.text() and f"α {est.alpha:.2f}" in w.status.metrics.text()
@@ -211,7 +232,7 @@ def test_interrupted_session_is_offered_and_opens(qtbot, tmp_path):
     assert datetime.now().strftime("%-d %b") in offer
     with qtbot.waitSignal(w.trace_opened, timeout=5000):
         w.banner.action.click()
-    assert w.replay_path is not None and len(w.data.records) == 10
+    assert w.replay_path is not None and len(w.data.records) == 12  # 10 speculative, 2 plain
     assert "(replay)" in w.windowTitle()
     assert not marker.exists()  # not offered again
 

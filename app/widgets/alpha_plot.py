@@ -37,11 +37,9 @@ class AlphaPlot(LivePlot):
         self.run = self.curve("α run", PLOT_COLOURS["alpha_run"], width=2)
         self.window = self.curve("α recent window", PLOT_COLOURS["alpha_window"], width=1.5, style="dash")
 
-    def title_for(self, data: RunData) -> str:
+    def headline_for(self, data: RunData) -> str:
         est = data.estimate
-        if est is None or est.alpha is None:
-            return self.title_text
-        return f"{self.title_text}: {est.alpha_text()}"
+        return est.alpha_text() if est is not None and est.alpha is not None else ""
 
     def _sync_views(self) -> None:
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())

@@ -286,6 +286,8 @@ class ControlPanel(QWidget):
     def _adaptive_toggled(self, on: bool) -> None:
         self.k_slider.setEnabled(not on)
         self.k_spin.setEnabled(not on)
+        if not on:
+            self.show_k_in_use(None)  # the slider applies again: the controller's k is no longer the story
 
     def _show_drafter_help(self) -> None:
         self.drafter_help.setText(DRAFTER_HELP.get(str(self.drafter.currentData()), ""))

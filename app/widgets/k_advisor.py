@@ -3,6 +3,8 @@ draft step and acceptance by position), with the best k and the current k marked
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
@@ -13,6 +15,8 @@ from specscope.core.measurement import Estimate
 
 from ..theme import PLOT_COLOURS
 from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
+
+TITLE_HEIGHT = 48
 
 
 class KAdvisorPlot(pg.PlotWidget):
@@ -38,8 +42,11 @@ class KAdvisorPlot(pg.PlotWidget):
                                        label="current k", labelOpts={"position": 0.1, "color": "#555"})
         self.current.setVisible(False)
         pi.addItem(self.current)
+        pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)  # three lines once there is data: best k, α, measured
+        pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)
         self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
         self.estimate: Estimate | None = None
+        self._title = "Predicted speed-up vs k (cost model)"
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
         super().resizeEvent(ev)
@@ -61,7 +68,7 @@ class KAdvisorPlot(pg.PlotWidget):
             reason = next((p.reason for p in est.curve if p.reason), "") if est is not None else ""
             self.note.set_text(f"no prediction yet: {reason}" if reason else
                                "no data yet: the curve needs a baseline and a few iterations")
-            pi.setTitle("Predicted speed-up vs k (cost model)", size="9pt")
+            self.show_title(est)
             return
         ks = np.array([p.k for p in est.curve], dtype=float)
         ys = np.array([np.nan if p.speedup is None else p.speedup for p in est.curve])
@@ -75,6 +82,25 @@ class KAdvisorPlot(pg.PlotWidget):
             self.best.setToolTip(f"best {best}: ×{est.best_speedup:.2f}")
         self.current.setPos(est.k)
         self.current.setVisible(True)
-        controller = f" · {est.controller_text()}" if est.controller_text() else ""
-        pi.setTitle(f"Predicted speed-up vs k — {est.best_k_text()} · {est.alpha_text()}{controller}", size="9pt")
+        self.show_title(est)
         settle(pi.vb)
+
+    def show_title(self, est: Estimate | None) -> None:
+        """The snapshot's words (every frame: cheap when unchanged, so the title agrees with the status bar while
+        the curve redraws at its own turn): best k, then α, then the measured speed-up and the controller."""
+        known = est is not None and any(p.speedup is not None for p in est.curve)
+        if est is None or not known:
+            title = "Predicted speed-up vs k (cost model)"
+        else:
+            controller = f" · {est.controller_text()}" if est.controller_text() else ""
+            small = "<br><span style='font-size:8pt'>{}</span>"
+            title = (f"<b>{html.escape(f'Predicted speed-up vs k — {est.best_k_text()}')}</b>"
+                     + small.format(html.escape(est.alpha_text()))
+                     + small.format(html.escape(f"measured {est.speedup_text()}{controller}")))
+        if title != self._title:
+            self._title = title
+            pi = self.getPlotItem()
+            pi.setTitle(title, size="9pt")
+            # setTitle fixes the title row at 30 px: room for three lines
+            pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)
+            pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)

@@ -25,19 +25,24 @@ def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
 
 
+IDLE_TEXT = "no data yet: press Start (F5) to decode the prompt"
+ONE_ITERATION_TEXT = ("one iteration so far: a line needs two (its numbers are in the status bar, its tokens "
+                      "below)")
 PLOT_MIN_HEIGHT = 100  # three rows of plots must leave the token view a real share at 1280x720
 KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "fill": "■"}
 KEYS_PER_LINE = 4
 
 
-def title_html(title: str, keys: list[tuple[str, str, str]]) -> str:
-    """The plot's title with its key on the next line(s): a coloured line sample and the series name."""
+def title_html(title: str, keys: list[tuple[str, str, str]], headline: str = "") -> str:
+    """The plot's title, the snapshot's headline number on its own line (so neither is cut), and its key on the
+    next line(s): a coloured line sample and the series name."""
+    head = f"<br><span style='font-size:8pt'>{html.escape(headline)}</span>" if headline else ""
     if not keys:
-        return html.escape(title)
+        return (f"<b>{html.escape(title)}</b>" if head else html.escape(title)) + head
     parts = [f'<span style="color:{c}">{KEY_GLYPHS.get(s, "━━")}</span>&nbsp;{html.escape(n)}'
              for n, c, s in keys]
     lines = ["&nbsp;&nbsp;&nbsp;".join(parts[i:i + KEYS_PER_LINE]) for i in range(0, len(parts), KEYS_PER_LINE)]
-    return f"<b>{html.escape(title)}</b><br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+    return f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
 
 
 def plain_axes(plot_item: pg.PlotItem) -> None:
@@ -234,9 +239,10 @@ class LivePlot(pg.PlotWidget):
         self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.markers: list[pg.InfiniteLine] = []
-        self._title = self.title_text  # as shown: the fixed title plus the snapshot's headline, if any
+        self._headline = ""  # as shown: the snapshot's headline number under the title, if any
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
+        self.idle_text = IDLE_TEXT  # what an empty plot says: the window sets it from the run's state
         self.empty = EmptyNote(self, self.empty_text(None) or "")
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
@@ -248,7 +254,14 @@ class LivePlot(pg.PlotWidget):
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
-        return "no data yet: press Start (F5) to decode the prompt" if data is None or not len(data) else None
+        if data is None or not len(data):
+            return self.idle_text
+        return ONE_ITERATION_TEXT if len(data) == 1 else None
+
+    def set_idle_text(self, text: str, data: RunData | None) -> None:
+        """What the plot says while the run has no iteration yet (press Start; waiting for the prefill...)."""
+        self.idle_text = text
+        self.show_empty(data)
 
     def show_empty(self, data: RunData | None) -> None:
         text = self.empty_text(data)
@@ -264,14 +277,27 @@ class LivePlot(pg.PlotWidget):
         self.keys = [k for k in self.keys if k[0] != name]
         self._show_keys()
 
+    def headline_for(self, data: RunData) -> str:
+        """The snapshot's headline number under the title, in the one wording every surface uses ('' = none)."""
+        return ""
+
     def title_for(self, data: RunData) -> str:
-        """The title with the snapshot's headline number, in the one wording every surface uses."""
-        return self.title_text
+        """The title as it reads: the fixed title and the snapshot's headline (shown on its own line)."""
+        headline = self.headline_for(data)
+        return f"{self.title_text}: {headline}" if headline else self.title_text
+
+    def refresh_title(self, data: RunData) -> None:
+        """Show the snapshot's headline now (every frame: cheap when unchanged), so the titles agree with the
+        status bar while the curves redraw at their own turn."""
+        headline = self.headline_for(data)
+        if headline != self._headline:
+            self._headline = headline
+            self._show_keys()
 
     def _show_keys(self) -> None:
-        self.plot_item.setTitle(title_html(self._title, self.keys), size="9pt")
-        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
-        lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)
+        self.plot_item.setTitle(title_html(self.title_text, self.keys, self._headline), size="9pt")
+        # pyqtgraph fixes the title row at 30 px: room for the title, the headline and each line of keys.
+        lines = 1 + bool(self._headline) + -(-len(self.keys) // KEYS_PER_LINE)
         height = 16 * lines + 4
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
@@ -309,10 +335,7 @@ class LivePlot(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        title = self.title_for(data)
-        if title != self._title:
-            self._title = title
-            self._show_keys()
+        self.refresh_title(data)
         self.update_from(data)
         self.show_empty(data)
         self.sync_markers(data.markers)

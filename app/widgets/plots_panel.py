@@ -66,6 +66,17 @@ class PlotsPanel(QWidget):
         self.positions.refresh(data)
         self.k_advisor.show_estimate(data.estimate)
 
+    def refresh_titles(self, data: RunData) -> None:
+        """Every frame: the titles show the latest snapshot's words (the curves redraw at their own turn)."""
+        for plot in self.live_plots:
+            plot.refresh_title(data)
+        self.k_advisor.show_title(data.estimate)
+
+    def set_idle_text(self, text: str, data: RunData) -> None:
+        """What the live plots say while the run has no iteration yet."""
+        for plot in self.live_plots:
+            plot.set_idle_text(text, data)
+
     def reset(self) -> None:
         for plot in self.live_plots:
             plot.reset()

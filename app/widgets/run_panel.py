@@ -1,8 +1,11 @@
-"""The run panel above the plots: the run's state in words, the pair and drafter in use, the k in use, and
-the two sentences that must be read in full — the verdict (speculation is losing, and why) and the last
-paging warning. Both wrap instead of being cut at the status bar's width."""
+"""The run panel above the plots: the run's state in words, the pair and drafter in use, the k line (the k in
+use with the snapshot's α and speed-up, in the words every surface uses), and the two sentences that must be
+read in full — the verdict (speculation is losing, and why) and the last paging warning. They wrap instead of
+being cut at the status bar's width."""
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
@@ -21,7 +24,7 @@ STATE_HINTS = {
     RunState.READY: "press Start (F5) to decode the prompt",
     RunState.PAUSED: "Resume (F6) continues at the next iteration",
     RunState.FAILED: "see the message below",
-    RunState.REPLAY: "a saved run: its own pair, prompt and controls; Start (F5) runs the loaded pair again",
+    RunState.REPLAY: "a saved run · Start (F5) runs the loaded pair",
 }
 
 
@@ -48,13 +51,17 @@ class RunPanel(QWidget):
         self.pair = QLabel("")
         self.pair.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.k_in_use = QLabel("")
+        self.k_in_use.setWordWrap(True)
+        self.k_in_use.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens
+        self.k_in_use.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.k_in_use.hide()
         self.hint = QLabel("")
         self.hint.setStyleSheet("color:#555")
         row.addWidget(self.state)
-        row.addWidget(self.k_in_use)
         row.addWidget(self.pair, 1)
         row.addWidget(self.hint)
         col.addLayout(row)
+        col.addWidget(self.k_in_use)  # its own line: the numbers must be read in full
         self.verdict = _wrapping("color:#FFFFFF; background:#A34400; padding:2px 6px; font-weight:bold")
         self.warning = _wrapping("color:#7A3300; background:#FBE3D1; padding:2px 6px")
         col.addWidget(self.verdict)
@@ -81,16 +88,23 @@ class RunPanel(QWidget):
         self.pair.setText(f"engine: <b>{where}</b> · its own drafter and k")
         self.pair.setToolTip(where)
 
-    def show_k(self, k: int | None, adaptive: bool, why: str = "") -> None:
-        """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider), and why
-        the controller differs from best k when it does (the snapshot's words)."""
-        if k is None:
+    def show_k(self, k: int | None, adaptive: bool, why: str = "", numbers: str = "") -> None:
+        """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider), why the
+        controller differs from best k when it does, and ``numbers``: the snapshot's α and speed-up texts."""
+        if k is None and not numbers:
             self.k_in_use.setText("")
             self.k_in_use.setToolTip("")
+            self.k_in_use.hide()
             return
-        self.k_in_use.setText(f"k in use: <b>{k}</b>" + (" (adaptive)" if adaptive else "")
-                              + (f" <span style='color:#555'>— {why}</span>" if why else ""))
+        parts = []
+        if k is not None:
+            parts.append(f"k in use: <b>{k}</b>" + (" (adaptive)" if adaptive else "")
+                         + (f" <span style='color:#555'>— {html.escape(why)}</span>" if why else ""))
+        if numbers:
+            parts.append(html.escape(numbers))
+        self.k_in_use.setText(" · ".join(parts))
         self.k_in_use.setToolTip(why)
+        self.k_in_use.show()
 
     def show_verdict(self, verdict: str | None) -> None:
         self.verdict.setText(verdict or "")

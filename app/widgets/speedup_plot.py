@@ -40,10 +40,9 @@ class SpeedupPlot(LivePlot):
             return f"no speed-up yet: {reason or 'it needs plain-step baselines to compare with'}"
         return super().empty_text(data)
 
-    def title_for(self, data: RunData) -> str:
+    def headline_for(self, data: RunData) -> str:
         est = data.estimate
-        return f"{self.title_text}: measured {est.speedup_text()}" if est is not None and est.measured else \
-            self.title_text
+        return f"measured {est.speedup_text()}" if est is not None and est.measured else ""
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
