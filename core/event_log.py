@@ -35,14 +35,13 @@ from .records import (
     TokenRecord,
     TokenStatus,
 )
-from .trace_errors import JsonLimitError, TraceFormatError, TraceReadError, bounded_json
+from .trace_errors import JsonLimitError, TraceFormatError, bounded_json, read_trace_text
 
 EVENT_LOG_FORMAT = "specscope-events"
 EVENT_LOG_VERSION = 1
 EVENTS_SUFFIX = ".events.jsonl"
 MAX_LINE_CHARS = 4 * 1024 * 1024  # one event; an iteration with 17 tokens and their top-5 is a few kB
 MAX_DEPTH = 8
-MAX_EVENTS = 10_000_000
 MODES = frozenset({SPECULATIVE_MODE, PLAIN_MODE, ATTACHED_MODE})
 _TYPES: dict[type, str] = {
     RunStarted: "run_started", IterationRecord: "iteration", BaselineRecord: "baseline",
@@ -322,21 +321,7 @@ def read_events(path: Path) -> tuple[list[Event], list[str]]:
     iteration whose number does not follow the one before (a duplicated or reordered line) is dropped and
     counted. Anything else wrong gives TraceFormatError naming the line and the field."""
     warnings: list[str] = []
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_EVENTS * 64 + 1)
-    except FileNotFoundError:
-        raise TraceReadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceReadError(f"{path}: is a folder, not a trace file") from None
-    except OSError as e:
-        raise TraceReadError(f"cannot read {path}: {e.strerror or e}") from None
-    if b"\x00" in data:
-        raise TraceFormatError(f"{path.name}: not a specscope event log (binary data)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path.name}: not a specscope event log (not UTF-8 at byte {e.start})") from None
+    text = read_trace_text(path, "event log")
     lines = text.split("\n")
     cut = not text.endswith("\n")  # the writer always ends a line: a crash cut the last one
     if lines and lines[-1] == "":

@@ -43,9 +43,12 @@ from .trace_errors import (
     JsonLimitError,
     TraceError,
     TraceFormatError,
-    TraceReadError,
     TraceWriteError,
     bounded_json,
+    read_trace_text,
+)
+from .trace_errors import (
+    TraceReadError as TraceReadError,  # re-exported: callers catch it from here
 )
 
 FORMAT_NAME = "specscope-trace"
@@ -834,29 +837,12 @@ def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
     return BaselineRecord(**values, verify_ms_by_len=by_len)
 
 
-def _read_text(path: Path, what: str) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceReadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceReadError(f"{path}: is a folder, not a trace file") from None
-    except OSError as e:
-        raise TraceReadError(f"cannot read {path}: {e.strerror or e}") from None
-    if b"\x00" in data:
-        raise TraceFormatError(f"{path.name}: not a specscope {what} (binary data)")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path.name}: not a specscope {what} (not UTF-8 at byte {e.start})") from None
-
-
 def _read_csv(
     path: Path, what: str, schema: Sequence[Column], warnings: list[str]
 ) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and (line number, cells) rows. A last row cut short (a crash mid-write) is dropped with a
     warning; a wrong header raises TraceFormatError."""
-    text = _read_text(path, what)
+    text = read_trace_text(path, what)
     if not text.strip():
         raise TraceFormatError(f"{path.name}: empty file, not a specscope {what}")
     terminated = text.endswith(("\n", "\r"))
@@ -945,7 +931,7 @@ def _read_sidecar(path: Path, warnings: list[str]) -> dict[str, Any]:
         warnings.append(f"{path.name}: missing; no session settings")
         return {}
     try:
-        meta = bounded_json(_read_text(path, "session file"), max_depth=SESSION_MAX_DEPTH,
+        meta = bounded_json(read_trace_text(path, "session file"), max_depth=SESSION_MAX_DEPTH,
                             max_chars=SESSION_MAX_CHARS)
     except JsonLimitError as e:
         warnings.append(f"{path.name}: line {e.line}: {e}; no session settings")

@@ -68,3 +68,21 @@ def bounded_json(text: str, *, max_depth: int, max_chars: int) -> Any:
         elif c in "]}":
             depth -= 1
     return json.loads(text)
+
+
+def read_trace_text(path: Path, what: str) -> str:
+    """A trace file's text, or one sentence: missing, a folder, unreadable, binary, not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceReadError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceReadError(f"{path}: is a folder, not a trace file") from None
+    except OSError as e:
+        raise TraceReadError(f"cannot read {path}: {e.strerror or e}") from None
+    if b"\x00" in data:
+        raise TraceFormatError(f"{path.name}: not a specscope {what} (binary data)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path.name}: not a specscope {what} (not UTF-8 at byte {e.start})") from None

@@ -9,31 +9,14 @@ import torch
 from specscope.core.adaptive_lookup import LookupLengthPolicy
 from specscope.core.controls import Controls
 from specscope.core.drafters.lookup import PromptLookupDrafter
-from specscope.core.events import RunFinished
 from specscope.core.measurement import KeyedPositionCounts, Measurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from specscope.core.speculative import DecodeOptions, Decoder
+from tests.loop_helpers import run_fed, show
 from tests.models import tiny_model
 
 RISING = {n: 10.0 + 2.0 * (n - 1) for n in range(1, 18)}  # a CPU: each verified token costs a fifth of a step
 FLAT = {n: 10.0 for n in range(1, 18)}  # an accelerator with room: verifying more costs nothing
-
-def show(policy, record: IterationRecord) -> None:
-    """One record as a run hands it over: the session feeds the measurement, the loop shows the policy."""
-    policy.measurement.feed(record)
-    policy.observe(record)
-
-
-def run_fed(decoder: Decoder, prompt: list[int], controls: Controls, opts: DecodeOptions, measurement: Measurement,
-            plain: bool = False):
-    """``decoder.run`` with the measurement fed every event, as the session feeds it (the one feeder)."""
-    for event in decoder.stream(prompt, controls, opts, plain=plain):
-        measurement.feed(event)
-    result = decoder.result
-    assert result is not None
-    measurement.feed(RunFinished(result.finish_reason, len(result.iterations), len(result.token_ids),
-                                 result.elapsed_s, decoder.prefill_ms))
-    return result
 
 
 

@@ -19,6 +19,7 @@ import torch
 from specscope.core.busy import BUSY_PREFIX, BusyDetector
 from specscope.core.controls import Controls
 from specscope.core.drafters.base import Drafter, Proposal
+from specscope.core.events import ControlChange, RunFinished
 from specscope.core.measurement import (
     MIN_BLOCKS,
     Measurement,
@@ -26,7 +27,6 @@ from specscope.core.measurement import (
     paired_ratio,
     run_summary,
 )
-from specscope.core.events import ControlChange, RunFinished
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from specscope.core.snapshot import Estimate
 from specscope.core.speculative import DecodeOptions, Decoder
