@@ -103,14 +103,15 @@ case "$cmd" in
             if [ -x "$server" ]; then
                 echo "[test] llama-server is cached: $server ($(grep -s '^build_seconds=' "$(dirname "$server")/BUILD_INFO" | cut -d= -f2 || echo '?') s to build, once)"
             else
-                # Measured: 49 min on 2 busy cores (issue 27); the script's BUILD_INFO records each build's time.
-                echo "[test] building llama.cpp's llama-server first (once, then cached): about 50 min on 2 cores;"
-                echo "[test] the tests then take about 30 min more"
+                # Measured 49 and 89 min on 2 shared cores; the script's BUILD_INFO records each build's time.
+                echo "[test] building llama.cpp's llama-server first (once, then cached): about 50-90 min on 2 cores"
             fi
             # The attach tests run a real llama.cpp server: build it once (cached by version).
             if ! scripts/build_llama_server.sh >/dev/null; then
                 echo "[test] WARNING: llama-server could not be built; the attach tests against it will be skipped" >&2
             fi
+            # Estimated, README "Tests": the fast tier's 4.3 min of CPU plus the long sampled, server and wheel tests.
+            echo "[test] then every test: about 12 min on 2 quiet cores (2-3 times that on a busy machine)"
             # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
             QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
                 "$VENV/bin/python" -m pytest "$@"
