@@ -20,13 +20,20 @@ APT_PACKAGES=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 lib
 
 SETUP_LOG=$VENV/setup.log
 
-# pip's output goes to a log; on a failure its last lines are shown, with where the whole log is.
+# pip's output goes to a log; when a step fails, that step's last lines are shown, with where the log is.
 pip_quiet() {
-    if ! "$VENV/bin/python" -m pip "$@" >>"$SETUP_LOG" 2>&1; then
-        echo "[setup] pip $* failed; its last lines (all of it in $SETUP_LOG):" >&2
-        grep -v "is ignored: it is neither a file nor a directory" "$SETUP_LOG" | tail -25 >&2
-        exit 1
+    local out
+    out=$(mktemp)
+    if "$VENV/bin/python" -m pip "$@" >"$out" 2>&1; then
+        cat "$out" >>"$SETUP_LOG"
+        rm -f "$out"
+        return
     fi
+    cat "$out" >>"$SETUP_LOG"
+    echo "[setup] pip $* failed; its last lines (the whole set-up's output is in $SETUP_LOG):" >&2
+    grep -v "is ignored: it is neither a file nor a directory" "$out" | tail -25 >&2
+    rm -f "$out"
+    exit 1
 }
 
 setup_hash() { cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1; }
@@ -101,7 +108,8 @@ case "$cmd" in
         else
             server=$(scripts/build_llama_server.sh --path)
             if [ -x "$server" ]; then
-                echo "[test] llama-server is cached: $server ($(grep -s '^build_seconds=' "$(dirname "$server")/BUILD_INFO" | cut -d= -f2 || echo '?') s to build, once)"
+                built_in=$(grep -s '^build_seconds=' "$(dirname "$server")/BUILD_INFO" | cut -d= -f2 || echo '?')
+                echo "[test] llama-server is cached (built once, in $built_in s): $server"
             else
                 # Measured 49 and 89 min on 2 shared cores; the script's BUILD_INFO records each build's time.
                 echo "[test] building llama.cpp's llama-server first (once, then cached): about 50-90 min on 2 cores"
