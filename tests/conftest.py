@@ -1,22 +1,80 @@
-"""Suite-wide settings: Qt renders offscreen, caches and app data go to temp dirs, torch stays small."""
+"""Suite-wide settings: Qt renders offscreen, caches and app data go to temp dirs, torch stays small; the demo is
+converted once per session; the tiers say what they left out."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import os
+import sys
 import tempfile
+from collections import Counter
+from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # The CLI autosaves every run, as the app does: into a throwaway data folder, never the user's.
 os.environ.setdefault("SPECSCOPE_DATA_DIR", tempfile.mkdtemp(prefix="specscope-test-data-"))
-# Tiny models: one thread is ~4x faster than two on this CPU (no contention, no sync overhead).
-torch.set_num_threads(1)
+# The converted demo (and the unpacked demo draft) go to one cache per test session, never the user's: every
+# demo test shares it, and the conversion itself is tested once (the ``demo_target`` fixture).
+os.environ.setdefault("SPECSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="specscope-test-cache-"))
+
+TIER_MARKERS = ("server", "wheel", "slow")
+_left_out: Counter[str] = Counter()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tiny models: one thread is ~4x faster than two on this CPU (no contention, no sync overhead). Set before
+    each test's fixtures, once torch is loaded: importing torch here would cost every pure test file ~4 s."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = next((m for m in TIER_MARKERS if item.get_closest_marker(m)), None)
+        if marker is not None:
+            _left_out[marker] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """One line for the fast tier: what it left out and how to run it."""
+    if _left_out:
+        what = {"server": "llama-server attach", "wheel": "wheel check", "slow": "long statistical/model"}
+        parts = ", ".join(f"{_left_out[m]} {what[m]}" for m in TIER_MARKERS if _left_out[m])
+        terminalreporter.write_line(f"fast tier: left out {parts} tests (no native build, no long sampling); "
+                                    "./dev.sh test --all runs them")
+
+
+@pytest.fixture(scope="session")
+def warm_python():
+    """One interpreter with every core module imported, forked for each CLI process a test runs
+    (tests/warm_python.py): ~10 s of imports paid once per session instead of once per process."""
+    from tests.warm_python import WarmPython
+
+    warm = WarmPython()
+    yield warm
+    warm.close()
+
+
+@pytest.fixture(scope="session")
+def demo_target() -> tuple[Path, list[tuple[str, float]]]:
+    """The demo converted once for the whole session into the session's cache, with its progress reports.
+
+    Every test that loads the demo asks for this first, so the conversion is the one reported here."""
+    from specscope.core import demo
+
+    reports: list[tuple[str, float]] = []
+    try:
+        target_dir = demo.ensure_demo_target(lambda msg, frac: reports.append((msg, frac)))
+    except demo.DemoUnavailable as exc:
+        pytest.skip(str(exc))
+    return target_dir, reports
 
 
 @pytest.fixture(autouse=True)

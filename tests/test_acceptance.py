@@ -1,29 +1,36 @@
-"""The acceptance rules as pure functions: greedy, and speculative sampling against two wrong rules."""
+"""The acceptance rules as pure functions: greedy, and speculative sampling against two wrong rules.
+
+The sampling rule is checked exactly (tests/exact_step.py): every tuple of draft proposals is enumerated with
+its probability, each position's acceptance probability is read off the rule itself, and the step's output
+distribution must equal the target's to float32 rounding. No draws, so no test power to state: a wrong rule
+fails with certainty, and the two wrong rules below show that it does."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+from specscope.core import acceptance
 from specscope.core.acceptance import accept_greedy, accept_sample, residual_distribution
-from tests.stats import chi_square_pvalue
+from tests.exact_step import random_rows, step_distribution, target_joint
 
 P = torch.tensor([0.30, 0.25, 0.20, 0.12, 0.08, 0.05])
 Q = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.25, 0.25])
-DRAWS = 20_000
+THIS_MODULE = sys.modules[__name__]
 
 
-def _draw_first_tokens(rule, p: torch.Tensor, q: torch.Tensor, seed: int = 0) -> np.ndarray:
-    """k = 1: propose x ~ q, apply ``rule``, return counts of the first committed token."""
-    g = torch.Generator().manual_seed(seed)
-    counts = np.zeros(len(p))
-    target_rows = torch.stack([p, p])  # row 0 checks the proposal, row 1 would give the bonus
-    for _ in range(DRAWS):
-        x = int(torch.multinomial(q, 1, generator=g).item())
-        n_acc, nxt = rule([x], q.unsqueeze(0), target_rows, g)
-        counts[x if n_acc == 1 else nxt] += 1
-    return counts
+def _fixed(row: torch.Tensor):
+    """The same distribution after every prefix."""
+    values = row.numpy().astype(np.float64)
+    return lambda prefix: values
+
+
+def _one_hot_at(choose):
+    """A deterministic drafter: after ``prefix`` it proposes ``choose(prefix)`` (q one-hot there)."""
+    return lambda prefix: np.eye(len(P))[choose(prefix)]
 
 
 def wrong_resample_from_p(proposals, draft_probs, target_probs, generator):
@@ -41,14 +48,26 @@ def wrong_keep_draft(proposals, draft_probs, target_probs, generator):
 
 
 def test_correct_rule_reproduces_p() -> None:
-    counts = _draw_first_tokens(accept_sample, P, Q)
-    assert chi_square_pvalue(counts, P.numpy()) > 1e-3
+    """k = 1 with the six-token p and q: the first token's distribution is p, the bonus after it p again."""
+    got = step_distribution(accept_sample, acceptance, 1, _fixed(P), _fixed(Q))
+    np.testing.assert_allclose(got.sum(axis=1), P.numpy(), atol=1e-6)
+    np.testing.assert_allclose(got, target_joint(_fixed(P), 2), atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("zeros", [0, 1], ids=["full-support", "truncated"])
+def test_every_position_keeps_the_targets_conditional_distribution(k: int, zeros: int) -> None:
+    """p and q differ after every prefix (as a context's distributions do); ``truncated``: each row gives one of
+    its four tokens no mass, as top-k/top-p do, so proposals p forbids and tokens q never proposes both occur."""
+    p, q = random_rows(10 + k, 4, zeros), random_rows(20 + k, 4, zeros)
+    got = step_distribution(accept_sample, acceptance, k, p, q)
+    np.testing.assert_allclose(got, target_joint(p, k + 1), atol=1e-6)
 
 
 @pytest.mark.parametrize("rule", [wrong_resample_from_p, wrong_keep_draft])
 def test_wrong_rules_fail_the_same_test(rule) -> None:
-    counts = _draw_first_tokens(rule, P, Q)
-    assert chi_square_pvalue(counts, P.numpy()) < 1e-6
+    got = step_distribution(rule, THIS_MODULE, 1, _fixed(P), _fixed(Q))
+    assert np.abs(got.sum(axis=1) - P.numpy()).max() > 0.02  # 2 points off p, not rounding
 
 
 def test_equal_distributions_accept_everything() -> None:
@@ -60,15 +79,12 @@ def test_equal_distributions_accept_everything() -> None:
         assert n_acc == 3
 
 
-def test_deterministic_drafter_stays_exact() -> None:
+@pytest.mark.parametrize("k", [1, 3])
+def test_deterministic_drafter_stays_exact(k: int) -> None:
     """q one-hot (None): accept x with probability p(x), else draw from p without x renormalised."""
-    g = torch.Generator().manual_seed(2)
-    counts = np.zeros(len(P))
-    rows = torch.stack([P, P])
-    for _ in range(DRAWS):
-        n_acc, nxt = accept_sample([4], None, rows, g)
-        counts[4 if n_acc == 1 else nxt] += 1
-    assert chi_square_pvalue(counts, P.numpy()) > 1e-3
+    drafter = _one_hot_at(lambda prefix: 4) if k == 1 else _one_hot_at(lambda prefix: (3 * len(prefix) + 1) % 6)
+    got = step_distribution(accept_sample, acceptance, k, _fixed(P), drafter, one_hot_q=True)
+    np.testing.assert_allclose(got, target_joint(_fixed(P), k + 1), atol=1e-6)
 
 
 def test_residual_is_normalised_positive_part() -> None:

@@ -173,13 +173,16 @@ def test_in_the_loop_a_periodic_output_is_proposed_and_kept_identical():
 
 # ---- the demo -------------------------------------------------------------------------------------------
 def _preset_prompts():
+    """Every preset prompt; the fast tier runs the first of each set (one prose, one code, one structured), the
+    full tier (``slow``) the rest too: each is a plain and a speculative decode of the 135M demo."""
     from specscope.core.prompts import load_prompt_sets
 
-    return [p for ps in load_prompt_sets().values() for p in ps]
+    return [pytest.param(p, id=p.id, marks=() if i == 0 else pytest.mark.slow)
+            for ps in load_prompt_sets().values() for i, p in enumerate(ps)]
 
 
 @pytest.fixture(scope="module")
-def demo_lookup_pair():
+def demo_lookup_pair(demo_target):  # the session's converted demo (tests/conftest.py)
     from specscope.core import demo
 
     try:
@@ -189,7 +192,7 @@ def demo_lookup_pair():
 
 
 @pytest.mark.demo
-@pytest.mark.parametrize("prompt", _preset_prompts(), ids=lambda p: p.id)
+@pytest.mark.parametrize("prompt", _preset_prompts())
 def test_demo_greedy_output_equals_plain_with_adaptive_lookup(demo_lookup_pair, prompt) -> None:
     pair = demo_lookup_pair
     ids = pair.encode_prompt(prompt.text)

@@ -21,6 +21,9 @@ from specscope.core.attach.summary import summarize_attached
 from specscope.core.cli import main as cli_main
 from specscope.core.trace import read_trace, write_trace
 
+# Full tier only (`./dev.sh test --all`): the binary is built from source once, about 50 min on 2 cores.
+pytestmark = pytest.mark.server
+
 PROMPT = "List the numbers from 1 to 40, separated by commas: 1, 2, 3,"
 
 

@@ -31,16 +31,13 @@ def test_core_sources_import_no_qt() -> None:
     assert {p: m for p, m in offenders.items() if m} == {}
 
 
-def test_importing_every_core_module_loads_no_qt() -> None:
-    """Also catches Qt pulled in indirectly, through a dependency."""
+def test_importing_every_core_module_loads_no_qt(warm_python) -> None:
+    """Also catches Qt pulled in indirectly, through a dependency. The session's warm interpreter
+    (tests/warm_python.py) is a fresh one that imports every core module and nothing else first; it reports the
+    Qt modules that loaded (it looks for the same names), and the subprocess CLI tests reuse its imports."""
     modules = [m.name for m in pkgutil.walk_packages(specscope.core.__path__, "specscope.core.")]
-    code = (
-        "import importlib, sys\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
-        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.strip() == "[]"
+    assert sorted(warm_python.started["core_modules"]) == sorted(modules)
+    assert warm_python.qt_modules == []
 
 
 def test_one_import_name_no_bare_core_or_app() -> None:

@@ -9,7 +9,6 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from specscope.core.controls import Controls
 from specscope.core.trace import read_trace
 from tests.faults import leftovers
 from tests.models import save_model_dir, tiny_model, word_tokenizer
+from tests.warm_python import WarmPython, WarmRun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,17 +177,19 @@ def test_late_chrome_trace_failure_saves_it_to_the_session_folder(dirs, capsys, 
     assert saved.name == "trace.chrome.json" and json.loads(saved.read_text())["traceEvents"]
 
 
-def _subprocess_cli(*argv: str, data_dir: Path | None = None, **kw) -> subprocess.Popen:
+def _subprocess_cli(warm: WarmPython, *argv: str, data_dir: Path | None = None, **kw) -> WarmRun:
+    """``python -m specscope.core.cli ARGV`` as a process of its own, forked from the session's warm
+    interpreter (tests/warm_python.py) so it starts without ten seconds of imports."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if data_dir is not None:
         env["SPECSCOPE_DATA_DIR"] = str(data_dir)
-    return subprocess.Popen([sys.executable, "-m", "specscope.core.cli", *argv], env=env, cwd=ROOT, **kw)
+    return warm.run(list(argv), env=env, cwd=ROOT, **kw)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_json_to_a_full_disk_is_one_sentence(dirs) -> None:
+def test_json_to_a_full_disk_is_one_sentence(dirs, warm_python) -> None:
     with open("/dev/full", "w") as full:
-        proc = _subprocess_cli(*run_args(dirs, "--prompt", "w5 w6", "--json"), stdout=full,
+        proc = _subprocess_cli(warm_python, *run_args(dirs, "--prompt", "w5 w6", "--json"), stdout=full,
                                stderr=subprocess.PIPE, text=True)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
@@ -208,7 +210,7 @@ def _long_model_dir(root: Path) -> Path:
     return path
 
 
-def wait_for_rows(proc: subprocess.Popen, data_dir: Path, rows: int = 3, timeout: float = 120.0) -> Path:
+def wait_for_rows(proc: WarmRun, data_dir: Path, rows: int = 3, timeout: float = 120.0) -> Path:
     """The autosaved session folder once it holds ``rows`` iterations (polling the file the run writes)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -223,13 +225,14 @@ def wait_for_rows(proc: subprocess.Popen, data_dir: Path, rows: int = 3, timeout
 
 @pytest.mark.parametrize(("sig", "reason", "code"), [(signal.SIGTERM, "terminated", 143),
                                                      (signal.SIGINT, "interrupted", 130)])
-def test_signal_keeps_the_trace_and_labels_it(dirs, tmp_path, sig, reason, code) -> None:
+def test_signal_keeps_the_trace_and_labels_it(dirs, warm_python, tmp_path, sig, reason, code) -> None:
     target = _long_model_dir(dirs["root"])
     data = tmp_path / "data"
     out_trace = tmp_path / "run.csv"
     env_argv = ["run", "--target", str(target), "--drafter", "lookup", "--no-chat-template", "--prompt",
                 "w5 w6 w7 w5 w6", "--max-new-tokens", "100000", "--trace", str(out_trace)]
-    proc = _subprocess_cli(*env_argv, data_dir=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _subprocess_cli(warm_python, *env_argv, data_dir=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
     folder = wait_for_rows(proc, data)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)

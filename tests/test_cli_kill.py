@@ -17,6 +17,7 @@ import pytest
 from specscope.core.autosave import FLUSH_INTERVAL_S, RUNNING_MARKER, find_interrupted_sessions
 from specscope.core.trace import read_trace
 from tests.models import save_model_dir, tiny_model, word_tokenizer
+from tests.warm_python import WarmPython, WarmRun
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="CLOCK_MONOTONIC shared across processes")
 
@@ -33,14 +34,16 @@ def endless_target(tmp_path_factory) -> Path:
     return save_model_dir(tmp_path_factory.mktemp("kill") / "target", model, tokenizer)
 
 
-def start_run(target: Path, data_dir: Path) -> subprocess.Popen:
+def start_run(warm: WarmPython, target: Path, data_dir: Path) -> WarmRun:
+    """``python -m specscope.core.cli run …`` as a process of its own, forked from the session's warm interpreter
+    (tests/warm_python.py): the kill still hits a real process, which starts without ten seconds of imports."""
     env = dict(os.environ, SPECSCOPE_DATA_DIR=str(data_dir), OMP_NUM_THREADS="1")
-    argv = [sys.executable, "-m", "specscope.core.cli", "run", "--target", str(target), "--drafter", "lookup",
-            "--no-chat-template", "--prompt", "w5 w6 w7 w5 w6", "--max-new-tokens", "100000", "--quiet"]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    argv = ["run", "--target", str(target), "--drafter", "lookup", "--no-chat-template", "--prompt",
+            "w5 w6 w7 w5 w6", "--max-new-tokens", "100000", "--quiet"]
+    return warm.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def wait_until_recording(proc: subprocess.Popen, data_dir: Path, timeout: float = 180.0) -> Path:
+def wait_until_recording(proc: WarmRun, data_dir: Path, timeout: float = 180.0) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -51,8 +54,8 @@ def wait_until_recording(proc: subprocess.Popen, data_dir: Path, timeout: float 
     raise AssertionError("the run never started recording")
 
 
-def kill_and_measure(target: Path, data_dir: Path, extra_s: float) -> dict[str, float]:
-    proc = start_run(target, data_dir)
+def kill_and_measure(warm: WarmPython, target: Path, data_dir: Path, extra_s: float) -> dict[str, float]:
+    proc = start_run(warm, target, data_dir)
     try:
         folder = wait_until_recording(proc, data_dir)
         time.sleep(extra_s)  # the kill's moment: a random point of the run, not a wait for a race
@@ -71,10 +74,10 @@ def kill_and_measure(target: Path, data_dir: Path, extra_s: float) -> dict[str, 
                 folder in find_interrupted_sessions(data_dir / "sessions") and (folder / RUNNING_MARKER).exists())}
 
 
-def test_kill_9_loses_at_most_about_a_second(endless_target: Path, tmp_path: Path) -> None:
+def test_kill_9_loses_at_most_about_a_second(endless_target: Path, tmp_path: Path, warm_python) -> None:
     rng = random.Random(14)
     for n in range(3):
-        m = kill_and_measure(endless_target, tmp_path / f"data{n}", extra_s=rng.uniform(0.2, 3.0))
+        m = kill_and_measure(warm_python, endless_target, tmp_path / f"data{n}", extra_s=rng.uniform(0.2, 3.0))
         # Completed iterations not on disk all ended after the last saved one and before the kill.
         assert 0.0 <= m["lost_window_s"] <= FLUSH_INTERVAL_S + m["max_iteration_s"] + SCHEDULING_SLACK_S, m
         assert m["folder_is_offered"] == 1.0  # and the app offers it as an interrupted session

