@@ -95,9 +95,10 @@ class StatusPanel:
             # speed-up plot's own sentence).
             speedup = est.speedup_text() if est.measured is not None else "—"
             cost = est.cost.text() if est.cost is not None else ""
-            self.metrics.setText(
-                f"{est.rates_text()} · {est.alpha_text()} · {_f(est.tokens_per_iteration, '.2f')} tok/iter · "
-                f"speed-up {speedup} · {len(data.records)} it")
-            self.metrics.setToolTip(
-                ("" if est.measured is not None else f"speed-up: {est.measured_reason}. ") + cost)
+            text = (f"{est.rates_text()} · {est.alpha_text()} · {_f(est.tokens_per_iteration, '.2f')} tok/iter · "
+                    f"speed-up {speedup} · {len(data.records)} it")
+            self.metrics.setText(text)
+            # a narrow window cuts the one line: the tooltip has it whole, with the reason and the overhead
+            self.metrics.setToolTip(text + "\n" + (
+                "" if est.measured is not None else f"speed-up: {est.measured_reason}. ") + cost)
         self.memory.setText(memory_text(data))
