@@ -387,7 +387,8 @@ class Measurement:
         self._ratios: list[float] = []
         self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
         self._last_record: IterationRecord | None = None
-        self._drafter = ""  # of the last iteration that drafted (a plain step's is "none")
+        self._last_judging: IterationRecord | None = None  # the k, drafter and controller note in use (a
+        # baseline's plain step says nothing of them: drafter "none", the slider's k)
         self._last_busy = ""
         self._last_busy_iteration = -(10**9)
         self._finished: RunFinished | None = None
@@ -468,7 +469,7 @@ class Measurement:
         self._end_plain_run()
         if r.mode not in JUDGING_MODES:
             return
-        self._drafter = r.drafter
+        self._last_judging = r
         self._recent.append(r)
         self.counts.add(r)
         self._spec_iterations += 1
@@ -635,10 +636,11 @@ class Measurement:
         return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations)
 
     def _build(self) -> Estimate:
-        r = self._last_record
-        assert r is not None
+        last = self._last_record
+        assert last is not None
+        r = self._last_judging or last  # the iteration that says what k and drafter are in use
         k = r.controls.k
-        drafter = self._drafter or r.drafter
+        drafter = r.drafter
         costs = self._costs_locked(drafter)
         curve = self._curve_locked(costs, range(0, self.k_max + 1))
         known = [p for p in curve if p.speedup is not None]
@@ -670,7 +672,7 @@ class Measurement:
         cost = self._cost_locked()
         wall_s = cost.wall_ms / 1000.0 if cost is not None else 0.0
         est = Estimate(
-            iteration=r.iteration, k=k, drafter=drafter, iterations=self._iterations,
+            iteration=last.iteration, k=k, drafter=drafter, iterations=self._iterations,
             alpha=self._accepted / self._judged if self._judged else None, judged=self._judged,
             alpha_window=alpha_w, judged_window=judged_w, window=len(recent),
             mean_acceptance_length=(1.0 + self._accepted / self._spec_iterations) if self._spec_iterations else None,
@@ -679,7 +681,7 @@ class Measurement:
             positions=positions, costs=costs, measured=measured, measured_reason=reason,
             blocks=blocks, blocks_busy=busy_left, predicted_speedup=predicted, curve=tuple(curve),
             best_k=best.k if best else None, best_speedup=best.speedup if best else None,
-            busy=self._last_busy if r.iteration - self._last_busy_iteration < self.window else "",
+            busy=self._last_busy if last.iteration - self._last_busy_iteration < self.window else "",
             measured_scope=scope, run_measured=run_measured, segment=segment, segments=len(self._segments),
             wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,

@@ -202,7 +202,7 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
 
     plots = window.plots
     plots.refresh(window.data)
-    assert window.data.col("alpha_cumulative")[-1] == pytest.approx(summarize_attached(result.records)["alpha"])
+    assert window.data.col("alpha_run")[-1] == pytest.approx(summarize_attached(result.records)["alpha"])
     assert any(name == ENGINE_KEY for name, _, _ in plots.timing.keys) and not plots.timing.empty.isVisible()
     assert ATTACHED_REASON in (plots.speedup.empty_text(window.data) or "")
     assert window.data.estimate is not None and window.data.estimate.positions  # acceptance by position

@@ -211,16 +211,17 @@ def _long_model_dir(root: Path) -> Path:
 
 
 def wait_for_rows(proc: WarmRun, data_dir: Path, rows: int = 3, timeout: float = 120.0) -> Path:
-    """The autosaved session folder once it holds ``rows`` iterations (polling the file the run writes)."""
+    """The autosaved session folder once its event log holds ``rows`` iterations (polling the file the run
+    writes); the run is killed if that never happens, so no process outlives the test."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the run ended before it could be stopped"
-        for folder in (data_dir / "sessions").glob("*"):
-            csv_path = folder / "trace.csv"
-            if csv_path.exists() and csv_path.read_bytes().count(b"\n") > rows:
-                return folder
+        for log in (data_dir / "sessions").glob("*/trace.events.jsonl"):
+            if log.read_bytes().count(b'"type":"iteration"') >= rows:
+                return log.parent
         time.sleep(0.05)
-    raise AssertionError("no autosaved rows appeared")
+    proc.kill()
+    raise AssertionError("no autosaved iterations appeared")
 
 
 @pytest.mark.parametrize(("sig", "reason", "code"), [(signal.SIGTERM, "terminated", 143),

@@ -47,10 +47,11 @@ def wait_until_recording(proc: WarmRun, data_dir: Path, timeout: float = 180.0) 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        for csv_path in (data_dir / "sessions").glob("*/trace.csv"):
-            if csv_path.read_bytes().count(b"\n") >= 2:  # the header and a first iteration
-                return csv_path.parent
+        for log in (data_dir / "sessions").glob("*/trace.events.jsonl"):
+            if b'"type":"iteration"' in log.read_bytes():  # a first iteration is on disk
+                return log.parent
         time.sleep(0.02)
+    proc.kill()
     raise AssertionError("the run never started recording")
 
 
