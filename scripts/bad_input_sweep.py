@@ -1,6 +1,6 @@
 """Drive the command line with the bad input a tired (or hostile) user types, and count tracebacks.
 
-    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 15 minutes on 2 shared cores
+    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 30 minutes on 2 shared cores
     .venv/bin/python scripts/bad_input_sweep.py -k attach  # the cases whose command line holds "attach"
 
 Each case runs ``specscope`` in a subprocess, as a user would, against a tiny target and files made here
