@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import platform
 import shlex
 import statistics
@@ -29,7 +30,7 @@ import torch
 
 from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .adaptive_lookup import LookupLengthPolicy
-from .cli_checks import EXIT_FAILURE, MAX_NEW, CliError, check_writable, emit, whole_number
+from .cli_checks import EXIT_FAILURE, CliError, add_max_new_tokens, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .measurement import Estimate, Measurement, RatioInterval, paired_ratio, replay, run_summary
@@ -38,7 +39,7 @@ from .prompts import Prompt
 from .records import ControlValues, IterationRecord
 from .schedule import VerifyExploration
 from .speculative import DecodeOptions, Decoder, KPolicy, synchronize
-from .trace import atomic_text_files, spreadsheet_safe
+from .trace import TraceError, TraceWriteError, atomic_text_files, spreadsheet_safe
 
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
 DEFAULT_GOALS = (1.25, 1.5)  # speed-ups the report says the needed α for, beside break-even
@@ -634,11 +635,28 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+MAX_THREADS = 1024  # more than any CPU here has cores; torch refuses absurd counts with a RuntimeError
+
+
 def _thread_list(text: str) -> list[int]:
     values = _numbers(text, int, "thread counts")
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"thread counts must be 0 (torch's default) or more, got {text!r}")
+    if not values or any(not 0 <= v <= MAX_THREADS for v in values):
+        raise argparse.ArgumentTypeError(f"thread counts must be from 0 (torch's default) to {MAX_THREADS:,}, "
+                                         f"got {text!r}")
     return list(dict.fromkeys(values))
+
+
+def _out_stem(text: str) -> str:
+    """``--out``: a path stem whose last part names the report (``DIR/report`` writes report.md and .csv)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a path stem such as bench-out/report, got an empty one")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a file path cannot hold a NUL character")
+    name = Path(text).name
+    if text.endswith(("/", os.sep)) or name in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} names a folder: give a path stem such as "
+                                         f"{(Path(text) / 'report').as_posix()} (writes report.md and report.csv)")
+    return text
 
 
 def _variant_list(text: str) -> list[LookupVariant]:
@@ -657,16 +675,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
                         help="comma-separated prompt kinds (prose,code,structured) and/or prompts files, or 'all'")
-    parser.add_argument("--limit", type=whole_number(0), default=0,
+    parser.add_argument("--limit", type=whole_number(0, 100_000), default=0,
                         help="at most this many prompts per kind (0 = all)")
     parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6],
                         help="fixed k values, e.g. 1,2,4,6 ('none': no fixed k rows)")
-    parser.add_argument("--rounds", type=whole_number(1), default=3)
-    parser.add_argument("--max-new-tokens", type=MAX_NEW, default=64)
+    parser.add_argument("--rounds", type=whole_number(1, 1_000), default=3)
+    add_max_new_tokens(parser, 64)
     parser.add_argument("--no-adaptive", action="store_true", help="skip adaptive k and the heuristic")
     parser.add_argument("--no-heuristic", action="store_true", help="skip transformers' heuristic k schedule")
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers' own methods")
-    parser.add_argument("--lookup-tokens", type=whole_number(1), default=10,
+    parser.add_argument("--lookup-tokens", type=whole_number(1, 1_024), default=10,
                         help="transformers' prompt_lookup_num_tokens")
     parser.add_argument("--threads", type=_thread_list, default=[0],
                         help="torch CPU threads, one bench per value, e.g. 1,2 (0 = torch's default)")
@@ -678,7 +696,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--goals", type=_goal_list, default=list(DEFAULT_GOALS),
                         help="speed-ups (× plain) for which the report gives the α each k would need, e.g. "
                              "1.15,1.3 (break-even is always given)")
-    parser.add_argument("--out", default="bench-report", help="report path stem: writes STEM.md and STEM.csv")
+    parser.add_argument("--out", type=_out_stem, default="bench-report",
+                        help="report path stem: writes STEM.md and STEM.csv")
 
 
 def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[BenchPrompt]:
@@ -754,8 +773,10 @@ def main(args: argparse.Namespace) -> int:
         chosen = choose_bench_prompts(args.prompts, args.limit)
     except ValueError as e:
         raise CliError(str(e)) from None
+    if not chosen:
+        raise CliError(f"--prompts {args.prompts} holds no prompts: give a set or a file with at least one")
     stem = Path(args.out)
-    md, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    md, csv_path = report_paths(stem)
     try:
         stem.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -793,11 +814,12 @@ def main(args: argparse.Namespace) -> int:
     emit(report)  # first: whatever happens to the files, the results are on stdout
     try:
         write_report_files(report, rows, md, csv_path)
-    except OSError as e:
+    except (OSError, TraceError) as e:
         fallback = _save_elsewhere(report, rows, stem.name)
-        where = f"; saved them to {fallback} instead" if fallback else ""
-        raise CliError(f"could not write {md} and {csv_path}: {e.strerror or e}{where}",
-                       exit_code=EXIT_FAILURE) from None
+        where = (f"; saved them to {fallback} instead" if fallback
+                 else "; the report above on standard output is the only copy")
+        reason = e.reason if isinstance(e, TraceWriteError) else getattr(e, "strerror", None) or str(e)
+        raise CliError(f"could not write {md} and {csv_path}: {reason}{where}", exit_code=EXIT_FAILURE) from None
     print(f"wrote {md} and {csv_path}", file=sys.stderr)
     return 0
 
@@ -817,9 +839,15 @@ def _save_elsewhere(report: str, rows: Sequence[RunRow], name: str) -> Path | No
 
     folder = default_data_dir() / "bench"
     stem = folder / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{name}"
+    md, csv_path = report_paths(stem)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_report_files(report, rows, stem.with_suffix(".md"), stem.with_suffix(".csv"))
-    except OSError:
+        write_report_files(report, rows, md, csv_path)
+    except (OSError, TraceError):
         return None
-    return stem.with_suffix(".md")
+    return md
+
+
+def report_paths(stem: Path) -> tuple[Path, Path]:
+    """STEM.md and STEM.csv (a suffix the stem has is replaced: ``--out report.md`` writes report.md)."""
+    return stem.with_suffix(".md"), stem.with_suffix(".csv")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -19,7 +20,6 @@ from typing import Any
 from .cli_checks import (
     EXIT_FAILURE,
     EXIT_USAGE,
-    MAX_NEW,
     SEED,
     TEMPERATURE,
     TOP_K,
@@ -29,9 +29,11 @@ from .cli_checks import (
     Parser,
     SignalGuard,
     StdoutError,
+    add_max_new_tokens,
     check_writable,
     checked_prompt,
     emit,
+    file_path,
     print_error,
     read_text_file,
     silence_stdout,
@@ -51,7 +53,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("decoding")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text (the chat template is applied for instruct models)")
-    src.add_argument("--prompt-file", type=Path, help="read the prompt from a text file")
+    src.add_argument("--prompt-file", type=file_path, help="read the prompt from a text file")
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=None,
                    help=f"proposals per iteration (1-16; default: {default_k('eagle')} for --drafter eagle, "
@@ -62,8 +64,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=TOP_K, default=0, help="0 = off")
     g.add_argument("--top-p", type=TOP_P, default=1.0, help="1 = off")
-    g.add_argument("--max-new-tokens", type=MAX_NEW, default=128,
-                   help="stop after this many new tokens (the model's context window also stops the run)")
+    add_max_new_tokens(g, 128, "stop after this many new tokens (the model's context window also stops the run; "
+                              "--max-tokens is the same)")
     g.add_argument("--seed", type=SEED, default=None)
     g.add_argument("--plain", action="store_true", help="decode with the target alone (the baseline)")
     g.add_argument("--baseline-every", type=whole_number(0, 10_000), default=6,
@@ -91,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_arguments(run)
     out = run.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
-    out.add_argument("--trace", type=Path, help="write the per-iteration trace CSV (+ tokens CSV, session JSON)")
-    out.add_argument("--chrome-trace", type=Path, help="write a Chrome/Perfetto trace JSON")
+    out.add_argument("--trace", type=file_path, help="write the per-iteration trace CSV (+ tokens CSV, session JSON)")
+    out.add_argument("--chrome-trace", type=file_path, help="write a Chrome/Perfetto trace JSON")
     out.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
 
     from . import bench, verify
@@ -238,9 +240,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     controls = _controls(args)
     drill = _drill(args)
     text = _prompt_text(args)
-    for path, flag in ((args.trace, "--trace"), (args.chrome_trace, "--chrome-trace")):
-        if path is not None:
-            check_writable(path, flag)
+    if args.trace is not None:
+        check_writable(args.trace, "--trace", trace=True)
+    if args.chrome_trace is not None:
+        check_writable(args.chrome_trace, "--chrome-trace")
     quiet = bool(args.quiet or args.json)
     if quiet:
         _quiet_libraries()
@@ -470,6 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 where = f"; the run is saved in {_Run.session_folder}"
         print_error(f"{exc}{where}")
         rc = exc.exit_code
+    except KeyboardInterrupt:
+        # Ctrl-C outside a decode loop (loading a model, connecting): decoding installs its own handler, so
+        # nothing decoded is lost here; one line instead of a traceback through the library that was running.
+        if args.command == "run":
+            print_error("interrupted by Ctrl-C before decoding began; nothing was decoded")
+        else:
+            print_error(f"interrupted by Ctrl-C; {args.command} stopped before it finished")
+        rc = 128 + signal.SIGINT
     return rc
 
 

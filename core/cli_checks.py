@@ -86,11 +86,30 @@ def finite_number(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[s
     return parse
 
 
+def file_path(text: str) -> Path:
+    """A path typed on the command line: not empty (``Path('')`` would silently mean the current folder) and
+    without a NUL (which no file name can hold)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file path, got an empty one")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a file path cannot hold a NUL character")
+    return Path(text)
+
+
 SEED = whole_number(0, SEED_MAX)
 TEMPERATURE = finite_number(0.0, math.inf)
 TOP_P = finite_number(0.0, 1.0, lo_open=True)
 TOP_K = whole_number(0)
 MAX_NEW = whole_number(1, MAX_NEW_TOKENS)
+
+
+def add_max_new_tokens(group: argparse._ActionsContainer, default: int, help_text: str | None = None) -> None:
+    """``--max-new-tokens`` (documented), and ``--max-tokens`` (the OpenAI API's name) accepted as the same
+    option, so that run, bench, verify and attach all take both spellings."""
+    group.add_argument("--max-new-tokens", type=MAX_NEW, default=default, help=help_text or
+                       f"stop after this many new tokens (1 to {MAX_NEW_TOKENS:,}; --max-tokens is the same)")
+    group.add_argument("--max-tokens", dest="max_new_tokens", type=MAX_NEW, default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
 
 
 # --- prompts --------------------------------------------------------------------------------------------
@@ -108,26 +127,35 @@ def checked_prompt(text: str, origin: str) -> str:
 
 
 def read_text_file(path: Path, what: str) -> str:
-    """A UTF-8 text file, or a CliError naming it and saying why it cannot be used."""
+    """A UTF-8 text file, or a CliError naming it and saying why it cannot be used (a device, a FIFO or a
+    folder is refused before it is opened; so is a file over ``MAX_PROMPT_FILE_BYTES``)."""
+    from .user_files import MAX_PROMPT_FILE_BYTES, UserFileError, read_regular_text
+
     try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise CliError(f"{what} {path} is a folder, not a file") from None
-    except OSError as e:
-        raise CliError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise CliError(f"{what} {path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+        return read_regular_text(path, what, MAX_PROMPT_FILE_BYTES)
+    except UserFileError as e:
+        raise CliError(str(e)) from None
 
 
 # --- output paths ---------------------------------------------------------------------------------------
 
 
-def check_writable(path: Path, flag: str) -> None:
-    """Refuse an output path that cannot be written, before any decoding is spent on it."""
-    from .trace import TraceWriteError, probe_writable
+def check_writable(path: Path, flag: str, *, trace: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any decoding is spent on it: one that exists and
+    is not a regular file (a device, a FIFO, a socket, a folder: the final rename would replace it), or one
+    where no file can be created. ``trace``: ``path`` is a trace's iteration CSV, and its tokens, baselines and
+    session files beside it are checked too."""
+    from .trace import TraceWriteError, probe_writable, trace_paths
+    from .user_files import non_regular_kind
 
+    if not str(path).strip():
+        raise CliError(f"{flag} needs a file path, got an empty one")
+    targets = trace_paths(Path(path)).all() if trace else (Path(path),)
+    for target in targets:
+        kind = non_regular_kind(target)
+        if kind is not None:
+            named = f"{flag} {path}" if target == Path(path) else f"{target}, a file of the {flag} {path} trace,"
+            raise CliError(f"{named} is {kind}, not a regular file: choose a file path (it was left as it is)")
     try:
         probe_writable(Path(path))
     except TraceWriteError as e:

@@ -376,6 +376,9 @@ def parse_device_map(text: str | None, role: str) -> str | None:
         raise ModelLoadError(f"bad {role} device map {text!r}: use auto or a device ({exc})") from None
 
 
+MAX_MEMORY_BYTES = 1024**6  # 1 EiB: beyond it a size is a typo (or "inf")
+
+
 def parse_max_memory(text: str | None, role: str) -> dict[int | str, int] | None:
     """``DEV=SIZE,...`` (``cpu=250MB,cuda:0=10GiB,disk=2GB``) as accelerate's ``max_memory`` dict."""
     if text is None or not text.strip():
@@ -399,10 +402,13 @@ def parse_max_memory(text: str | None, role: str) -> dict[int | str, int] | None
             raise ModelLoadError(f"bad {role} max memory {text!r}: {device!r} is not cpu, disk, mps or cuda:N")
         try:
             nbytes = convert_file_size_to_int(size)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # OverflowError: "infGB" (int of an infinite float)
             nbytes = -1
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ModelLoadError(f"bad {role} max memory {text!r}: {size!r} is not a size like 250MB or 10GiB")
+        if nbytes > MAX_MEMORY_BYTES:
+            raise ModelLoadError(f"bad {role} max memory {text!r}: {size!r} is more than the "
+                                 f"{MAX_MEMORY_BYTES // 1024**5:,} PiB any machine has")
         out[key] = nbytes
     return out
 
@@ -590,6 +596,13 @@ def _validate(spec: PairSpec) -> None:
     if spec.drafter == "eagle" and not spec.draft and spec.target != "demo":
         raise ModelLoadError("the eagle drafter needs an EAGLE-3 head directory (give --draft DIR with its "
                              "config.json and safetensors)")
+    if spec.target == "demo" and spec.draft:
+        raise ModelLoadError(f"--draft {spec.draft} does not apply to the demo, which brings its own draft for "
+                             "each drafter: drop --draft, or give the target with --target to pair it with "
+                             "your own draft")
+    if spec.drafter == "eagle" and spec.draft and not Path(spec.draft).expanduser().is_dir():
+        raise ModelLoadError(f"the EAGLE-3 head directory {spec.draft} does not exist or is not a folder "
+                             "(--draft names a folder with config.json and safetensors)")
     if spec.lookup_max_ngram < 1 or spec.lookup_num_tokens < 1:
         raise ModelLoadError("prompt lookup needs a max n-gram and a proposal length of at least 1")
     if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
@@ -700,7 +713,14 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
 
 
 # ---- command-line options shared by the subcommands that load a pair ---------------------------------
+LOOKUP_MAX_NGRAM = 64  # the lookup index keeps one table per n-gram size: each costs a pass over the context
+LOOKUP_MAX_TOKENS = 1_024
+MAX_LAYERS = 4_096  # the model's own depth bounds it further, when it is loaded
+
+
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cli_checks import whole_number
+
     g = parser.add_argument_group("model pair")
     g.add_argument("--target", help="target model: a directory or a hub id in the local HF cache")
     g.add_argument("--draft", help="draft model (--drafter model) or EAGLE-3 head directory (--drafter eagle)")
@@ -714,9 +734,13 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trust-remote-code", action="store_true", help="run model code from its repository")
     g.add_argument("--allow-pickle", action="store_true", help="allow pickle (.bin) weights")
     g.add_argument("--online", action="store_true", help="download from the hub if not cached")
-    g.add_argument("--lookup-max-ngram", type=int, default=3)
-    g.add_argument("--lookup-num-tokens", type=int, default=10)
-    g.add_argument("--early-exit-layers", type=int, default=None)
+    g.add_argument("--lookup-max-ngram", type=whole_number(1, LOOKUP_MAX_NGRAM), default=3,
+                   help=f"prompt lookup: the longest n-gram matched (1 to {LOOKUP_MAX_NGRAM})")
+    g.add_argument("--lookup-num-tokens", type=whole_number(1, LOOKUP_MAX_TOKENS), default=10,
+                   help=f"prompt lookup: the most tokens proposed at once (1 to {LOOKUP_MAX_TOKENS:,}; k bounds "
+                        "it too)")
+    g.add_argument("--early-exit-layers", type=whole_number(1, MAX_LAYERS), default=None,
+                   help="early exit: the target's first N layers draft (default: a quarter of them)")
     g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
                    help="on CPU, keep PyTorch's default kernels for multi-token passes instead of oneDNN weights "
                         "packed at load (which cost a second copy of the weights in host memory)")

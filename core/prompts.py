@@ -52,20 +52,15 @@ def load_prompt_sets() -> dict[str, list[Prompt]]:
 
 
 def load_prompt_file(path: str | Path) -> list[Prompt]:
-    """A user's own set in the same format, or a plain text file (one prompt, kind "custom")."""
+    """A user's own set in the same format, or a plain text file (one prompt, kind "custom"). ValueError
+    (one sentence naming the file) for anything else: not a regular file, over ``MAX_PROMPT_FILE_BYTES``, not
+    UTF-8, not JSON, JSON nested too deeply, or the wrong shape."""
+    from .user_files import MAX_PROMPT_FILE_BYTES, parse_user_json, read_regular_text
+
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8-sig")
-    except OSError as e:
-        raise ValueError(f"cannot read prompt file {p}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"prompt file {p} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    text = read_regular_text(p, "prompt file", MAX_PROMPT_FILE_BYTES)
     if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise ValueError(f"prompt file {p} is not valid JSON ({e})") from None
-        return parse_prompt_file(data, f"prompt file {p}")
+        return parse_prompt_file(parse_user_json(text, f"prompt file {p}"), f"prompt file {p}")
     if not text.strip():
         raise ValueError(f"prompt file {p} is empty")
     return [Prompt(id=p.stem, kind="custom", title=p.stem, text=text.strip())]

@@ -50,6 +50,7 @@ from .trace_errors import (
 from .trace_errors import (
     TraceReadError as TraceReadError,  # re-exported: callers catch it from here
 )
+from .user_files import check_output_target
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 1
@@ -637,7 +638,8 @@ def probe_writable(path: Path) -> None:
 def atomic_text_files(targets: Sequence[Path]) -> Iterator[list[IO[str]]]:
     """Open temp files beside each target; on success rename them all into place, on failure remove them
     (every one, even when closing them fails too, as it does on a full disk). Any OSError becomes a
-    TraceWriteError naming the file and the OS reason."""
+    TraceWriteError naming the file and the OS reason. A target that exists and is not a regular file (a
+    device, a FIFO, a folder) is refused with a TraceWriteError and never replaced."""
     temps: list[Path] = []
     handles: list[IO[str]] = []
     current = targets[0]
@@ -653,6 +655,10 @@ def atomic_text_files(targets: Sequence[Path]) -> Iterator[list[IO[str]]]:
         for h, target in zip(handles, targets, strict=True):
             current = target
             h.close()
+        for target in targets:  # all checked before the first rename: a refused trace leaves no part behind
+            why = check_output_target(target)
+            if why is not None:  # a device, FIFO, socket or folder: renaming over it would replace it
+                raise TraceWriteError(target, f"{why}; it was left as it is")
         for tmp, target in zip(temps, targets, strict=True):
             current = target
             os.replace(tmp, target)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,14 +30,16 @@ import torch
 from .acceptance import residual_distribution
 from .cli_checks import (
     EXIT_FAILURE,
-    MAX_NEW,
+    MAX_NEW_TOKENS,
     SEED,
     TEMPERATURE,
     TOP_K,
     TOP_P,
     CliError,
+    add_max_new_tokens,
     check_writable,
     emit,
+    file_path,
     finite_number,
     whole_number,
 )
@@ -49,6 +52,8 @@ from .speculative import DecodeOptions, Decoder
 from .trace import TraceError, atomic_text_files
 
 RULES = ("correct", "resample-from-p", "keep-draft")
+MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them
+MAX_OFFSETS = 64  # contexts per prompt
 Progress = Callable[[str, float], None]
 
 
@@ -240,10 +245,32 @@ class VerifyReport:
     def ok(self) -> bool:
         return self.greedy_ok and self.sampling_ok
 
+    @property
+    def sampling_ran(self) -> bool:
+        """Some context got a chi-square test (contexts where the drafter proposed nothing test nothing)."""
+        return any(s.pvalues for s in self.sampling)
+
+    def result_line(self) -> str:
+        """The verdict, naming a check that did not run: a pass is never claimed for a check that was skipped."""
+        if not self.ok:
+            return "Result: MISMATCH FOUND"
+        sampling_missing = ("no context was tested: --draws 0 or no --offsets" if not self.sampling
+                            else "the drafter proposed nothing at any tested context")
+        missing = ["the greedy check did not run (--no-greedy)"] if not self.greedy else []
+        if not self.sampling_ran:
+            missing.append(f"the sampling check did not run ({sampling_missing})")
+        if len(missing) == 2:
+            return "Result: nothing was checked: " + "; ".join(missing)
+        if missing:
+            ran = "sampling" if not self.greedy else "greedy"
+            return f"Result: speculation keeps the target's output in the {ran} check; {missing[0]}"
+        return "Result: speculation keeps the target's output"
+
     def to_dict(self) -> dict[str, Any]:
         return {"description": self.description, "alpha": self.alpha, "controls": asdict(self.controls),
                 "greedy": [asdict(g) for g in self.greedy], "sampling": [asdict(s) for s in self.sampling],
-                "ok": self.ok}
+                "checks_run": {"greedy": bool(self.greedy), "sampling": self.sampling_ran},
+                "ok": self.ok, "result": self.result_line().removeprefix("Result: ")}
 
     def lines(self) -> list[str]:
         out = [f"Pair: {self.description}"]
@@ -265,7 +292,7 @@ class VerifyReport:
                 pv = " | ".join(f"{s.pvalues[r]:.3g}" for r in RULES)
                 out.append(f"  {s.prompt_id} @{s.context_len}: TV(p,q)={s.tv:.3f}  p={pv}  {verdict}; "
                            f"{s.power_text(self.alpha)}")
-        out.append("Result: " + ("speculation keeps the target's output" if self.ok else "MISMATCH FOUND"))
+        out.append(self.result_line())
         return out
 
 
@@ -400,12 +427,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prompts", default="all",
                    help=f"prompt sets ({', '.join(PROMPT_KINDS)}, comma-separated, or all) "
                    "or a .json/.txt file")
-    g.add_argument("--limit", type=whole_number(0), default=0,
+    g.add_argument("--limit", type=whole_number(0, 100_000), default=0,
                    help="use at most this many prompts per set (0 = all)")
     g.add_argument("--k", default="2,4", help="draft lengths for the greedy check, comma-separated")
-    g.add_argument("--max-new-tokens", type=MAX_NEW, default=48)
-    g.add_argument("--draws", type=whole_number(0), default=200_000, help="draws per context and rule (0 = skip)")
-    g.add_argument("--top-n", type=whole_number(1), default=60,
+    add_max_new_tokens(g, 48)
+    g.add_argument("--draws", type=whole_number(0, MAX_DRAWS), default=200_000,
+                   help="draws per context and rule (0 = skip the sampling test)")
+    g.add_argument("--top-n", type=whole_number(1, 100_000), default=60,
                    help="chi-square bins: the most likely N tokens + rest")
     g.add_argument("--offsets", default="0,8", help="contexts: prompt + this many greedy tokens")
     g.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling settings for the sampling test")
@@ -415,7 +443,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="significance level per context")
     g.add_argument("--no-greedy", action="store_true", help="skip the greedy equality check")
     g.add_argument("--seed", type=SEED, default=0)
-    g.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
+    g.add_argument("--json", dest="json_path", type=file_path, help="also write the report as JSON to this file")
 
 
 def _int_list(text: str, name: str) -> list[int]:
@@ -426,10 +454,8 @@ def _int_list(text: str, name: str) -> list[int]:
 
 
 def select_prompts(choice: str, limit: int = 0) -> list[Prompt]:
-    if Path(choice).suffix.lower() in (".json", ".txt") or Path(choice).is_file():
-        if not Path(choice).is_file():
-            raise ValueError(f"no prompt file at {choice}")
-        return load_prompt_file(choice)
+    if Path(choice).suffix.lower() in (".json", ".txt") or os.path.lexists(choice):
+        return load_prompt_file(choice)  # says why a path that is missing, a FIFO or too large cannot be used
     sets = load_prompt_sets()
     kinds = list(sets) if choice == "all" else [c.strip() for c in choice.split(",") if c.strip()]
     unknown = [k for k in kinds if k not in sets]
@@ -449,9 +475,17 @@ def main(args: argparse.Namespace) -> int:
         offsets = _int_list(args.offsets, "offsets")
         if not k_values or any(not K_MIN <= k <= K_MAX for k in k_values):
             raise ValueError(f"--k takes draft lengths from {K_MIN} to {K_MAX}, got {args.k!r}")
-        if any(o < 0 for o in offsets):
-            raise ValueError(f"--offsets takes whole numbers of 0 or more, got {args.offsets!r}")
+        if any(not 0 <= o <= MAX_NEW_TOKENS for o in offsets) or len(offsets) > MAX_OFFSETS:
+            raise ValueError(f"--offsets takes up to {MAX_OFFSETS} whole numbers from 0 to {MAX_NEW_TOKENS:,}, "
+                             f"got {args.offsets!r}")
+        if not offsets and args.draws > 0:
+            raise ValueError("--offsets is empty, so the sampling test would test nothing: give contexts such as "
+                             "0,8, or --draws 0 to skip the sampling test")
+        if args.no_greedy and args.draws == 0:
+            raise ValueError("--no-greedy with --draws 0 leaves nothing to check: drop one of them")
         prompts = select_prompts(args.prompts, args.limit)
+        if not prompts:
+            raise ValueError(f"--prompts {args.prompts} holds no prompts: give a set or a file with at least one")
         controls = ControlValues(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
         if controls.greedy and args.draws > 0:
             raise ValueError("the sampling test needs --temperature above 0 (or --draws 0)")

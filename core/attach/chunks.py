@@ -32,16 +32,39 @@ class ChunkError(ValueError):
     """A ``data:`` line that is not a completion chunk."""
 
 
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+MAX_COUNT = 1 << 40  # a cumulative token count beyond this is not a count
+
+
+def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
+    """A cumulative count the server sent: None when absent; ChunkError when it is not a whole number of 0 or
+    more (NaN, a string, a negative number), so that no nonsense reaches the records."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ChunkError(f"the stream sent {where}.{key} = {value!r:.40} where a count of tokens belongs")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ChunkError(f"the stream sent {where} = {value!r:.40} where text belongs")
+    return value
 
 
 def parse_sse_data(data: str, t_s: float) -> Chunk | None:
-    """One SSE ``data:`` payload → Chunk; None for ``[DONE]``; ChunkError for anything else unreadable."""
+    """One SSE ``data:`` payload → Chunk; None for ``[DONE]``; ChunkError (one sentence) for anything else the
+    chunk cannot be read from, valid JSON of an unexpected shape included."""
     if data.strip() == "[DONE]":
         return None
     try:
         obj = json.loads(data)
+    except RecursionError:
+        raise ChunkError("the stream sent JSON nested too deeply to be a completion chunk") from None
     except json.JSONDecodeError as exc:
         raise ChunkError(f"the stream sent a line that is not JSON: {data[:80]!r}") from exc
     if not isinstance(obj, dict):
@@ -49,25 +72,67 @@ def parse_sse_data(data: str, t_s: float) -> Chunk | None:
     if "error" in obj:
         err = obj["error"]
         message = err.get("message") if isinstance(err, dict) else err
-        raise ChunkError(f"the server reported an error mid-stream: {message}")
+        raise ChunkError(f"the server reported an error mid-stream: {str(message)[:200]}")
     text = ""
     finish: str | None = None
     choices = obj.get("choices") or []
-    if choices and isinstance(choices[0], dict):
+    if not isinstance(choices, list):
+        raise ChunkError(f"the stream sent choices = {choices!r:.40} where a list belongs")
+    if choices:
         choice = choices[0]
-        text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
-        finish = choice.get("finish_reason")
-    chunk = Chunk(t_s=t_s, text=text, finish_reason=finish, fingerprint=obj.get("system_fingerprint"))
+        if not isinstance(choice, dict):
+            raise ChunkError(f"the stream sent choices[0] = {choice!r:.40} where an object belongs")
+        delta = choice.get("delta")
+        if delta is not None and not isinstance(delta, dict):
+            raise ChunkError(f"the stream sent choices[0].delta = {delta!r:.40} where an object belongs")
+        text = _text(choice.get("text"), "choices[0].text") or \
+            _text((delta or {}).get("content"), "choices[0].delta.content")
+        reason = choice.get("finish_reason")
+        finish = _text(reason, "choices[0].finish_reason") or None
+    fingerprint = obj.get("system_fingerprint")
+    chunk = Chunk(t_s=t_s, text=text, finish_reason=finish,
+                  fingerprint=fingerprint if isinstance(fingerprint, str) else None)
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        chunk.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+        chunk.completion_tokens = _count(usage, "completion_tokens", "usage")
     timings = obj.get("timings")
     if isinstance(timings, dict):
         chunk.timings = timings
-        predicted = _int_or_none(timings.get("predicted_n"))
+        predicted = _count(timings, "predicted_n", "timings")
         if predicted is not None:
             chunk.completion_tokens = predicted
         # llama.cpp leaves draft_n out until something was drafted: absent means 0 so far.
-        chunk.draft_n = _int_or_none(timings.get("draft_n")) or 0
-        chunk.draft_n_accepted = _int_or_none(timings.get("draft_n_accepted")) or 0
+        chunk.draft_n = _count(timings, "draft_n", "timings") or 0
+        chunk.draft_n_accepted = _count(timings, "draft_n_accepted", "timings") or 0
     return chunk
+
+
+class StreamSanity:
+    """Checks across chunks that a single chunk cannot show: cumulative counts that go backwards, more
+    accepted than drafted, or more tokens than were asked for (a server sending 10^12 would otherwise make
+    the records grow without bound)."""
+
+    MAX_DRAFT_STEP = 4_096  # drafted tokens between two chunks; engines draft at most tens per pass
+
+    def __init__(self, max_tokens: int):
+        self.token_limit = max_tokens + max(1_024, max_tokens)  # engines overshoot by a pass at most
+        self._drafted = 0
+        self._accepted = 0
+        self._tokens = 0
+
+    def check(self, chunk: Chunk) -> None:
+        if chunk.completion_tokens is not None:
+            if chunk.completion_tokens > self.token_limit:
+                raise ChunkError(f"the stream counted {chunk.completion_tokens:,} tokens generated where at most "
+                                 f"{self.token_limit:,} can be")
+            self._tokens = chunk.completion_tokens
+        if chunk.draft_n is None or chunk.draft_n_accepted is None:
+            return
+        if chunk.draft_n < self._drafted or chunk.draft_n_accepted < self._accepted:
+            raise ChunkError("the stream's cumulative draft counters went backwards")
+        if chunk.draft_n_accepted > chunk.draft_n:
+            raise ChunkError(f"the stream counted {chunk.draft_n_accepted:,} drafted tokens accepted of only "
+                             f"{chunk.draft_n:,} drafted")
+        if chunk.draft_n - self._drafted > self.MAX_DRAFT_STEP:
+            raise ChunkError(f"the stream counted {chunk.draft_n - self._drafted:,} tokens drafted in one step")
+        self._drafted, self._accepted = chunk.draft_n, chunk.draft_n_accepted

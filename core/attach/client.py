@@ -12,7 +12,9 @@ put in the request header; the URL recorded anywhere has any user:password remov
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from ..records import ControlValues, IterationRecord
-from .chunks import Chunk, ChunkError, parse_sse_data
+from .chunks import Chunk, ChunkError, StreamSanity, parse_sse_data
 from .passes import Pass, PassBuilder, RecordContext, RecordMaker
 from .prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
 
@@ -33,6 +35,29 @@ OnRecord = Callable[[IterationRecord], None]
 
 class AttachError(ValueError):
     """Options that cannot work (a URL that is not http(s), a negative timeout): one sentence."""
+
+
+MAX_TIMEOUT_S = 24 * 3600.0
+MIN_SCRAPE_INTERVAL_S, MAX_SCRAPE_INTERVAL_S = 0.01, 3600.0
+MAX_ATTACH_TOKENS = 131_072  # the CLI's --max-new-tokens bound (cli_checks.MAX_NEW_TOKENS)
+
+
+def check_options(options: AttachOptions) -> None:
+    """AttachError (one sentence) for options no request can be made with; before any I/O."""
+    base_url(options.url)
+    if not options.prompt.strip():
+        raise AttachError("the prompt is empty: give some text to continue")
+    if not (math.isfinite(options.timeout_s) and 0 < options.timeout_s <= MAX_TIMEOUT_S):
+        raise AttachError(f"the timeout must be a finite number of seconds above 0 and at most "
+                          f"{MAX_TIMEOUT_S:g}, got {options.timeout_s}")
+    if not (math.isfinite(options.scrape_interval_s)
+            and MIN_SCRAPE_INTERVAL_S <= options.scrape_interval_s <= MAX_SCRAPE_INTERVAL_S):
+        raise AttachError(f"the scrape interval must be a finite number of seconds from {MIN_SCRAPE_INTERVAL_S:g} "
+                          f"to {MAX_SCRAPE_INTERVAL_S:g}, got {options.scrape_interval_s}")
+    if not (math.isfinite(options.temperature) and options.temperature >= 0):
+        raise AttachError(f"the temperature must be a finite number of 0 or more, got {options.temperature}")
+    if not 1 <= options.max_tokens <= MAX_ATTACH_TOKENS:
+        raise AttachError(f"max tokens must be from 1 to {MAX_ATTACH_TOKENS:,}, got {options.max_tokens:,}")
 
 
 @dataclass
@@ -82,11 +107,26 @@ def _idle_scrape(scraper: _Scraper, timeout_s: float) -> CounterSnapshot | None:
     return snap
 
 
+_USERINFO = re.compile(r"//[^/?#]*@")  # greedy up to the last @ before the path: a password may hold an @
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with any ``user:password@`` after a ``//`` replaced by ``***@``; works on URLs too broken to
+    parse, so that an error message about a bad URL never prints its password."""
+    return _USERINFO.sub("//***@", text)
+
+
 def _without_userinfo(url: str, keep_query: bool) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # not parseable: say what it was, without credentials or query
+        return mask_credentials(url).split("?", 1)[0]
+    if ":" in host:  # an IPv6 address keeps its brackets ("http://[::1]:8080")
+        host = f"[{host}]"
+    if port:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, parts.query if keep_query else "", ""))
 
 
@@ -104,10 +144,29 @@ def api_key_from_env() -> str | None:
 
 
 def base_url(url: str) -> str:
-    """The server root: a trailing ``/v1`` (as OpenAI clients are often given) is dropped."""
-    parts = urlsplit(url)
+    """The server root: a trailing ``/v1`` (as OpenAI clients are often given) is dropped. AttachError (one
+    sentence, credentials masked) for anything that is not a usable http(s) URL."""
+    shown = repr(mask_credentials(url))
+    if not url.strip():
+        raise AttachError("the server URL is empty: give one such as http://127.0.0.1:8080")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise AttachError(f"the URL {shown} holds a space or a control character: URLs cannot (write a space as %20)")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed bracket
+        raise AttachError(f"{shown} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AttachError(f"{url!r} is not an http:// or https:// URL")
+        raise AttachError(f"{shown} is not an http:// or https:// URL")
+    try:
+        port = parts.port
+    except ValueError:  # "Port out of range 0-65535", "Port could not be cast to integer value"
+        port = 0
+    if port == 0:
+        raise AttachError(f"the port in {shown} must be a whole number from 1 to 65535")
+    try:
+        httpx.URL(url)  # what the client will parse: refuse here what it would refuse later
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise AttachError(f"{shown} is not a valid URL ({mask_credentials(str(exc))})") from None
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
@@ -171,6 +230,9 @@ class _Scraper:
         except MetricsError as exc:
             self.problem = str(exc)
             return None
+        except UnicodeDecodeError:
+            self.problem = f"{redact_url(self.url)} answered with text that is not readable: no metrics there"
+            return None
         with self._lock:
             self.snapshots.append(snap)
         return snap
@@ -206,14 +268,22 @@ def _server_info(client: httpx.Client, root: str) -> dict[str, Any]:
 
     models = get_json("/v1/models")
     if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
-        info["models"] = [m.get("id") for m in models["data"] if isinstance(m, dict)]
+        ids = [m.get("id") for m in models["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if ids:
+            info["models"] = ids
     version = get_json("/version")  # vLLM
     if isinstance(version, dict) and "version" in version:
         info["vllm_version"] = version["version"]
     props = get_json("/props")  # llama.cpp
     if isinstance(props, dict) and "build_info" in props:
         info["llama_cpp_build"] = props.get("build_info")
-        params = (props.get("default_generation_settings") or {}).get("params") or {}
+        settings = props.get("default_generation_settings")
+        params = settings.get("params") if isinstance(settings, dict) else None
+        if settings is not None and not isinstance(params, dict):
+            # Valid JSON of another shape: the speculative settings are unknown, the request can still run.
+            info["problems"] = [f"{redact_url(root)}/props sent default_generation_settings of an unexpected "
+                                "shape: its speculative settings are not known"]
+        params = params if isinstance(params, dict) else {}
         info["speculative"] = {k: v for k, v in params.items() if str(k).startswith("speculative")}
         info["model_path"] = props.get("model_path")
         # /props shows the request defaults ("speculative.types": "none" even with -md); /slots says whether
@@ -259,10 +329,7 @@ def _request_body(options: AttachOptions, model: str | None, engine: Engine) -> 
 def attach(options: AttachOptions, on_record: OnRecord | None = None,
            cancel: threading.Event | None = None) -> AttachResult:
     """Run one attached request (see the module docstring). ``cancel`` set → the stream is closed early."""
-    if options.timeout_s <= 0:
-        raise AttachError("the timeout must be a positive number of seconds")
-    if options.max_tokens < 1:
-        raise AttachError("max tokens must be at least 1")
+    check_options(options)
     root = base_url(options.url)
     clean_root = _strip_userinfo(root)
     headers = {"Accept": "text/event-stream"}
@@ -288,6 +355,7 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
             result.session = _session(options, root, Engine.UNKNOWN, {}, None)
             return result
         info = _server_info(client, clean_root)
+        result.warnings.extend(info.pop("problems", []))
         scraper = _Scraper(scrape_client, clean_root + options.metrics_path, options.scrape_interval_s)
         before = _idle_scrape(scraper, options.timeout_s)
         if before is not None and before.requests_running:
@@ -324,6 +392,9 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         scraper.start()
         finish_reason = ""
         last_chunk: Chunk | None = None
+        sanity = StreamSanity(max_tokens=options.max_tokens)
+        saw_done = cancelled = False
+        n_chunks = 0
         try:
             with client.stream("POST", clean_root + "/v1/completions",
                                json=_request_body(options, model, engine)) as response:
@@ -334,6 +405,7 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
                     for line in response.iter_lines():
                         if cancel is not None and cancel.is_set():
                             finish_reason = "stop"
+                            cancelled = True
                             result.warnings.append("cancelled: the stream was closed early")
                             break
                         if not line.startswith("data:"):
@@ -341,7 +413,10 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
                         t = time.monotonic()
                         chunk = parse_sse_data(line[len("data:"):].strip(), t)
                         if chunk is None:
+                            saw_done = True
                             break
+                        sanity.check(chunk)
+                        n_chunks += 1
                         if result.ttft_ms is None and (chunk.text or chunk.completion_tokens):
                             result.ttft_ms = (t - context.t_request_s) * 1000.0
                         last_chunk = chunk
@@ -359,6 +434,14 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
             finish_reason = "error"
         finally:
             scraper.stop()
+        if result.error is None and not saw_done and not cancelled:
+            if finish_reason:  # the completion said it was over; only the stream's end marker is missing
+                result.warnings.append("the stream ended without its closing [DONE] line after the finish reason")
+            else:
+                result.error = (f"the stream from {redact_url(root)} ended after {n_chunks} chunk"
+                                f"{'s' * (n_chunks != 1)} without [DONE] or a finish reason: the completion is "
+                                "incomplete; what arrived is kept")
+                finish_reason = "error"
         if result.error and not finish_reason:
             finish_reason = "error"
         emit(builder.finish(), finished=True, reason=finish_reason or "stop")

@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from .baseline import interleaved_baseline
-from .client import AttachError, AttachOptions, AttachResult, attach, base_url
+from .client import (
+    MAX_SCRAPE_INTERVAL_S,
+    MAX_TIMEOUT_S,
+    MIN_SCRAPE_INTERVAL_S,
+    AttachError,
+    AttachOptions,
+    AttachResult,
+    attach,
+    check_options,
+)
 from .summary import summarize_attached
 
 EXIT_FAILURE = 1
@@ -20,60 +28,44 @@ EXIT_USAGE = 2
 DEFAULT_PROMPT = "List the first twenty prime numbers, separated by commas:"
 
 
-class AttachUsageError(Exception):
-    """Bad command-line input: printed as one sentence, exit 2."""
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", help="the server's root URL, e.g. http://127.0.0.1:8080 (a trailing /v1 is fine); "
-                              "API key from $SPECSCOPE_API_KEY or $OPENAI_API_KEY")
+    from ..cli_checks import TEMPERATURE, add_max_new_tokens, file_path, finite_number, whole_number
+
+    p.add_argument("url", help="the server's root URL, e.g. http://127.0.0.1:8080 or http://[::1]:8080 (a trailing "
+                              "/v1 is fine); API key from $SPECSCOPE_API_KEY or $OPENAI_API_KEY")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text (sent as is to /v1/completions)")
-    src.add_argument("--prompt-file", type=Path, help="read the prompt from a text file")
+    src.add_argument("--prompt-file", type=file_path, help="read the prompt from a text file")
     p.add_argument("--model", help="model name to request (default: the first the server lists)")
-    p.add_argument("--max-tokens", type=_positive_int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds to wait for the server")
-    p.add_argument("--scrape-interval", type=_positive_float, default=0.5, help="seconds between /metrics scrapes")
+    add_max_new_tokens(p, 128, "tokens to request (the API's max_tokens; --max-tokens is the same)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=0.0)
+    p.add_argument("--timeout", type=finite_number(0.0, MAX_TIMEOUT_S, lo_open=True), default=60.0,
+                   help="seconds to wait for the server")
+    p.add_argument("--scrape-interval", type=finite_number(MIN_SCRAPE_INTERVAL_S, MAX_SCRAPE_INTERVAL_S),
+                   default=0.5, help="seconds between /metrics scrapes")
     plain = p.add_mutually_exclusive_group()
     plain.add_argument("--plain-url", help="the same model served without speculation: measure the speed-up")
     plain.add_argument("--plain-model", help="a model name on the same server that runs without speculation")
-    p.add_argument("--rounds", type=_positive_int, default=5, help="interleaved rounds for the speed-up")
-    p.add_argument("--trace", type=Path, help="write the trace (CSV + tokens CSV + session JSON)")
+    p.add_argument("--rounds", type=whole_number(1, 1_000), default=5, help="interleaved rounds for the speed-up")
+    p.add_argument("--trace", type=file_path, help="write the trace (CSV + tokens CSV + session JSON)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
 
 
 def _prompt(args: argparse.Namespace) -> str:
+    from ..cli_checks import checked_prompt, read_text_file
+
     if args.prompt_file is not None:
-        try:
-            return Path(args.prompt_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise AttachUsageError(f"cannot read prompt file {args.prompt_file}: {exc.strerror or exc}") from None
-    return str(args.prompt) if args.prompt is not None else DEFAULT_PROMPT
+        return checked_prompt(read_text_file(args.prompt_file, "prompt file"), f"prompt file {args.prompt_file}")
+    return checked_prompt(str(args.prompt), "--prompt") if args.prompt is not None else DEFAULT_PROMPT
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:
-    return "n/a" if value is None else format(value, spec)
+    """A number as ``spec`` formats it; "n/a" for None, and the value as sent when a server sent no number."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value)[:40]
+    return format(value, spec if isinstance(value, float) or not spec.endswith("d") else "d")
 
 
 def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
@@ -91,7 +83,7 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
         f"tokens/s      {_fmt(summary['tokens_per_s'], '.1f')} (client side, decode passes)",
     ]
     timings = result.final_timings or {}
-    if timings.get("predicted_per_second") is not None:
+    if isinstance(timings, dict) and timings.get("predicted_per_second") is not None:
         lines.append(f"engine tok/s  {_fmt(timings.get('predicted_per_second'), '.1f')} (the engine's own timings)")
     for w in result.warnings:
         lines.append(f"note          {w}")
@@ -111,27 +103,37 @@ def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str
 
 
 def main(args: argparse.Namespace) -> int:
+    """Exit 2 for bad input (before any request), 1 when the server or the baseline failed or the trace could
+    not be written (what arrived is kept and printed), 0 otherwise. Raises CliError for bad input."""
+    from ..cli_checks import CliError, check_writable, emit, print_error
+
+    prompt = _prompt(args)
+    options = AttachOptions(url=args.url, prompt=prompt, model=args.model, max_tokens=args.max_new_tokens,
+                            temperature=args.temperature, timeout_s=args.timeout,
+                            scrape_interval_s=args.scrape_interval)
+    plain: AttachOptions | None = None
+    if args.plain_url or args.plain_model:
+        plain = AttachOptions(url=args.plain_url or args.url, prompt=prompt,
+                              model=args.plain_model or (args.model if args.plain_url else None),
+                              max_tokens=args.max_new_tokens, temperature=args.temperature, timeout_s=args.timeout,
+                              scrape_interval_s=args.scrape_interval)
     try:
-        prompt = _prompt(args)
-        base_url(args.url)  # validates the URL: one sentence before any I/O
-        options = AttachOptions(url=args.url, prompt=prompt, model=args.model, max_tokens=args.max_tokens,
-                                temperature=args.temperature, timeout_s=args.timeout,
-                                scrape_interval_s=args.scrape_interval)
-        if args.temperature < 0:
-            raise AttachUsageError("the temperature must be 0 or more")
-    except (AttachError, AttachUsageError) as exc:
-        print(f"specscope: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        check_options(options)
+        if plain is not None:
+            try:
+                check_options(plain)
+            except AttachError as exc:
+                raise AttachError(f"--plain-url: {exc}") from None
+    except AttachError as exc:
+        raise CliError(str(exc)) from None
+    if args.trace is not None:
+        check_writable(args.trace, "--trace", trace=True)  # before the request, not after it
 
     result = attach(options)
     summary = summarize_attached(result.records)
     extra: dict[str, Any] = {"summary": summary, "final_timings": result.final_timings}
     baseline_out: dict[str, Any] | None = None
-    if result.error is None and (args.plain_url or args.plain_model):
-        plain = AttachOptions(url=args.plain_url or args.url, prompt=prompt,
-                              model=args.plain_model or (args.model if args.plain_url else None),
-                              max_tokens=args.max_tokens, temperature=args.temperature, timeout_s=args.timeout,
-                              scrape_interval_s=args.scrape_interval)
+    if result.error is None and plain is not None:
         run = interleaved_baseline(options, plain, args.rounds)
         baseline_out = {"ratios": run.ratios, "speedup": run.estimate.to_dict() if run.estimate else None,
                         "error": run.error}
@@ -139,22 +141,27 @@ def main(args: argparse.Namespace) -> int:
     trace_problem = _write_trace(args.trace, result, extra) if args.trace is not None else None
 
     if args.json:
-        print(json.dumps({"session": result.session, "summary": summary, "final_timings": result.final_timings,
-                          "engine_totals": result.engine_totals, "baseline": baseline_out, "error": result.error,
-                          "text": result.text}, indent=2, default=str))
+        emit(json.dumps({"session": result.session, "summary": summary, "final_timings": result.final_timings,
+                         "engine_totals": result.engine_totals, "baseline": baseline_out, "error": result.error,
+                         "text": result.text}, indent=2, default=str))
     else:
-        print(summary_text(result, summary))
+        lines = [summary_text(result, summary)]
         if baseline_out is not None:
             sp = baseline_out["speedup"] or {}
             if sp.get("value") is not None:
-                print(f"speed-up      {sp['value']:.2f}x [{sp['lo']:.2f}, {sp['hi']:.2f}] over {sp['n']} rounds")
+                lines.append(f"speed-up      {sp['value']:.2f}x [{sp['lo']:.2f}, {sp['hi']:.2f}] over {sp['n']} rounds")
             else:
                 ratios = ", ".join(f"{r:.2f}" for r in baseline_out["ratios"])
-                print(f"speed-up      per-round ratios {ratios or 'none'} ({sp.get('method')})")
+                lines.append(f"speed-up      per-round ratios {ratios or 'none'} ({sp.get('method')})")
             if baseline_out["error"]:
-                print(f"baseline      stopped: {baseline_out['error']}")
-    if result.error:
-        print(f"specscope: error: {result.error}", file=sys.stderr)
+                lines.append(f"baseline      stopped: {baseline_out['error']}")
+        emit("\n".join(lines))
+    problems = [result.error] if result.error else []
+    if baseline_out is not None and baseline_out["error"]:
+        problems.append(f"the plain baseline failed ({baseline_out['error']}); the speculative results above "
+                        "stand")
     if trace_problem:
-        print(f"specscope: error: {trace_problem}", file=sys.stderr)
-    return EXIT_FAILURE if (result.error or trace_problem) else 0
+        problems.append(trace_problem)
+    if problems:
+        print_error("; ".join(problems))
+    return EXIT_FAILURE if problems else 0

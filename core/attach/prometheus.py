@@ -17,6 +17,7 @@ across engines/ranks (data-parallel vLLM exposes one per engine).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -39,6 +40,9 @@ ACCEPTED_TOKENS = "spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "spec_decode_num_accepted_tokens_per_pos"
 SGLANG_ACCEPT_LENGTH = "spec_accept_length"
 SGLANG_ACCEPT_RATE = "spec_accept_rate"
+
+
+MAX_POSITIONS = 4_096  # draft positions in a per-position counter family
 
 
 class MetricsError(ValueError):
@@ -152,18 +156,28 @@ def parse_counters(text: str, t_s: float) -> CounterSnapshot:
             else:
                 totals[short] = totals.get(short, 0.0) + sample.value
 
+    def whole(name: str, value: float) -> int:
+        if not math.isfinite(value) or value < 0:  # NaN, ±Inf or negative: not a count
+            raise MetricsError(f"the /metrics response gives {prefix}{name} = {value}, which is not a count")
+        return round(value)
+
     def count(name: str) -> int | None:
-        return round(totals[name]) if name in totals else None
+        return whole(name, totals[name]) if name in totals else None
 
     snap.drafts = count(DRAFTS)
     snap.draft_tokens = count(DRAFT_TOKENS)
     snap.accepted_tokens = count(ACCEPTED_TOKENS)
     if per_pos:
-        snap.accepted_per_pos = [round(per_pos.get(i, 0.0)) for i in range(max(per_pos) + 1)]
-    running = gauges.get("requests_processing") or gauges.get("num_requests_running")
+        if max(per_pos) >= MAX_POSITIONS:
+            raise MetricsError(f"the /metrics response names draft position {max(per_pos):,}; no engine drafts "
+                               f"{MAX_POSITIONS:,} tokens at once")
+        snap.accepted_per_pos = [whole(ACCEPTED_PER_POS, per_pos.get(i, 0.0)) for i in range(max(per_pos) + 1)]
+    running = [v for v in gauges.get("requests_processing") or gauges.get("num_requests_running") or []
+               if math.isfinite(v)]
     snap.requests_running = sum(running) if running else None
     if engine is Engine.SGLANG:  # gauges per rank: their mean, not their sum
-        length, rate = gauges.get(SGLANG_ACCEPT_LENGTH), gauges.get(SGLANG_ACCEPT_RATE)
+        length = [v for v in gauges.get(SGLANG_ACCEPT_LENGTH, []) if math.isfinite(v)]
+        rate = [v for v in gauges.get(SGLANG_ACCEPT_RATE, []) if math.isfinite(v)]
         snap.accept_length = sum(length) / len(length) if length else None
         snap.accept_rate = sum(rate) / len(rate) if rate else None
     return snap

@@ -42,6 +42,35 @@ class EagleLoadError(ValueError):
     """An EAGLE-3 head could not be read or does not fit its target; the message is one sentence."""
 
 
+MAX_CONFIG_WIDTH = 1 << 20  # hidden sizes of the largest models are ~16 k; beyond this a config is wrong
+MAX_CONFIG_VOCAB = 1 << 24
+MAX_CONFIG_LAYERS = 4_096
+_REQUIRED = object()
+
+
+def _config_int(d: dict[str, Any], key: str, lo: int, hi: int, default: Any = _REQUIRED) -> Any:
+    """``d[key]`` as a whole number from ``lo`` to ``hi``; ``default`` when the key is absent or null."""
+    value = d.get(key)
+    if value is None and default is not _REQUIRED:
+        return default
+    if isinstance(value, float) and value.is_integer():  # 576.0 from a config written by another tool
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise EagleLoadError(f"the EAGLE-3 config's {key} must be a whole number from {lo:,} to {hi:,}, "
+                             f"got {value!r:.60}")
+    return value
+
+
+def _config_float(d: dict[str, Any], key: str, default: float) -> float:
+    """``d[key]`` as a finite positive number (``default`` when absent or null)."""
+    value = d.get(key)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise EagleLoadError(f"the EAGLE-3 config's {key} must be a finite number above 0, got {value!r:.60}")
+    return float(value)
+
+
 def default_aux_layer_ids(n_layers: int) -> list[int]:
     """The layers vLLM and SGLang read when a head's config names none: low, middle, high."""
     return [2, n_layers // 2, n_layers - 3]
@@ -75,13 +104,14 @@ class Eagle3Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Eagle3Config:
+        """The config, every field checked: one sentence naming the field that is missing or out of range."""
         required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-        missing = [k for k in required if k not in d]
+        missing = [k for k in required if d.get(k) is None]
         if missing:
             raise EagleLoadError(f"the EAGLE-3 config lacks {', '.join(missing)}")
-        if int(d.get("num_hidden_layers", 1)) != 1:
-            raise EagleLoadError(f"specscope reads one-layer EAGLE-3 heads; this config has "
-                                 f"{d['num_hidden_layers']} layers")
+        layers = _config_int(d, "num_hidden_layers", 1, 1_000, default=1)
+        if layers != 1:
+            raise EagleLoadError(f"specscope reads one-layer EAGLE-3 heads; this config has {layers} layers")
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
         if rope_type not in ("default", None):
@@ -89,22 +119,38 @@ class Eagle3Config:
                                  "implement")
         theta = d.get("rope_theta") or (rope.get("rope_theta") if isinstance(rope, dict) else None) or 10000.0
         eagle = d.get("eagle_config") or {}
+        if not isinstance(eagle, dict):
+            raise EagleLoadError(f"the EAGLE-3 config's eagle_config must be an object, got {eagle!r:.60}")
         if eagle.get("use_aux_hidden_state", True) is False:
             raise EagleLoadError("the head does not use auxiliary hidden states (an EAGLE-1/2 head, not EAGLE-3)")
         layer_ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+        if layer_ids is not None and (not isinstance(layer_ids, list) or len(layer_ids) > 64 or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_CONFIG_LAYERS for i in layer_ids)):
+            raise EagleLoadError("the EAGLE-3 config's eagle_aux_hidden_state_layer_ids must be a list of layer "
+                                 f"numbers from 0 to {MAX_CONFIG_LAYERS:,}, got {layer_ids!r:.60}")
+        hidden = _config_int(d, "hidden_size", 1, MAX_CONFIG_WIDTH)
+        heads = _config_int(d, "num_attention_heads", 1, 4_096)
+        kv_heads = _config_int(d, "num_key_value_heads", 1, heads, default=heads)
+        if heads % kv_heads:
+            raise EagleLoadError(f"the EAGLE-3 config's num_attention_heads ({heads}) is not a multiple of its "
+                                 f"num_key_value_heads ({kv_heads})")
+        vocab = _config_int(d, "vocab_size", 1, MAX_CONFIG_VOCAB)
+        head_dim = _config_int(d, "head_dim", 1, MAX_CONFIG_WIDTH, default=None)
+        if head_dim is None and hidden < heads:
+            raise EagleLoadError(f"the EAGLE-3 config's hidden_size ({hidden}) is smaller than its "
+                                 f"num_attention_heads ({heads}) and it names no head_dim")
         known = {"hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
                  "draft_vocab_size", "target_hidden_size", "head_dim", "rms_norm_eps", "rope_theta",
                  "max_position_embeddings", "hidden_act", "norm_before_residual", "eagle_config"}
         return cls(
-            hidden_size=int(d["hidden_size"]), num_attention_heads=int(d["num_attention_heads"]),
-            num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-            intermediate_size=int(d["intermediate_size"]), vocab_size=int(d["vocab_size"]),
-            draft_vocab_size=int(d.get("draft_vocab_size") or d["vocab_size"]),
-            aux_layer_ids=[int(i) for i in layer_ids] if layer_ids else None,
-            target_hidden_size=int(d["target_hidden_size"]) if d.get("target_hidden_size") else None,
-            head_dim=int(d["head_dim"]) if d.get("head_dim") else None,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
-            max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
+            hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+            intermediate_size=_config_int(d, "intermediate_size", 1, 16 * MAX_CONFIG_WIDTH), vocab_size=vocab,
+            draft_vocab_size=_config_int(d, "draft_vocab_size", 1, vocab, default=vocab),
+            aux_layer_ids=list(layer_ids) if layer_ids else None,
+            target_hidden_size=_config_int(d, "target_hidden_size", 1, MAX_CONFIG_WIDTH, default=None),
+            head_dim=head_dim,
+            rms_norm_eps=_config_float(d, "rms_norm_eps", 1e-6), rope_theta=_config_float(d, "rope_theta", theta),
+            max_position_embeddings=_config_int(d, "max_position_embeddings", 1, 1 << 30, default=8192),
             hidden_act=str(d.get("hidden_act", "silu")), norm_before_residual=bool(d.get("norm_before_residual")),
             extra={k: v for k, v in d.items() if k not in known},
         )
@@ -287,16 +333,21 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 # ---- files: the engines' layout ------------------------------------------------------------------------
 def read_head_config(directory: Path) -> Eagle3Config:
+    from ..user_files import MAX_CONFIG_FILE_BYTES, UserFileError, parse_user_json, read_regular_text
+
     path = directory / "config.json"
+    if not path.exists():
+        raise EagleLoadError(f"no config.json in {directory}: not an EAGLE-3 head directory")
     try:
-        raw = json.loads(path.read_text())
-    except OSError:
-        raise EagleLoadError(f"no config.json in {directory}: not an EAGLE-3 head directory") from None
-    except ValueError:
-        raise EagleLoadError(f"{path} is not valid JSON") from None
+        raw = parse_user_json(read_regular_text(path, "EAGLE-3 config", MAX_CONFIG_FILE_BYTES), str(path))
+    except UserFileError as exc:
+        raise EagleLoadError(str(exc)) from None
     if not isinstance(raw, dict):
         raise EagleLoadError(f"{path} is not a JSON object")
-    return Eagle3Config.from_dict(raw)
+    try:
+        return Eagle3Config.from_dict(raw)
+    except EagleLoadError as exc:
+        raise EagleLoadError(f"{exc} (in {path})") from None
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -370,6 +421,10 @@ def load_head(directory: Path, target: Any, width: int, device: torch.device | s
     loaded = {n: (t.to(device) if t.dtype in (torch.long, torch.int64, torch.bool) else
                   t.to(device=device, dtype=dtype)) for n, t in state.items()}
     loaded["d2t"] = loaded["d2t"].to(torch.long)
+    targets = torch.arange(cfg.draft_vocab_size, device=device) + loaded["d2t"]
+    if int(targets.min()) < 0 or int(targets.max()) >= min(width, cfg.vocab_size):  # before t2d is indexed by them
+        raise EagleLoadError(f"the EAGLE-3 head in {directory} maps draft ids outside the target's "
+                             f"{min(width, cfg.vocab_size):,} ids (its d2t holds offsets out of range)")
     if "t2d" not in loaded:
         loaded["t2d"] = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=device)
         loaded["t2d"][torch.arange(cfg.draft_vocab_size, device=device) + loaded["d2t"]] = True
