@@ -58,7 +58,8 @@ def test_run_prints_summary_and_writes_trace(dirs, tmp_path, capsys) -> None:
     with trace.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert rows and set(REQUIRED_TRACE_COLUMNS) <= set(rows[0])
-    assert sum(int(r["n_emitted"]) for r in rows) == 16
+    # sampled: the run may meet the end of text before 16 tokens; every token it made is in a row
+    assert sum(int(r["n_emitted"]) for r in rows) == int(rows[-1]["generated_len"]) <= 16
     assert all(r["k"] == "2" and float(r["temperature"]) == 0.8 for r in rows)
     assert (tmp_path / "out" / "run.tokens.csv").exists()
 

@@ -273,6 +273,8 @@ def test_k_changed_mid_run_shows_in_records(target) -> None:
     th, out = _run_in_thread(dec, controls, 200)
     seen: list[IterationRecord] = []
     while (ev := out.get(timeout=60)) is not None:
+        if not isinstance(ev, IterationRecord):
+            continue  # the control change itself, announced before the first iteration it applies to
         seen.append(ev)
         if len(seen) == 3:
             controls.update(k=2)
