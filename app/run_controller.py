@@ -26,6 +26,7 @@ from specscope.core.controls import InvalidControl
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
 from .run_data import ControlChange, RunData
+from .sentences import finish_sentence
 from .worker import LoadRequest, RunRequest, WorkerHost
 
 if TYPE_CHECKING:
@@ -57,9 +58,6 @@ class RunState(str, Enum):
     def active(self) -> bool:
         """A run is in progress (running or paused)."""
         return self in (RunState.RUNNING, RunState.PAUSED)
-
-
-FINISH_WORDS = {"eos": "end of sequence", "max_new_tokens": "max new tokens reached", "stop": "stopped"}
 
 
 def merge_events(records: list[IterationRecord], baselines: list[BaselineRecord]) -> list[Event]:
@@ -208,8 +206,7 @@ class RunController(QObject):
         self.finish_reason = reason
         self._set_state(RunState.STOPPED if reason == "stop" else RunState.FINISHED)
         elapsed = time.monotonic() - self.run_started_at if self.run_started_at else 0.0
-        self.message.emit(f"Run {FINISH_WORDS.get(reason, reason)} after {elapsed:.1f} s, "
-                          f"{len(self.data)} iterations", 8000)
+        self.message.emit(finish_sentence(reason, elapsed, len(self.data)), 8000)
         self.run_ended.emit(f"finished:{reason}")
 
     def _on_error(self, message: str) -> None:

@@ -43,8 +43,9 @@ from specscope.core.controls import switched_drafter_controls
 from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
-from .run_controller import FINISH_WORDS, RunController, RunState
+from .run_controller import RunController, RunState
 from .run_data import RunData
+from .sentences import FINISH_WORDS, full_stop
 from .settings import AppSettings
 from .widgets.control_panel import ControlPanel
 from .widgets.drill_control import DrillControl
@@ -102,6 +103,8 @@ class Banner(QWidget):
             cb()
 
 
+SAVE_DELAY_MS = 400  # settings are written this long after the last change (a burst of typing: one write)
+
 TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
 
 
@@ -127,6 +130,13 @@ def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
     dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # a proxy model needs Qt's own dialog
     dialog.setProxyModel(TraceFileFilter(dialog))
     return dialog
+
+
+def full_screen_keys() -> list[QKeySequence]:
+    """F11 everywhere, plus the platform's own full-screen key where it has another (Ctrl+Meta+F on macOS)."""
+    keys = [QKeySequence("F11")]
+    keys += [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.FullScreen) if k not in keys]
+    return keys
 
 
 class MainWindow(QMainWindow):
@@ -158,8 +168,10 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.panel)
         dock.setWidget(scroll)
+        # Closable: without it Qt greys out the dock's own View ▸ Controls toggle.
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self.controls_dock = dock
 
@@ -196,6 +208,13 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status = StatusPanel(self.statusBar())
         self._build_menus()
+        # Settings are written a moment after each change, not only on a clean exit: a killed window keeps
+        # its pair, drafter, prompt and controls.
+        self._save_soon = QTimer(self)
+        self._save_soon.setObjectName("save_settings_soon")
+        self._save_soon.setSingleShot(True)
+        self._save_soon.setInterval(SAVE_DELAY_MS)
+        self._save_soon.timeout.connect(self.save_settings)
         self._connect()
         self._restore_settings()
         self._render_state(self.controller.state)
@@ -212,6 +231,9 @@ class MainWindow(QMainWindow):
         self.panel.controls_changed.connect(c.update_controls)
         self.panel.drafter_changed.connect(self.change_drafter)
         self.legend.show_rejected_changed.connect(self.token_view.set_show_rejected)
+        for changed in (self.panel.controls_changed, self.panel.prompt_edit.textChanged,
+                        self.panel.max_new.valueChanged, self.panel.seed.valueChanged, self.panel.adaptive.clicked):
+            changed.connect(self.save_settings_soon)
         c.state_changed.connect(self._render_state)
         c.drill_changed.connect(self._on_drill_events)
         c.progress.connect(self.status.show_progress)
@@ -257,8 +279,8 @@ class MainWindow(QMainWindow):
         view.addAction(self.controls_dock.toggleViewAction())
         self.beside_action = self._action(view, "Tokens &beside the plots", self._toggle_tokens_beside)
         self.beside_action.setCheckable(True)
-        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen,
-                                               QKeySequence(QKeySequence.StandardKey.FullScreen))
+        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen)
+        self.full_screen_action.setShortcuts(full_screen_keys())
         self.full_screen_action.setCheckable(True)
 
     def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
@@ -273,6 +295,7 @@ class MainWindow(QMainWindow):
     def _restore_settings(self) -> None:
         s = self.settings
         self.panel.set_values(s.controls(self.pair_choice.drafter))
+        self.panel.adaptive_chosen = s.adaptive_chosen()
         prompt = s.prompt()
         if prompt:
             self.panel.set_prompt_text(prompt)
@@ -321,9 +344,14 @@ class MainWindow(QMainWindow):
             self.showFullScreen()
         self.full_screen_action.setChecked(self.isFullScreen())
 
+    def save_settings_soon(self, *_: object) -> None:
+        self._save_soon.start()
+
     def save_settings(self) -> None:
+        self._save_soon.stop()
         s = self.settings
         s.set_controls(self.panel.values())
+        s.set_adaptive_chosen(self.panel.adaptive_chosen)
         s.set_prompt(self.panel.prompt_edit.toPlainText())
         s.set_run_options(self.panel.max_new.value(), self.panel.seed.value())
         s.set_pair_choice(self.pair_choice)
@@ -454,7 +482,7 @@ class MainWindow(QMainWindow):
                 return
             if what.drafter != self.pair_choice.drafter:
                 self.panel.set_values(switched_drafter_controls(self.panel.values(), self.pair_choice.drafter,
-                                                                what.drafter))
+                                                                what.drafter, self.panel.adaptive_chosen))
             label = what.describe()
         else:
             label = "custom pair"
@@ -463,6 +491,7 @@ class MainWindow(QMainWindow):
         if isinstance(what, PairChoice):
             self.pair_choice = what
             self.status.set_device(what.target_device)
+            self.save_settings_soon()  # the pair and drafter, and the controls the switch moved
         self.status.show_progress(f"Loading {label}…", -1.0)
 
     def _on_loaded(self, description: str) -> None:
@@ -478,10 +507,12 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         self.status.hide_progress()
-        self.last_error = f"Could not load the models: {message}"
+        # The last progress line ("Reading <folder>…") is over: say it failed, and where the reason is.
+        self.status.show_message("Loading failed: the reason is above the tokens", 15000)
+        self.last_error = full_stop(f"Could not load the models: {message}")
         # The way back, in the error itself: the demo always loads. (Models ▸ Choose models… reopens the
         # dialog with what was typed, to correct it.)
-        self.banner.show_message(self.last_error + " Correct it in Models ▸ Choose models… (Ctrl+M), or:",
+        self.banner.show_message(f"{self.last_error} Correct it in Models ▸ Choose models… (Ctrl+M), or:",
                                  "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
 

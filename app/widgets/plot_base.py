@@ -12,7 +12,8 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import ControlChange, RunData
-from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
+from ..theme import PLOT_BACKGROUND, PLOT_FOREGROUND
+from .markers import ChangeMarkers
 
 pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT_FOREGROUND)
 
@@ -233,7 +234,7 @@ class LivePlot(pg.PlotWidget):
         # bars, the host-available line and the control-change labels.
         self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
-        self.markers: list[pg.InfiniteLine] = []
+        self.change_markers = ChangeMarkers(self.plot_item)
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
         self.empty = EmptyNote(self, self.empty_text(None) or "")
@@ -278,24 +279,16 @@ class LivePlot(pg.PlotWidget):
         item.setClipToView(True)
         return item
 
+    @property
+    def markers(self) -> list[pg.InfiniteLine]:
+        return self.change_markers.lines
+
     def sync_markers(self, changes: list[ControlChange]) -> None:
-        """One labelled vertical line per control change (only new ones are added)."""
-        for change in changes[len(self.markers):]:
-            line = pg.InfiniteLine(
-                pos=change.iteration, angle=90, movable=False,
-                pen=pg.mkPen(PLOT_COLOURS["marker"], width=1, style=Qt.PenStyle.DashLine),
-                label=change.label,
-                labelOpts={"position": 0.92, "color": PLOT_COLOURS["marker"], "anchors": [(0, 1), (0, 1)],
-                           "fill": (255, 255, 255, 200)},
-            )
-            line.setToolTip(f"iteration {change.iteration}: {change.label}")
-            self.plot_item.addItem(line, ignoreBounds=True)
-            self.markers.append(line)
+        """One vertical line with a numbered badge per control change (only new ones are added)."""
+        self.change_markers.sync(changes)
 
     def reset(self) -> None:
-        for m in self.markers:
-            self.plot_item.removeItem(m)
-        self.markers.clear()
+        self.change_markers.clear()
         self._version = -1
         self.follower.reset()
         self.show_empty(None)
