@@ -8,6 +8,7 @@ modules are imported lazily in handlers, never at module level.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -132,6 +133,26 @@ def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
     return dialog
 
 
+class CentralArea(QWidget):
+    """The window's central widget; says when its width changes (the window, or the dock beside it, moved)."""
+
+    resized = Signal()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.resized.emit()
+
+
+MIN_PLOT_COLUMN_PX = 340  # below this the plots' ticks run into each other
+MIN_TOKEN_COLUMN_PX = 300
+BESIDE_MIN_WIDTH = 2 * MIN_PLOT_COLUMN_PX + MIN_TOKEN_COLUMN_PX + 12  # two plot columns, tokens, the handle
+
+
+def engine_imported() -> bool:
+    """torch and transformers are loaded in this process (the worker imports them on the first load)."""
+    return "torch" in sys.modules and "transformers" in sys.modules
+
+
 def full_screen_keys() -> list[QKeySequence]:
     """F11 everywhere, plus the platform's own full-screen key where it has another (Ctrl+Meta+F on macOS)."""
     keys = [QKeySequence("F11")]
@@ -155,6 +176,7 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
         self.interrupted_folder: Path | None = None
+        self._beside_wanted = False  # View ▸ Tokens beside the plots, shown when the window is wide enough
         self.controller = RunController(lambda: self.sessions_dir, self.settings.keep_sessions, self)
 
         self.panel = ControlPanel()
@@ -199,7 +221,8 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.run_panel = RunPanel()
-        central = QWidget()
+        central = CentralArea()
+        central.resized.connect(self._fit_token_layout)
         cl = QVBoxLayout(central)
         cl.setContentsMargins(0, 0, 0, 0)
         cl.setSpacing(2)
@@ -277,8 +300,10 @@ class MainWindow(QMainWindow):
         view = mb.addMenu("&View")
         self.view_menu = view
         view.addAction(self.controls_dock.toggleViewAction())
-        self.beside_action = self._action(view, "Tokens &beside the plots", self._toggle_tokens_beside)
+        self.beside_action = self._action(view, "Tokens &beside the plots (wide windows)", self._toggle_tokens_beside)
         self.beside_action.setCheckable(True)
+        self.beside_action.setToolTip(f"Beside the plots when the window leaves {BESIDE_MIN_WIDTH} px for them and "
+                                      "the tokens; below them otherwise")
         self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen)
         self.full_screen_action.setShortcuts(full_screen_keys())
         self.full_screen_action.setCheckable(True)
@@ -329,13 +354,47 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([int(total * (1 - share)), int(total * share)])
 
     def set_tokens_beside(self, beside: bool) -> None:
-        """Tokens in a column right of the plots (wide screens) or in a band below them."""
-        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        """Tokens in a column right of the plots (wide windows) or in a band below them. Beside is a wish: a
+        window too narrow for two plot columns and the tokens shows them below until it is wide enough."""
+        self._beside_wanted = beside
         self.beside_action.setChecked(beside)
+        self._fit_token_layout(announce=False)
+
+    @property
+    def tokens_shown_beside(self) -> bool:
+        return self.splitter.orientation() == Qt.Orientation.Horizontal
+
+    def _fit_token_layout(self, announce: bool = True) -> None:
+        """Tokens beside the plots only where both fit (see BESIDE_MIN_WIDTH); otherwise below them."""
+        beside = self._beside_wanted and self._room_for_plots_and_tokens() >= BESIDE_MIN_WIDTH
+        if beside == self.tokens_shown_beside:
+            return
+        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        # The plots keep two readable columns whatever the handle's drag (the tokens get no minimum, which
+        # would hold the window wider than the switch back needs).
+        self.plots.setMinimumWidth(2 * MIN_PLOT_COLUMN_PX if beside else 0)
+        self._default_split()
+        if announce:
+            self._say_why_tokens_are_below()
+
+    def _room_for_plots_and_tokens(self) -> int:
+        """The central area's width, less what the controls dock was squeezed by to make it (beside the
+        plots the columns' minimum widths take the room from the dock first)."""
+        dock, panel, central = self.controls_dock, self.controls_dock.widget(), self.centralWidget()
+        squeezed = 0
+        if panel is not None and dock.isVisible() and not dock.isFloating():
+            squeezed = max(0, panel.sizeHint().width() - dock.width())
+        return (central.width() if central is not None else self.width()) - squeezed
+
+    def _say_why_tokens_are_below(self) -> None:
+        if self._beside_wanted and not self.tokens_shown_beside:
+            self.status.show_message(f"Tokens below the plots: beside them needs {BESIDE_MIN_WIDTH} px for the "
+                                     "plots and tokens; they move there when the window is wide enough", 8000)
 
     def _toggle_tokens_beside(self) -> None:
         self.set_tokens_beside(self.beside_action.isChecked())
         self._default_split()
+        self._say_why_tokens_are_below()
 
     def _toggle_full_screen(self) -> None:
         if self.isFullScreen():
@@ -356,7 +415,9 @@ class MainWindow(QMainWindow):
         s.set_run_options(self.panel.max_new.value(), self.panel.seed.value())
         s.set_pair_choice(self.pair_choice)
         s.set_layout(self.saveGeometry(), self.saveState())
-        s.set_token_layout(self.splitter.orientation() == Qt.Orientation.Horizontal, self.splitter.sizes())
+        # The sizes belong to the layout shown; while "beside" waits for room they would not fit it.
+        shown_as_wished = self._beside_wanted == self.tokens_shown_beside
+        s.set_token_layout(self._beside_wanted, self.splitter.sizes() if shown_as_wished else [])
         s.sync()
 
     # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
@@ -492,7 +553,9 @@ class MainWindow(QMainWindow):
             self.pair_choice = what
             self.status.set_device(what.target_device)
             self.save_settings_soon()  # the pair and drafter, and the controls the switch moved
-        self.status.show_progress(f"Loading {label}…", -1.0)
+        # The first step says what the wait is: on a first load, importing the engine is most of it.
+        step = "starting" if engine_imported() else "importing torch and transformers"
+        self.status.show_progress(f"Loading {label}: {step}…", -1.0)
 
     def _on_loaded(self, description: str) -> None:
         self.status.hide_progress()

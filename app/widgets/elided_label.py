@@ -82,6 +82,10 @@ class ElidedLabel(QLabel):
         self._tooltip = text
         self._render()
 
+    def text(self) -> str:  # type: ignore[override]
+        """The whole text, as plain text (what is on screen may end in "…"; see ``shown_text``)."""
+        return self.full_text
+
     @property
     def full_text(self) -> str:
         return "".join(s.text for s in self._spans)

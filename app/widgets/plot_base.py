@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import ControlChange, RunData
@@ -19,7 +20,8 @@ pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT
 
 
 PEN_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
-              "dashdot": Qt.PenStyle.DashDotLine, "fill": Qt.PenStyle.SolidLine}
+              "dashdot": Qt.PenStyle.DashDotLine, "dashdotdot": Qt.PenStyle.DashDotDotLine,
+              "fill": Qt.PenStyle.SolidLine}
 
 
 def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
@@ -27,18 +29,79 @@ def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
 
 
 PLOT_MIN_HEIGHT = 100  # three rows of plots must leave the token view a real share at 1280x720
-KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "fill": "■"}
-KEYS_PER_LINE = 4
+KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "dashdotdot": "━┅", "fill": "■"}
+KEY_FONT_PT = 8
+KEY_LINE_PX = 16  # one line of the key under the title
+MIN_VIEW_PX = 60  # the key folds before the data area gets less than this
+AXES_PX = 46  # the bottom axis with its title, and the plot's margins
 
 
-def title_html(title: str, keys: list[tuple[str, str, str]]) -> str:
-    """The plot's title with its key on the next line(s): a coloured line sample and the series name."""
-    if not keys:
-        return html.escape(title)
-    parts = [f'<span style="color:{c}">{KEY_GLYPHS.get(s, "━━")}</span>&nbsp;{html.escape(n)}'
-             for n, c, s in keys]
-    lines = ["&nbsp;&nbsp;&nbsp;".join(parts[i:i + KEYS_PER_LINE]) for i in range(0, len(parts), KEYS_PER_LINE)]
-    return f"<b>{html.escape(title)}</b><br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+@dataclass(frozen=True)
+class KeyEntry:
+    name: str
+    colour: str
+    style: str = "solid"
+    group: str = ""  # entries of a group share one chunk of the key ("host: ━━ rss ╍╍ available")
+
+
+@dataclass(frozen=True)
+class KeyChunk:
+    html: str
+    plain: str  # measures the chunk's width
+    count: int  # entries in it
+
+
+def key_chunks(keys: list[KeyEntry]) -> list[KeyChunk]:
+    """One chunk per group (in order of first appearance), or per entry without a group."""
+    order: list[str] = []
+    members: dict[str, list[KeyEntry]] = {}
+    for i, k in enumerate(keys):
+        tag = k.group or f"\0{i}"
+        if tag not in members:
+            order.append(tag)
+            members[tag] = []
+        members[tag].append(k)
+    chunks = []
+    for tag in order:
+        entries = members[tag]
+        glyphs = [KEY_GLYPHS.get(k.style, "━━") for k in entries]
+        chunk_html = "&nbsp;&nbsp;".join(f'<span style="color:{k.colour}">{g}</span>&nbsp;{html.escape(k.name)}'
+                                         for k, g in zip(entries, glyphs, strict=True))
+        plain = "  ".join(f"{g} {k.name}" for k, g in zip(entries, glyphs, strict=True))
+        head = entries[0].group
+        if head:
+            chunk_html, plain = f"<b>{html.escape(head)}</b>&nbsp;{chunk_html}", f"{head} {plain}"
+        chunks.append(KeyChunk(chunk_html, plain, len(entries)))
+    return chunks
+
+
+def pack_key_lines(chunks: list[KeyChunk], width_px: float, metrics: QFontMetricsF) -> list[list[KeyChunk]]:
+    """The chunks greedily packed into lines no wider than ``width_px`` (a chunk wider than a line gets a
+    line of its own)."""
+    gap = metrics.horizontalAdvance("    ")
+    lines: list[list[KeyChunk]] = []
+    used = 0.0
+    for chunk in chunks:
+        w = metrics.horizontalAdvance(chunk.plain)
+        if lines and used + gap + w <= width_px:
+            lines[-1].append(chunk)
+            used += gap + w
+        else:
+            lines.append([chunk])
+            used = w
+    return lines
+
+
+def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0) -> str:
+    """The plot's title with its key on the next line(s); ``folded`` entries are left to the tooltip."""
+    if not lines:
+        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover here)</i></span>" if folded else ""
+        return f"<b>{html.escape(title)}</b>{hint}"
+    rows = ["&nbsp;&nbsp;&nbsp;&nbsp;".join(c.html for c in line) for line in lines]
+    if folded:
+        rows.append(f"<i>… {folded} more: hover here for the whole key</i>")
+    return (f"<b>{html.escape(title)}</b><br><span style='font-size:{KEY_FONT_PT}pt'>" + "<br>".join(rows)
+            + "</span>")
 
 
 def plain_axes(plot_item: pg.PlotItem) -> None:
@@ -232,7 +295,10 @@ class LivePlot(pg.PlotWidget):
         cache_axes(self.plot_item)
         # The key sits under the title, outside the data: a legend box inside the view covered the first
         # bars, the host-available line and the control-change labels.
-        self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
+        self.keys: list[KeyEntry] = []
+        self._key_font = QFont(self.font())
+        self._key_font.setPointSizeF(KEY_FONT_PT)
+        self._key_layout: tuple[int, int, int] | None = None
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.change_markers = ChangeMarkers(self.plot_item)
         self._version = -1
@@ -245,6 +311,7 @@ class LivePlot(pg.PlotWidget):
         super().resizeEvent(ev)
         if "empty" in self.__dict__:  # resized during construction, before the note exists
             self.empty.place()
+            self._show_keys(force=False)  # fewer or more key lines for the new size
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
@@ -256,19 +323,33 @@ class LivePlot(pg.PlotWidget):
         if text:
             self.empty.set_text(text)
 
-    def add_key(self, name: str, colour: str, style: str = "solid") -> None:
-        self.keys.append((name, colour, style))
+    def add_key(self, name: str, colour: str, style: str = "solid", group: str = "") -> None:
+        self.keys.append(KeyEntry(name, colour, style, group))
         self._show_keys()
 
     def remove_key(self, name: str) -> None:
-        self.keys = [k for k in self.keys if k[0] != name]
+        self.keys = [k for k in self.keys if k.name != name]
         self._show_keys()
 
-    def _show_keys(self) -> None:
-        self.plot_item.setTitle(title_html(self.title_text, self.keys), size="9pt")
+    def _show_keys(self, force: bool = True) -> None:
+        """The key under the title, in as many lines as the plot's height allows while its data area keeps
+        MIN_VIEW_PX; what does not fit is folded into the title's tooltip, which always holds the whole key."""
+        metrics = QFontMetricsF(self._key_font)
+        chunks = key_chunks(self.keys)
+        lines = pack_key_lines(chunks, max(100.0, self.width() - 24.0), metrics)
+        room = int((self.height() - KEY_LINE_PX - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX)
+        layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1)
+        if not force and layout_key == self._key_layout:
+            return
+        self._key_layout = layout_key
+        folded = 0
+        if len(lines) > max(0, room):
+            lines = lines[:max(0, room - 1)]  # the last line that fits says what is folded
+            folded = len(self.keys) - sum(c.count for line in lines for c in line)
+        self.plot_item.setTitle(title_html(self.title_text, lines, folded), size="9pt")
+        self.plot_item.titleLabel.setToolTip("<br>".join(c.html for c in chunks))
         # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
-        lines = 1 + -(-len(self.keys) // KEYS_PER_LINE)
-        height = 16 * lines + 4
+        height = KEY_LINE_PX * (1 + len(lines) + (1 if folded and lines else 0)) + 4
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
 
