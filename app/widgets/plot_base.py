@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
@@ -49,10 +49,12 @@ class KeyChunk:
     html: str
     plain: str  # measures the chunk's width
     count: int  # entries in it
+    starts_group: bool = True  # a wider gap before it than between the entries of one group
 
 
 def key_chunks(keys: list[KeyEntry]) -> list[KeyChunk]:
-    """One chunk per group (in order of first appearance), or per entry without a group."""
+    """One chunk per entry, the entries of a group together (in order of the group's first entry) and the
+    group's name in bold before its first one, so a long group can wrap between its entries."""
     order: list[str] = []
     members: dict[str, list[KeyEntry]] = {}
     for i, k in enumerate(keys):
@@ -63,26 +65,28 @@ def key_chunks(keys: list[KeyEntry]) -> list[KeyChunk]:
         members[tag].append(k)
     chunks = []
     for tag in order:
-        entries = members[tag]
-        glyphs = [KEY_GLYPHS.get(k.style, "━━") for k in entries]
-        chunk_html = "&nbsp;&nbsp;".join(f'<span style="color:{k.colour}">{g}</span>&nbsp;{html.escape(k.name)}'
-                                         for k, g in zip(entries, glyphs, strict=True))
-        plain = "  ".join(f"{g} {k.name}" for k, g in zip(entries, glyphs, strict=True))
-        head = entries[0].group
-        if head:
-            chunk_html, plain = f"<b>{html.escape(head)}</b>&nbsp;{chunk_html}", f"{head} {plain}"
-        chunks.append(KeyChunk(chunk_html, plain, len(entries)))
+        for j, k in enumerate(members[tag]):
+            glyph = KEY_GLYPHS.get(k.style, "━━")
+            chunk_html = f'<span style="color:{k.colour}">{glyph}</span>&nbsp;{html.escape(k.name)}'
+            plain = f"{glyph} {k.name}"
+            if j == 0 and k.group:
+                chunk_html, plain = f"<b>{html.escape(k.group)}</b>&nbsp;{chunk_html}", f"{k.group} {plain}"
+            chunks.append(KeyChunk(chunk_html, plain, 1, starts_group=j == 0))
     return chunks
+
+
+GROUP_GAP = "&nbsp;&nbsp;&nbsp;&nbsp;"
+ENTRY_GAP = "&nbsp;&nbsp;"
 
 
 def pack_key_lines(chunks: list[KeyChunk], width_px: float, metrics: QFontMetricsF) -> list[list[KeyChunk]]:
     """The chunks greedily packed into lines no wider than ``width_px`` (a chunk wider than a line gets a
     line of its own)."""
-    gap = metrics.horizontalAdvance("    ")
     lines: list[list[KeyChunk]] = []
     used = 0.0
     for chunk in chunks:
         w = metrics.horizontalAdvance(chunk.plain)
+        gap = metrics.horizontalAdvance("    " if chunk.starts_group else "  ")
         if lines and used + gap + w <= width_px:
             lines[-1].append(chunk)
             used += gap + w
@@ -92,16 +96,37 @@ def pack_key_lines(chunks: list[KeyChunk], width_px: float, metrics: QFontMetric
     return lines
 
 
+def key_line_html(line: list[KeyChunk]) -> str:
+    return "".join((("" if i == 0 else GROUP_GAP if c.starts_group else ENTRY_GAP) + c.html)
+                   for i, c in enumerate(line))
+
+
 def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0) -> str:
     """The plot's title with its key on the next line(s); ``folded`` entries are left to the tooltip."""
     if not lines:
-        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover here)</i></span>" if folded else ""
+        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
         return f"<b>{html.escape(title)}</b>{hint}"
-    rows = ["&nbsp;&nbsp;&nbsp;&nbsp;".join(c.html for c in line) for line in lines]
+    rows = [key_line_html(line) for line in lines]
     if folded:
-        rows.append(f"<i>… {folded} more: hover here for the whole key</i>")
+        rows[-1] += f"&nbsp;&nbsp;&nbsp;&nbsp;<i>… {folded} more (hover the title)</i>"
     return (f"<b>{html.escape(title)}</b><br><span style='font-size:{KEY_FONT_PT}pt'>" + "<br>".join(rows)
             + "</span>")
+
+
+def fit_title(label: pg.LabelItem, width_px: float) -> float:
+    """Wrap a plot's title at ``width_px`` when it is wider (centred), and return its height. pyqtgraph
+    makes a title's natural width the plot's minimum width, so a long title made a plot in a narrow column
+    wider than the column, its right side cut off."""
+    item = label.item
+    item.setTextWidth(-1)
+    if item.boundingRect().width() > width_px:
+        item.setTextWidth(width_px)
+        option = item.document().defaultTextOption()
+        option.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        item.document().setDefaultTextOption(option)
+    label.updateMin()
+    label.resizeEvent(None)
+    return float(item.boundingRect().height())
 
 
 def plain_axes(plot_item: pg.PlotItem) -> None:
@@ -298,7 +323,7 @@ class LivePlot(pg.PlotWidget):
         self.keys: list[KeyEntry] = []
         self._key_font = QFont(self.font())
         self._key_font.setPointSizeF(KEY_FONT_PT)
-        self._key_layout: tuple[int, int, int] | None = None
+        self._key_layout: tuple[int, ...] | None = None
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.change_markers = ChangeMarkers(self.plot_item)
         self._version = -1
@@ -331,27 +356,44 @@ class LivePlot(pg.PlotWidget):
         self.keys = [k for k in self.keys if k.name != name]
         self._show_keys()
 
+    def _axes_width(self) -> float:
+        """The side axes' width: the title and key sit in the data area's column, between them."""
+        width = 0.0
+        for side in ("left", "right"):
+            axis = self.plot_item.getAxis(side)
+            if axis.isVisible():
+                width += max(float(axis.minimumWidth()), float(axis.geometry().width()), 30.0)
+        return width
+
     def _show_keys(self, force: bool = True) -> None:
         """The key under the title, in as many lines as the plot's height allows while its data area keeps
         MIN_VIEW_PX; what does not fit is folded into the title's tooltip, which always holds the whole key."""
         metrics = QFontMetricsF(self._key_font)
         chunks = key_chunks(self.keys)
-        lines = pack_key_lines(chunks, max(100.0, self.width() - 24.0), metrics)
-        room = int((self.height() - KEY_LINE_PX - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX)
-        layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1)
+        width = max(100.0, self.width() - 24.0 - self._axes_width())
+        lines = pack_key_lines(chunks, width, metrics)
+        room = max(0, int((self.height() - KEY_LINE_PX - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX))
+        layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1, int(width) // 8)
         if not force and layout_key == self._key_layout:
             return
         self._key_layout = layout_key
         folded = 0
-        if len(lines) > max(0, room):
-            lines = lines[:max(0, room - 1)]  # the last line that fits says what is folded
+        if len(lines) > room:
+            # The lines that fit, each leaving room at its end for "… N more: hover" on the last one.
+            note = metrics.horizontalAdvance("    … 99 more (hover the title)")
+            lines = pack_key_lines(chunks, max(50.0, width - note), metrics)[:room]
             folded = len(self.keys) - sum(c.count for line in lines for c in line)
         self.plot_item.setTitle(title_html(self.title_text, lines, folded), size="9pt")
-        self.plot_item.titleLabel.setToolTip("<br>".join(c.html for c in chunks))
+        title_height = fit_title(self.plot_item.titleLabel, width)
+        self.plot_item.titleLabel.setToolTip("<br>".join(key_line_html(line)
+                                                         for line in pack_key_lines(chunks, 420.0, metrics)))
         # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
-        height = KEY_LINE_PX * (1 + len(lines) + (1 if folded and lines else 0)) + 4
+        height = max(KEY_LINE_PX * (1 + len(lines)) + 4, title_height)
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
+        # The view set the plot's geometry at its old minimum width (a longer title): set it again.
+        if self.plot_item.geometry().width() > self.width():
+            self.plot_item.setGeometry(QRectF(0, 0, self.width(), self.height()))
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         self.add_key(name, colour, style)
