@@ -636,8 +636,8 @@ class MainWindow(QMainWindow):
 
     # ---- messages --------------------------------------------------------------------------------------
     def show_error(self, text: str) -> None:
-        self.last_error = text
-        self.banner.show_message(text, "error")
+        self.last_error = full_stop(text)
+        self.banner.show_message(self.last_error, "error")
 
     def message_box(self, title: str, text: str) -> None:
         """A non-blocking warning box (tests read ``last_message``)."""

@@ -13,7 +13,7 @@ from PySide6.QtGui import QKeySequence
 from specscope.core.controls import switched_drafter_controls
 from specscope.core.records import ControlValues
 
-from .app_helpers import load_tiny, make_window, qt_binding_broken
+from .app_helpers import load_tiny, make_window, pair_factory, qt_binding_broken
 
 pytestmark = [pytest.mark.gui,
               pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
@@ -122,3 +122,19 @@ def test_settings_reach_the_disk_when_they_change_not_only_on_exit(qtbot, tmp_pa
     # No close, no explicit save: what a kill would leave on disk.
     qtbot.waitUntil(lambda: ini.exists() and all(
         s in ini.read_text() for s in ("Count the sheep in Wales", "early-exit", '\\"k\\": 7')), timeout=5_000)
+
+
+def test_loading_names_each_step_in_the_status_bar(qtbot, tmp_path):
+    from specscope.app.window import engine_imported
+
+    w = make_window(qtbot, tmp_path)
+    seen: list[str] = []
+    w.controller.progress.connect(lambda message, _fraction: seen.append(message))
+    with qtbot.waitSignal(w.pair_ready, timeout=60_000):
+        w.load_pair(pair_factory("perfect"))
+        # the window's own first line names the step the worker starts with
+        first = w.status.message.text()
+        assert first.endswith(": starting…" if engine_imported() else ": importing torch and transformers…")
+    assert "building a tiny pair" in seen  # the loader's own steps
+    assert seen[-1].startswith("Warming up: decode modules and a memory bandwidth probe")  # the last, named
+    assert w.status.message.text().startswith("Ready: ")
