@@ -7,7 +7,7 @@ drafter), which prints each loading step the status bar shows with its time sinc
 pair is ready. Reported per launch: wall time to the window and to ready, the CPU seconds the app used, the
 1-minute load average before it started, and the time spent in each step. A hog is one busy Python loop.
 
-    .venv/bin/python scripts/measure_launch.py --rounds 3 [--drafter eagle] [--out docs/launch-time.json]
+    .venv/bin/python scripts/measure_launch.py --rounds 3 [--drafter eagle] [--out launch.json]
 """
 
 from __future__ import annotations
