@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot-after", type=int, default=0, metavar="N",
                    help="with --screenshot: wait until N iterations are shown (0 = once a trace is shown)")
     p.add_argument("--print-visible-time", action="store_true", help=argparse.SUPPRESS)
+    # scripts/measure_launch.py: print each loading step with its time since start, then quit once ready
+    p.add_argument("--print-ready-time", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -75,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_visible_time:
         print(f"window visible after {1000 * (time.monotonic() - T0):.0f} ms", flush=True)
 
+    if args.print_ready_time:
+        _print_steps_until_ready(window)
+
     choice = window.pair_choice
     if args.target or args.draft or args.drafter or args.device or args.dtype:
         target = args.target or "demo"
@@ -91,6 +96,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.screenshot:
         _arm_screenshot(window, args.screenshot, args.screenshot_after)
     return int(app.exec())
+
+
+def _print_steps_until_ready(window) -> None:
+    """Each progress line the status bar shows, with the milliseconds since start; quit when ready."""
+    from PySide6.QtCore import QTimer
+
+    def step(message: str, _fraction: float = -1.0) -> None:
+        print(f"{1000 * (time.monotonic() - T0):8.0f} ms  {message}", flush=True)
+
+    def ready() -> None:
+        print(f"ready after {1000 * (time.monotonic() - T0):.0f} ms", flush=True)
+        QTimer.singleShot(0, window.close)
+
+    step("window visible")
+    window.controller.progress.connect(step)
+    window.pair_ready.connect(ready)
+    def failed(message: str) -> None:
+        step(f"load failed: {message}")
+        window.close()
+
+    window.pair_failed.connect(failed)
 
 
 def _app_icon():

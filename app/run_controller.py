@@ -31,6 +31,7 @@ from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .run_data import Marker, Observed, RunData
+from .sentences import finish_sentence
 from .worker import LoadRequest, RunRequest, WorkerHost
 
 if TYPE_CHECKING:
@@ -65,9 +66,6 @@ class RunState(str, Enum):
         return self in (RunState.RUNNING, RunState.PAUSED)
 
 
-FINISH_WORDS = {"eos": "ended at the end of sequence", "max_new_tokens": "reached max new tokens",
-                "context_window": "filled the context window", "stop": "stopped", "interrupted": "interrupted",
-                "terminated": "terminated", "error": "failed"}
 
 
 class RunController(QObject):
@@ -260,9 +258,7 @@ class RunController(QObject):
         self.finish_reason = reason
         self._set_state(RunState.STOPPED if reason == "stop" else RunState.FINISHED)
         elapsed = time.monotonic() - self.run_started_at if self.run_started_at else 0.0
-        n = len(self.data)
-        self.message.emit(f"The run {FINISH_WORDS.get(reason, reason)} after {elapsed:.1f} s "
-                          f"({n} iteration{'s' * (n != 1)}).", 8000)
+        self.message.emit(finish_sentence(reason, elapsed, len(self.data)), 8000)
         self.run_ended.emit(f"finished:{reason}")
 
     def _on_error(self, message: str) -> None:

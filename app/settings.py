@@ -67,6 +67,13 @@ class AppSettings:
         self._set_json("controls", {"k": v.k, "temperature": v.temperature, "top_k": v.top_k,
                                     "top_p": v.top_p, "adaptive_k": v.adaptive_k})
 
+    def adaptive_chosen(self) -> bool:
+        """True once the user ticked or unticked adaptive k: a drafter switch then keeps their choice."""
+        return str(self.qs.value("adaptive_k_chosen", "false")).lower() == "true"
+
+    def set_adaptive_chosen(self, chosen: bool) -> None:
+        self.qs.setValue("adaptive_k_chosen", "true" if chosen else "false")
+
     def prompt(self) -> str | None:
         v = self.qs.value("prompt")
         return str(v) if v else None

@@ -70,17 +70,18 @@ PLOT_COLOURS = {
 
 PAGING_BAND_RGBA = (213, 94, 0, 50)  # vermillion, translucent: iterations the paging detector flagged
 
-# Memory series cycle: colour plus dash pattern, so two series never differ by hue alone.
-MEMORY_CYCLE = [
-    (OKABE_ITO["blue"], "solid"),
-    (OKABE_ITO["orange"], "dash"),
-    (OKABE_ITO["bluish_green"], "solid"),
-    (OKABE_ITO["vermillion"], "dot"),
-    (OKABE_ITO["reddish_purple"], "dashdot"),
-    (OKABE_ITO["sky_blue"], "dash"),
-    (OKABE_ITO["black"], "dot"),
-    (OKABE_ITO["grey"], "solid"),
-]
+# Memory series: one colour per owner (target, draft, host, device, ...) and one dash pattern per quantity
+# within it, so no two series share both, and the key groups them by owner.
+MEMORY_OWNER_COLOURS = {
+    "target": OKABE_ITO["blue"],
+    "draft": OKABE_ITO["vermillion"],
+    "host": OKABE_ITO["bluish_green"],
+    "io": OKABE_ITO["reddish_purple"],
+    "device": OKABE_ITO["orange"],
+    "pcie": OKABE_ITO["sky_blue"],
+}
+MEMORY_SPARE_COLOURS = [OKABE_ITO["black"], OKABE_ITO["grey"], OKABE_ITO["yellow"]]  # owners not named above
+MEMORY_STYLES = ["solid", "dash", "dot", "dashdot", "dashdotdot"]
 
 PLOT_BACKGROUND = "#FFFFFF"
 PLOT_FOREGROUND = "#222222"

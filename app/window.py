@@ -8,6 +8,7 @@ modules are imported lazily in handlers, never at module level.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -44,8 +45,9 @@ from specscope.core.events import ControlChange
 from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
 from .pair_choice import PairChoice
-from .run_controller import FINISH_WORDS, RunController, RunState
+from .run_controller import RunController, RunState
 from .run_data import RunData
+from .sentences import FINISH_WORDS, full_stop
 from .settings import AppSettings
 from .widgets.control_panel import ControlPanel
 from .widgets.drill_control import DrillControl
@@ -104,6 +106,8 @@ class Banner(QWidget):
             cb()
 
 
+SAVE_DELAY_MS = 400  # settings are written this long after the last change (a burst of typing: one write)
+
 TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
 
 
@@ -131,6 +135,33 @@ def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
     return dialog
 
 
+class CentralArea(QWidget):
+    """The window's central widget; says when its width changes (the window, or the dock beside it, moved)."""
+
+    resized = Signal()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.resized.emit()
+
+
+MIN_PLOT_COLUMN_PX = 340  # below this the plots' ticks run into each other
+MIN_TOKEN_COLUMN_PX = 300
+BESIDE_MIN_WIDTH = 2 * MIN_PLOT_COLUMN_PX + MIN_TOKEN_COLUMN_PX + 12  # two plot columns, tokens, the handle
+
+
+def engine_imported() -> bool:
+    """torch and transformers are loaded in this process (the worker imports them on the first load)."""
+    return "torch" in sys.modules and "transformers" in sys.modules
+
+
+def full_screen_keys() -> list[QKeySequence]:
+    """F11 everywhere, plus the platform's own full-screen key where it has another (Ctrl+Meta+F on macOS)."""
+    keys = [QKeySequence("F11")]
+    keys += [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.FullScreen) if k not in keys]
+    return keys
+
+
 class MainWindow(QMainWindow):
     pair_ready = Signal()
     pair_failed = Signal(str)
@@ -147,6 +178,7 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
         self.interrupted_folder: Path | None = None
+        self._beside_wanted = False  # View ▸ Tokens beside the plots, shown when the window is wide enough
         self.controller = RunController(lambda: self.sessions_dir, self.settings.keep_sessions, self)
 
         self.panel = ControlPanel()
@@ -160,8 +192,10 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.panel)
         dock.setWidget(scroll)
+        # Closable: without it Qt greys out the dock's own View ▸ Controls toggle.
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self.controls_dock = dock
 
@@ -189,7 +223,8 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.run_panel = RunPanel()
-        central = QWidget()
+        central = CentralArea()
+        central.resized.connect(self._fit_token_layout)
         cl = QVBoxLayout(central)
         cl.setContentsMargins(0, 0, 0, 0)
         cl.setSpacing(2)
@@ -198,6 +233,13 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status = StatusPanel(self.statusBar())
         self._build_menus()
+        # Settings are written a moment after each change, not only on a clean exit: a killed window keeps
+        # its pair, drafter, prompt and controls.
+        self._save_soon = QTimer(self)
+        self._save_soon.setObjectName("save_settings_soon")
+        self._save_soon.setSingleShot(True)
+        self._save_soon.setInterval(SAVE_DELAY_MS)
+        self._save_soon.timeout.connect(self.save_settings)
         self._connect()
         self._restore_settings()
         self._render_state(self.controller.state)
@@ -214,6 +256,9 @@ class MainWindow(QMainWindow):
         self.panel.controls_changed.connect(c.update_controls)
         self.panel.drafter_changed.connect(self.change_drafter)
         self.legend.show_rejected_changed.connect(self.token_view.set_show_rejected)
+        for changed in (self.panel.controls_changed, self.panel.prompt_edit.textChanged,
+                        self.panel.max_new.valueChanged, self.panel.seed.valueChanged, self.panel.adaptive.clicked):
+            changed.connect(self.save_settings_soon)
         c.state_changed.connect(self._render_state)
         c.drill_changed.connect(self._on_drill_events)
         c.progress.connect(self.status.show_progress)
@@ -258,10 +303,12 @@ class MainWindow(QMainWindow):
         view = mb.addMenu("&View")
         self.view_menu = view
         view.addAction(self.controls_dock.toggleViewAction())
-        self.beside_action = self._action(view, "Tokens &beside the plots", self._toggle_tokens_beside)
+        self.beside_action = self._action(view, "Tokens &beside the plots (wide windows)", self._toggle_tokens_beside)
         self.beside_action.setCheckable(True)
-        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen,
-                                               QKeySequence(QKeySequence.StandardKey.FullScreen))
+        self.beside_action.setToolTip(f"Beside the plots when the window leaves {BESIDE_MIN_WIDTH} px for them and "
+                                      "the tokens; below them otherwise")
+        self.full_screen_action = self._action(view, "&Full screen", self._toggle_full_screen)
+        self.full_screen_action.setShortcuts(full_screen_keys())
         self.full_screen_action.setCheckable(True)
 
     def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
@@ -276,6 +323,7 @@ class MainWindow(QMainWindow):
     def _restore_settings(self) -> None:
         s = self.settings
         self.panel.set_values(s.controls(self.pair_choice.drafter))
+        self.panel.adaptive_chosen = s.adaptive_chosen()
         prompt = s.prompt()
         if prompt:
             self.panel.set_prompt_text(prompt)
@@ -309,13 +357,47 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([int(total * (1 - share)), int(total * share)])
 
     def set_tokens_beside(self, beside: bool) -> None:
-        """Tokens in a column right of the plots (wide screens) or in a band below them."""
-        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        """Tokens in a column right of the plots (wide windows) or in a band below them. Beside is a wish: a
+        window too narrow for two plot columns and the tokens shows them below until it is wide enough."""
+        self._beside_wanted = beside
         self.beside_action.setChecked(beside)
+        self._fit_token_layout(announce=False)
+
+    @property
+    def tokens_shown_beside(self) -> bool:
+        return self.splitter.orientation() == Qt.Orientation.Horizontal
+
+    def _fit_token_layout(self, announce: bool = True) -> None:
+        """Tokens beside the plots only where both fit (see BESIDE_MIN_WIDTH); otherwise below them."""
+        beside = self._beside_wanted and self._room_for_plots_and_tokens() >= BESIDE_MIN_WIDTH
+        if beside == self.tokens_shown_beside:
+            return
+        self.splitter.setOrientation(Qt.Orientation.Horizontal if beside else Qt.Orientation.Vertical)
+        # The plots keep two readable columns whatever the handle's drag (the tokens get no minimum, which
+        # would hold the window wider than the switch back needs).
+        self.plots.setMinimumWidth(2 * MIN_PLOT_COLUMN_PX if beside else 0)
+        self._default_split()
+        if announce:
+            self._say_why_tokens_are_below()
+
+    def _room_for_plots_and_tokens(self) -> int:
+        """The central area's width, less what the controls dock was squeezed by to make it (beside the
+        plots the columns' minimum widths take the room from the dock first)."""
+        dock, panel, central = self.controls_dock, self.controls_dock.widget(), self.centralWidget()
+        squeezed = 0
+        if panel is not None and dock.isVisible() and not dock.isFloating():
+            squeezed = max(0, panel.sizeHint().width() - dock.width())
+        return (central.width() if central is not None else self.width()) - squeezed
+
+    def _say_why_tokens_are_below(self) -> None:
+        if self._beside_wanted and not self.tokens_shown_beside:
+            self.status.show_message(f"Tokens below the plots: beside them needs {BESIDE_MIN_WIDTH} px for the "
+                                     "plots and tokens; they move there when the window is wide enough", 8000)
 
     def _toggle_tokens_beside(self) -> None:
         self.set_tokens_beside(self.beside_action.isChecked())
         self._default_split()
+        self._say_why_tokens_are_below()
 
     def _toggle_full_screen(self) -> None:
         if self.isFullScreen():
@@ -324,14 +406,21 @@ class MainWindow(QMainWindow):
             self.showFullScreen()
         self.full_screen_action.setChecked(self.isFullScreen())
 
+    def save_settings_soon(self, *_: object) -> None:
+        self._save_soon.start()
+
     def save_settings(self) -> None:
+        self._save_soon.stop()
         s = self.settings
         s.set_controls(self.panel.values())
+        s.set_adaptive_chosen(self.panel.adaptive_chosen)
         s.set_prompt(self.panel.prompt_edit.toPlainText())
         s.set_run_options(self.panel.max_new.value(), self.panel.seed.value())
         s.set_pair_choice(self.pair_choice)
         s.set_layout(self.saveGeometry(), self.saveState())
-        s.set_token_layout(self.splitter.orientation() == Qt.Orientation.Horizontal, self.splitter.sizes())
+        # The sizes belong to the layout shown; while "beside" waits for room they would not fit it.
+        shown_as_wished = self._beside_wanted == self.tokens_shown_beside
+        s.set_token_layout(self._beside_wanted, self.splitter.sizes() if shown_as_wished else [])
         s.sync()
 
     # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
@@ -488,7 +577,7 @@ class MainWindow(QMainWindow):
                 return
             if what.drafter != self.pair_choice.drafter:
                 self.panel.set_values(switched_drafter_controls(self.panel.values(), self.pair_choice.drafter,
-                                                                what.drafter))
+                                                                what.drafter, self.panel.adaptive_chosen))
             label = what.describe()
         else:
             label = "custom pair"
@@ -497,7 +586,10 @@ class MainWindow(QMainWindow):
         if isinstance(what, PairChoice):
             self.pair_choice = what
             self.status.set_device(what.target_device)
-        self.status.show_progress(f"Loading {label}…", -1.0)
+            self.save_settings_soon()  # the pair and drafter, and the controls the switch moved
+        # The first step says what the wait is: on a first load, importing the engine is most of it.
+        step = "starting" if engine_imported() else "importing torch and transformers"
+        self.status.show_progress(f"Loading {label}: {step}…", -1.0)
 
     def _on_loaded(self, description: str) -> None:
         self.status.hide_progress()
@@ -512,10 +604,12 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         self.status.hide_progress()
-        self.last_error = f"Could not load the models: {message}"
+        # The last progress line ("Reading <folder>…") is over: say it failed, and where the reason is.
+        self.status.show_message("Loading failed: the reason is above the tokens", 15000)
+        self.last_error = full_stop(f"Could not load the models: {message}")
         # The way back, in the error itself: the demo always loads. (Models ▸ Choose models… reopens the
         # dialog with what was typed, to correct it.)
-        self.banner.show_message(self.last_error + " Correct it in Models ▸ Choose models… (Ctrl+M), or:",
+        self.banner.show_message(f"{self.last_error} Correct it in Models ▸ Choose models… (Ctrl+M), or:",
                                  "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
 
@@ -582,8 +676,8 @@ class MainWindow(QMainWindow):
 
     # ---- messages --------------------------------------------------------------------------------------
     def show_error(self, text: str) -> None:
-        self.last_error = text
-        self.banner.show_message(text, "error")
+        self.last_error = full_stop(text)
+        self.banner.show_message(self.last_error, "error")
 
     def message_box(self, title: str, text: str) -> None:
         """A non-blocking warning box (tests read ``last_message``)."""

@@ -160,6 +160,7 @@ class Worker(QObject):
             return
         self.pair = pair
         _leave_a_core_for_the_gui(pair)
+        self.progress.emit("Warming up: decode modules and a memory bandwidth probe", -1.0)
         try:
             _warm_up(pair)
         except Exception:  # a warm-up is an optimisation: the run does the same work when it starts

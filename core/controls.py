@@ -28,14 +28,17 @@ def validate(values: ControlValues) -> ControlValues:
     return values
 
 
-def switched_drafter_controls(values: ControlValues, old: str, new: str) -> ControlValues:
+def switched_drafter_controls(values: ControlValues, old: str, new: str,
+                              adaptive_chosen: bool = False) -> ControlValues:
     """The controls after the user switches from drafter ``old`` to ``new``.
 
-    A k still at the old drafter's default moves to the new one's; a k the user chose stays. Adaptive k turns
-    on for a drafter that has it by default (prompt lookup's proposes only what pays) and is otherwise left.
+    A k still at the old drafter's default moves to the new one's; a k the user chose stays. Adaptive k the
+    user set (``adaptive_chosen``: they ticked or unticked it) stays as they left it; otherwise it turns on
+    for a drafter that has it by default (prompt lookup's proposes only what pays) and is otherwise left.
     """
     k = default_k(new) if values.k == default_k(old) else values.k
-    return replace(values, k=k, adaptive_k=values.adaptive_k or adaptive_k_default(new))
+    adaptive = values.adaptive_k if adaptive_chosen else values.adaptive_k or adaptive_k_default(new)
+    return replace(values, k=k, adaptive_k=adaptive)
 
 
 class Controls:

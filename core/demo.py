@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS
+from .leftovers import LOCK_NAME, claimed_folder, lock_fd, remove_abandoned
 from .pair import LoadedModel, ModelPair
 
 Progress = Callable[[str, float], None]
@@ -124,6 +125,12 @@ def _cache_is_valid(target_dir: Path, gguf: Path) -> bool:
     return bool(recorded.get("sha256") == _sha256(gguf))  # reinstalled but maybe identical
 
 
+def remove_leftovers() -> list[Path]:
+    """Temporary folders and files a killed conversion or unpacking left in the cache (none that a live
+    process is writing); returns what was removed."""
+    return remove_abandoned(demo_cache_dir(), (f".{TARGET_DIRNAME}.*", ".draft_layers.*"))
+
+
 def demo_target_dir() -> Path:
     return demo_cache_dir() / TARGET_DIRNAME
 
@@ -153,7 +160,7 @@ def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     _report(progress, "Checking the converted model", 0.95)
-    files = sorted(p.name for p in out_dir.iterdir() if p.is_file())
+    files = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != LOCK_NAME)
     marker = _source_identity(gguf) | {"sha256": _sha256(gguf), "files": files}
     (out_dir / MARKER).write_text(json.dumps(marker, indent=1))
     del model
@@ -163,6 +170,7 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
     """The cached safetensors directory of the demo target, converting the GGUF first if needed."""
     gguf = demo_gguf_path()
     target_dir = demo_target_dir()
+    remove_leftovers()
     if _cache_is_valid(target_dir, gguf):
         _report(progress, "Demo model found in the cache", 1.0)
         return target_dir
@@ -173,7 +181,8 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
         raise DemoUnavailable(f"cannot write the demo cache in {target_dir.parent}: {e.strerror or e}") \
             from None
     try:
-        _convert(gguf, tmp, progress)
+        with claimed_folder(tmp):  # a launch meanwhile leaves it alone; one after a kill removes it
+            _convert(gguf, tmp, progress)
         if target_dir.exists():  # stale or half-written: move aside, then drop
             stale = target_dir.with_name(f".{TARGET_DIRNAME}.stale-{os.getpid()}")
             os.replace(target_dir, stale)
@@ -241,6 +250,7 @@ def _unpacked_in_cache(packed: Path, progress: Progress | None = None) -> Path |
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".draft_layers.", dir=cached.parent)
+        lock_fd(fd)
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(lzma.decompress(data))

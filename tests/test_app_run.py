@@ -89,7 +89,8 @@ def test_k_changed_mid_run_reaches_records_and_plots(qtbot, window):
     assert [(m.iteration, m.label) for m in window.data.markers] == [(first_k7, f"k {start_k}→7")]
     for plot in window.plots.live_plots:
         assert [m.value() for m in plot.markers] == [first_k7]
-        assert plot.markers[0].label.textItem.toPlainText() == f"k {start_k}→7"
+        assert plot.markers[0].label.textItem.toPlainText() == "1"  # a numbered badge, the words on hover
+        assert plot.markers[0].label.toolTip() == f"1 · iteration {first_k7}: k {start_k}→7"
 
 
 def test_pause_holds_the_loop_and_resume_continues(qtbot, window):

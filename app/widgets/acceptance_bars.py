@@ -1,15 +1,17 @@
 """Per-position acceptance: P(proposal i is accepted | the first i were). Falls with i for most drafts;
 the fall-off is what limits a useful k.
 
-Each bar says how many times its position was reached (n): a rate from a handful of samples is drawn
-hatched and pale, with no rate written, so "1.0 from a single sample" does not read like a measurement."""
+Each bar says how many times its position was reached (n): a rate from a handful of samples is drawn as a
+pale hatched outline with no rate written, so "1.0 from a single sample" does not read like a measurement.
+Each tick says its position's n, the bars their rates on one line, and the y range leaves room above a full
+bar for its label at whatever height the plot has."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from ..run_data import RunData
@@ -20,22 +22,29 @@ MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: t
 BAR_WIDTH = 0.7
 
 
-def position_ticks(n: int) -> list[list[tuple[int, str]]]:
-    """Integer ticks 1..n under the bars (pyqtgraph would put them at halves)."""
+def position_ticks(n: int, reached: list[int] | None = None) -> list[list[tuple[int, str]]]:
+    """Integer ticks 1..n under the bars (pyqtgraph would put them at halves), each with its sample size
+    ("3 n=41") when ``reached`` is given."""
     step = 1 if n <= 16 else 2
-    return [[(i, str(i)) for i in range(1, n + 1, step)], []]
+    return [[(i, f"{i} n={reached[i - 1]}" if reached else str(i)) for i in range(1, n + 1, step)], []]
 
 
 class AcceptanceBars(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pi = self.getPlotItem()
-        pi.setTitle("Acceptance by draft position", size="9pt")
-        pi.setLabel("left", "P(accept | reached)")
-        pi.setLabel("bottom", "draft position (1 = first proposal; n = times reached)")
-        # Room above a full bar for its "rate n=…" label at the plot's usual ~60 px height.
-        pi.setYRange(0, 1.45, padding=0)
+        # No axis titles: at 1280x720 the view is ~55 px tall, and the titles were cut and took the room the
+        # bars' labels need. The plot's title says what the bars and ticks are; the full meaning is on hover.
+        pi.setTitle("Acceptance by draft position (n = times reached)", size="9pt")
+        self.setToolTip("P(proposal i is accepted | proposals 1..i-1 were), per draft position i (1 = first "
+                        f"proposal); n = times position i was reached. Pale hatched bars: n < {MIN_SAMPLES}, "
+                        "too few to read a rate.")
+        self._y_top = 1.45  # until the first resize says how tall the view is
+        pi.setYRange(0, self._y_top, padding=0)
         pi.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
+        self.tick_font = QFont(self.font())
+        self.tick_font.setPointSizeF(max(7.0, self.font().pointSizeF() - 1))  # "8 n=120" under a k=8 bar
+        pi.getAxis("bottom").setStyle(tickFont=self.tick_font)
         pi.enableAutoRange(axis="y", enable=False)
         pi.showGrid(y=True, alpha=0.2)
         pi.setMouseEnabled(x=False, y=False)
@@ -43,16 +52,20 @@ class AcceptanceBars(pg.PlotWidget):
         cache_axes(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=PLOT_COLOURS["bars"], pen=None)
-        thin = pg.mkColor(PLOT_COLOURS["bars"])
+        pale = pg.mkColor(PLOT_COLOURS["bars"])
+        pale.setAlpha(90)
         self.thin_bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH,
-                                         brush=pg.mkBrush(thin, style=Qt.BrushStyle.BDiagPattern),
-                                         pen=pg.mkPen(thin, width=1, style=Qt.PenStyle.DashLine))
+                                         brush=pg.mkBrush(pale, style=Qt.BrushStyle.BDiagPattern),
+                                         pen=pg.mkPen(pale, width=1, style=Qt.PenStyle.DotLine))
         pi.addItem(self.bars)
         pi.addItem(self.thin_bars)
         self.labels: list[pg.TextItem] = []
-        self.empty = EmptyNote(self, "no proposals yet: bars appear once the drafter proposes")
         self._version = -1
         self._positions = 0
+        self._ticks: list[list[tuple[int, str]]] | None = None
+        self._rates = np.zeros(0)
+        self._reached = np.zeros(0, dtype=np.int64)
+        self.empty = EmptyNote(self, "no proposals yet: bars appear once the drafter proposes")  # last: see resize
 
     def _label(self, i: int) -> pg.TextItem:
         while len(self.labels) <= i:
@@ -65,6 +78,25 @@ class AcceptanceBars(pg.PlotWidget):
         super().resizeEvent(ev)
         if "empty" in self.__dict__:  # resized during construction, before the note exists
             self.empty.place()
+            self._place_text()
+
+    def _column_px(self) -> float:
+        vb = self.getPlotItem().vb
+        span = vb.viewRange()[0]
+        return float(vb.width()) / max(1e-9, span[1] - span[0])
+
+    def _fits(self, text: str, font: QFont | None = None) -> bool:
+        return QFontMetricsF(font or self.font()).horizontalAdvance(text) + 8 <= self._column_px()
+
+    def _fit_labels(self) -> None:
+        """The y range's top: a full bar (1.0) plus its one-line label at the view's height now."""
+        vb = self.getPlotItem().vb
+        label_px = QFontMetricsF(self.font()).lineSpacing() + 12  # the text item's margins and a gap
+        height = max(float(vb.height()), 1.0)
+        top = min(3.0, max(1.15, 1.0 / max(1e-3, 1.0 - label_px / height)))
+        if abs(top - self._y_top) > 0.01:
+            self._y_top = top
+            self.getPlotItem().setYRange(0, top, padding=0)
 
     def refresh(self, data: RunData) -> None:
         if data.version == self._version:
@@ -80,27 +112,42 @@ class AcceptanceBars(pg.PlotWidget):
         thin = ok & (reached < MIN_SAMPLES)
         self.bars.setOpts(x=x[solid], height=rates[solid], width=BAR_WIDTH)
         self.thin_bars.setOpts(x=x[thin], height=rates[thin], width=BAR_WIDTH)
-        for i in range(len(rates)):
+        if len(x) and len(x) != self._positions:
+            self._positions = len(x)
+            self.getPlotItem().setXRange(0.4, len(x) + 0.6, padding=0)
+        self._rates, self._reached = rates, reached
+        self._place_text()
+        self.empty.setVisible(not ok.any())
+
+    def _place_text(self) -> None:
+        """Ticks and rate labels for the view's size now: the sample sizes go under the bars, in the ticks,
+        where there is room for them (k up to 8 at 1280x720); the axis re-renders only when a tick's text
+        changes. A rate from fewer than MIN_SAMPLES is not written: the pale bar and its n say so."""
+        rates, reached = self._rates, self._reached
+        counts = [int(n) for n in reached]
+        widest = f"{len(counts)} n={max(counts, default=0)}"
+        ticks = position_ticks(len(counts), counts if counts and self._fits(widest, self.tick_font) else None)
+        if ticks != self._ticks:
+            self._ticks = ticks
+            self.getPlotItem().getAxis("bottom").setTicks(ticks)
+        self._fit_labels()
+        rates_fit = self._fits("0.00")
+        for i, rate in enumerate(rates):
             label = self._label(i)
-            n = int(reached[i])
-            if not ok[i]:
+            if np.isnan(rate) or reached[i] < MIN_SAMPLES or not rates_fit:
                 label.setText("")
                 continue
-            text = f"n={n}" if n < MIN_SAMPLES else f"{rates[i]:.2f} n={n}"
-            label.setText(text)
-            label.setPos(float(x[i]), float(rates[i]) + 0.01)
+            label.setText(f"{rate:.2f}")
+            label.setPos(float(i + 1), float(rate) + 0.01)
         for label in self.labels[len(rates):]:
             label.setText("")
-        self.empty.setVisible(not ok.any())
-        if len(x) and len(x) != self._positions:  # a new range re-renders the axis: only when k grew
-            self._positions = len(x)
-            pi = self.getPlotItem()
-            pi.setXRange(0.4, len(x) + 0.6, padding=0)
-            pi.getAxis("bottom").setTicks(position_ticks(len(x)))
 
     def reset(self) -> None:
         self._version = -1
         self._positions = 0
+        self._ticks = None
+        self._rates = np.zeros(0)
+        self._reached = np.zeros(0, dtype=np.int64)
         self.bars.setOpts(x=[], height=[])
         self.thin_bars.setOpts(x=[], height=[])
         for label in self.labels:

@@ -192,6 +192,9 @@ class ControlPanel(QWidget):
         self.top_p.valueChanged.connect(self._changed)
         self.adaptive.toggled.connect(self._changed)
         self.adaptive.toggled.connect(self._adaptive_toggled)
+        # Ticked or unticked by the user (a click or the keyboard, never set_values): a drafter switch keeps it.
+        self.adaptive_chosen = False
+        self.adaptive.clicked.connect(self._adaptive_clicked)
         self.start_button.clicked.connect(self.start_clicked)
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(self.stop_clicked)
@@ -282,6 +285,9 @@ class ControlPanel(QWidget):
         if self._coalesce.isActive():
             self._coalesce.stop()
             self._emit_controls()
+
+    def _adaptive_clicked(self) -> None:
+        self.adaptive_chosen = True
 
     def _adaptive_toggled(self, on: bool) -> None:
         self.k_slider.setEnabled(not on)

@@ -8,6 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
 
 from ..theme import style_for
+from .elided_label import ElidedLabel
 
 LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "target")
 
@@ -22,7 +23,7 @@ def legend_html() -> str:
                f"font-weight:{'bold' if s.bold else 'normal'};"
                f"font-style:{'italic' if s.italic else 'normal'}")
         parts.append(f'<span style="{css}">&nbsp;{html.escape(s.label)}&nbsp;</span>')
-    return "&nbsp;&nbsp;".join(parts)
+    return "&nbsp; ".join(parts)  # a breakable space between entries: the legend wraps in a narrow column
 
 
 def legend_tooltip() -> str:
@@ -36,17 +37,18 @@ class TokenLegend(QWidget):
         super().__init__(parent)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(2, 0, 2, 0)
+        # Both wrap or shrink: a fixed-width legend held the token column (tokens beside the plots) at ~800 px.
         self.label = QLabel(legend_html())
+        self.label.setWordWrap(True)
         self.label.setToolTip(legend_tooltip())
-        self.counts = QLabel("")
+        self.counts = ElidedLabel("")
         self.counts.setStyleSheet("color:#555")
         self.show_rejected = QCheckBox("show rejected")
         self.show_rejected.setChecked(True)
         self.show_rejected.setToolTip("Rejected proposals are not in the output; hide them to read the text")
         self.show_rejected.toggled.connect(self.show_rejected_changed)
-        layout.addWidget(self.label)
-        layout.addStretch(1)
-        layout.addWidget(self.counts)
+        layout.addWidget(self.label, 3)
+        layout.addWidget(self.counts, 2)
         layout.addWidget(self.show_rejected)
 
     def set_counts(self, counts: dict[str, int]) -> None:

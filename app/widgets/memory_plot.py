@@ -9,7 +9,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtWidgets import QWidget
 
 from ..run_data import FlagBand, RunData
-from ..theme import MEMORY_CYCLE, PAGING_BAND_RGBA
+from ..theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
 from .flag_bands import FlagBandsItem, ShadedBand
 from .plot_base import LivePlot, RangeFollower, pen, settle
 
@@ -20,6 +20,26 @@ def series_label(key: str) -> str:
     """'gpu0_used_bytes' -> 'gpu0 used'; 'pcie0_rx_bytes_per_s' -> 'pcie0 rx'."""
     name = key.removesuffix("_bytes_per_s").removesuffix("_per_s").removesuffix("_bytes")
     return name.replace("_", " ")
+
+
+def series_owner(key: str) -> str:
+    """Whose memory a series is, the group it has in the key: 'target_kv_bytes' -> 'target',
+    'swap_used_bytes' -> 'host', 'gpu0_used_bytes' -> 'device', 'pcie0_rx_bytes_per_s' -> 'pcie'."""
+    head = key.split("_", 1)[0]
+    if head in ("host", "swap"):
+        return "host"
+    if head.startswith(("gpu", "cuda", "device", "nvml", "mps")):
+        return "device"
+    if head.startswith("pcie"):
+        return "pcie"
+    return head
+
+
+def series_name(key: str, owner: str) -> str:
+    """The series' name inside its owner's group: 'target_kv_bytes' -> 'kv'; a rate says so."""
+    label = series_label(key)
+    short = label.removeprefix(owner + " ") if owner in ("target", "draft", "host", "io") else label
+    return short + ("/s (right)" if is_rate(key) else "")
 
 
 # Per-record constants and ever-growing counters: in the trace, not on the plot (they would flatten it).
@@ -58,6 +78,7 @@ class MemoryPlot(LivePlot):
         pi.vb.sigResized.connect(self._sync_views)
         self.right_follower = RangeFollower(self.right, x=False)
         self.series: dict[str, pg.PlotDataItem] = {}
+        self.owner_colours: dict[str, str] = {}
         self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
         self.band_item.setZValue(-10)
         pi.addItem(self.band_item, ignoreBounds=True)
@@ -75,19 +96,29 @@ class MemoryPlot(LivePlot):
     def _series(self, key: str) -> pg.PlotDataItem:
         item = self.series.get(key)
         if item is None:
-            colour, style = MEMORY_CYCLE[len(self.series) % len(MEMORY_CYCLE)]
-            label = series_label(key) + (" (right)" if is_rate(key) else "")
+            owner = series_owner(key)
+            colour, style = self._style_for(owner)
+            name = series_name(key, owner)
+            item = pg.PlotDataItem([], [], pen=pen(colour, 1.5, style))
+            item.setDownsampling(auto=True, method="peak")
+            item.setClipToView(True)
             if is_rate(key):
                 self.plot_item.showAxis("right")
-                item = pg.PlotDataItem([], [], pen=pen(colour, 1.5, style))
-                item.setDownsampling(auto=True, method="peak")
-                item.setClipToView(True)
                 self.right.addItem(item)
-                self.add_key(label, colour, style)
             else:
-                item = self.curve(label, colour, width=1.5, style=style)
+                self.plot_item.addItem(item)
+            self.add_key(name, colour, style, group=owner)
             self.series[key] = item
         return item
+
+    def _style_for(self, owner: str) -> tuple[str, str]:
+        """The owner's colour and the next dash pattern not yet used in its group."""
+        if owner not in self.owner_colours:
+            named = MEMORY_OWNER_COLOURS.get(owner)
+            spare = [c for c in MEMORY_SPARE_COLOURS if c not in self.owner_colours.values()]
+            self.owner_colours[owner] = named or (spare[0] if spare else MEMORY_SPARE_COLOURS[0])
+        used = sum(1 for k in self.keys if k.group == owner)
+        return self.owner_colours[owner], MEMORY_STYLES[used % len(MEMORY_STYLES)]
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")

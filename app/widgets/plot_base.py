@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from ..run_data import Marker, RunData
-from ..theme import PLOT_BACKGROUND, PLOT_COLOURS, PLOT_FOREGROUND
+from ..theme import PLOT_BACKGROUND, PLOT_FOREGROUND
+from .markers import ChangeMarkers
 
 pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT_FOREGROUND)
 
 
 PEN_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
-              "dashdot": Qt.PenStyle.DashDotLine, "fill": Qt.PenStyle.SolidLine}
+              "dashdot": Qt.PenStyle.DashDotLine, "dashdotdot": Qt.PenStyle.DashDotDotLine,
+              "fill": Qt.PenStyle.SolidLine}
 
 
 def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
@@ -29,20 +32,106 @@ IDLE_TEXT = "no data yet: press Start (F5) to decode the prompt"
 ONE_ITERATION_TEXT = ("one iteration so far: a line needs two (its numbers are in the status bar, its tokens "
                       "below)")
 PLOT_MIN_HEIGHT = 100  # three rows of plots must leave the token view a real share at 1280x720
-KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "fill": "■"}
-KEYS_PER_LINE = 4
+KEY_GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┅┅", "dashdot": "━╍", "dashdotdot": "━┅", "fill": "■"}
+KEY_FONT_PT = 8
+KEY_LINE_PX = 16  # one line of the key under the title
+MIN_VIEW_PX = 60  # the key folds before the data area gets less than this
+AXES_PX = 46  # the bottom axis with its title, and the plot's margins
 
 
-def title_html(title: str, keys: list[tuple[str, str, str]], headline: str = "") -> str:
-    """The plot's title, the snapshot's headline number on its own line (so neither is cut), and its key on the
-    next line(s): a coloured line sample and the series name."""
-    head = f"<br><span style='font-size:8pt'>{html.escape(headline)}</span>" if headline else ""
-    if not keys:
-        return (f"<b>{html.escape(title)}</b>" if head else html.escape(title)) + head
-    parts = [f'<span style="color:{c}">{KEY_GLYPHS.get(s, "━━")}</span>&nbsp;{html.escape(n)}'
-             for n, c, s in keys]
-    lines = ["&nbsp;&nbsp;&nbsp;".join(parts[i:i + KEYS_PER_LINE]) for i in range(0, len(parts), KEYS_PER_LINE)]
-    return f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+@dataclass(frozen=True)
+class KeyEntry:
+    name: str
+    colour: str
+    style: str = "solid"
+    group: str = ""  # entries of a group share one chunk of the key ("host: ━━ rss ╍╍ available")
+
+
+@dataclass(frozen=True)
+class KeyChunk:
+    html: str
+    plain: str  # measures the chunk's width
+    count: int  # entries in it
+    starts_group: bool = True  # a wider gap before it than between the entries of one group
+
+
+def key_chunks(keys: list[KeyEntry]) -> list[KeyChunk]:
+    """One chunk per entry, the entries of a group together (in order of the group's first entry) and the
+    group's name in bold before its first one, so a long group can wrap between its entries."""
+    order: list[str] = []
+    members: dict[str, list[KeyEntry]] = {}
+    for i, k in enumerate(keys):
+        tag = k.group or f"\0{i}"
+        if tag not in members:
+            order.append(tag)
+            members[tag] = []
+        members[tag].append(k)
+    chunks = []
+    for tag in order:
+        for j, k in enumerate(members[tag]):
+            glyph = KEY_GLYPHS.get(k.style, "━━")
+            chunk_html = f'<span style="color:{k.colour}">{glyph}</span>&nbsp;{html.escape(k.name)}'
+            plain = f"{glyph} {k.name}"
+            if j == 0 and k.group:
+                chunk_html, plain = f"<b>{html.escape(k.group)}</b>&nbsp;{chunk_html}", f"{k.group} {plain}"
+            chunks.append(KeyChunk(chunk_html, plain, 1, starts_group=j == 0))
+    return chunks
+
+
+GROUP_GAP = "&nbsp;&nbsp;&nbsp;&nbsp;"
+ENTRY_GAP = "&nbsp;&nbsp;"
+
+
+def pack_key_lines(chunks: list[KeyChunk], width_px: float, metrics: QFontMetricsF) -> list[list[KeyChunk]]:
+    """The chunks greedily packed into lines no wider than ``width_px`` (a chunk wider than a line gets a
+    line of its own)."""
+    lines: list[list[KeyChunk]] = []
+    used = 0.0
+    for chunk in chunks:
+        w = metrics.horizontalAdvance(chunk.plain)
+        gap = metrics.horizontalAdvance("    " if chunk.starts_group else "  ")
+        if lines and used + gap + w <= width_px:
+            lines[-1].append(chunk)
+            used += gap + w
+        else:
+            lines.append([chunk])
+            used = w
+    return lines
+
+
+def key_line_html(line: list[KeyChunk]) -> str:
+    return "".join((("" if i == 0 else GROUP_GAP if c.starts_group else ENTRY_GAP) + c.html)
+                   for i, c in enumerate(line))
+
+
+def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0, headline: str = "") -> str:
+    """The plot's title, the snapshot's headline number on its own line (so neither is cut), and its key on
+    the next line(s); ``folded`` entries are left to the tooltip."""
+    head = f"<br><span style='font-size:{KEY_FONT_PT}pt'>{html.escape(headline)}</span>" if headline else ""
+    if not lines:
+        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
+        return f"<b>{html.escape(title)}</b>{hint}{head}"
+    rows = [key_line_html(line) for line in lines]
+    if folded:
+        rows[-1] += f"&nbsp;&nbsp;&nbsp;&nbsp;<i>… {folded} more (hover the title)</i>"
+    return (f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:{KEY_FONT_PT}pt'>" + "<br>".join(rows)
+            + "</span>")
+
+
+def fit_title(label: pg.LabelItem, width_px: float) -> float:
+    """Wrap a plot's title at ``width_px`` when it is wider (centred), and return its height. pyqtgraph
+    makes a title's natural width the plot's minimum width, so a long title made a plot in a narrow column
+    wider than the column, its right side cut off."""
+    item = label.item
+    item.setTextWidth(-1)
+    if item.boundingRect().width() > width_px:
+        item.setTextWidth(width_px)
+        option = item.document().defaultTextOption()
+        option.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        item.document().setDefaultTextOption(option)
+    label.updateMin()
+    label.resizeEvent(None)
+    return float(item.boundingRect().height())
 
 
 def plain_axes(plot_item: pg.PlotItem) -> None:
@@ -236,13 +325,16 @@ class LivePlot(pg.PlotWidget):
         cache_axes(self.plot_item)
         # The key sits under the title, outside the data: a legend box inside the view covered the first
         # bars, the host-available line and the control-change labels.
-        self.keys: list[tuple[str, str, str]] = []  # (name, colour, style)
+        self.keys: list[KeyEntry] = []
+        self._key_font = QFont(self.font())
+        self._key_font.setPointSizeF(KEY_FONT_PT)
+        self._key_layout: tuple[int, ...] | None = None
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
-        self.markers: list[pg.InfiniteLine] = []
+        self.change_markers = ChangeMarkers(self.plot_item)
         self._headline = ""  # as shown: the snapshot's headline number under the title, if any
+        self.idle_text = IDLE_TEXT  # what an empty plot says: the window sets it from the run's state
         self._version = -1
         self.follower = RangeFollower(self.plot_item.vb)
-        self.idle_text = IDLE_TEXT  # what an empty plot says: the window sets it from the run's state
         self.empty = EmptyNote(self, self.empty_text(None) or "")
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
@@ -251,6 +343,7 @@ class LivePlot(pg.PlotWidget):
         super().resizeEvent(ev)
         if "empty" in self.__dict__:  # resized during construction, before the note exists
             self.empty.place()
+            self._show_keys(force=False)  # fewer or more key lines for the new size
 
     def empty_text(self, data: RunData | None) -> str | None:
         """The sentence the plot shows while it has nothing to draw, or None once it has data."""
@@ -269,13 +362,22 @@ class LivePlot(pg.PlotWidget):
         if text:
             self.empty.set_text(text)
 
-    def add_key(self, name: str, colour: str, style: str = "solid") -> None:
-        self.keys.append((name, colour, style))
+    def add_key(self, name: str, colour: str, style: str = "solid", group: str = "") -> None:
+        self.keys.append(KeyEntry(name, colour, style, group))
         self._show_keys()
 
     def remove_key(self, name: str) -> None:
-        self.keys = [k for k in self.keys if k[0] != name]
+        self.keys = [k for k in self.keys if k.name != name]
         self._show_keys()
+
+    def _axes_width(self) -> float:
+        """The side axes' width: the title and key sit in the data area's column, between them."""
+        width = 0.0
+        for side in ("left", "right"):
+            axis = self.plot_item.getAxis(side)
+            if axis.isVisible():
+                width += max(float(axis.minimumWidth()), float(axis.geometry().width()), 30.0)
+        return width
 
     def headline_for(self, data: RunData) -> str:
         """The snapshot's headline number under the title, in the one wording every surface uses ('' = none)."""
@@ -294,13 +396,35 @@ class LivePlot(pg.PlotWidget):
             self._headline = headline
             self._show_keys()
 
-    def _show_keys(self) -> None:
-        self.plot_item.setTitle(title_html(self.title_text, self.keys, self._headline), size="9pt")
-        # pyqtgraph fixes the title row at 30 px: room for the title, the headline and each line of keys.
-        lines = 1 + bool(self._headline) + -(-len(self.keys) // KEYS_PER_LINE)
-        height = 16 * lines + 4
+    def _show_keys(self, force: bool = True) -> None:
+        """The key under the title, in as many lines as the plot's height allows while its data area keeps
+        MIN_VIEW_PX; what does not fit is folded into the title's tooltip, which always holds the whole key."""
+        metrics = QFontMetricsF(self._key_font)
+        chunks = key_chunks(self.keys)
+        width = max(100.0, self.width() - 24.0 - self._axes_width())
+        lines = pack_key_lines(chunks, width, metrics)
+        room = max(0, int((self.height() - KEY_LINE_PX - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX))
+        layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1, int(width) // 8)
+        if not force and layout_key == self._key_layout:
+            return
+        self._key_layout = layout_key
+        folded = 0
+        if len(lines) > room:
+            # The lines that fit, each leaving room at its end for "… N more: hover" on the last one.
+            note = metrics.horizontalAdvance("    … 99 more (hover the title)")
+            lines = pack_key_lines(chunks, max(50.0, width - note), metrics)[:room]
+            folded = len(self.keys) - sum(c.count for line in lines for c in line)
+        self.plot_item.setTitle(title_html(self.title_text, lines, folded, self._headline), size="9pt")
+        title_height = fit_title(self.plot_item.titleLabel, width)
+        self.plot_item.titleLabel.setToolTip("<br>".join(key_line_html(line)
+                                                         for line in pack_key_lines(chunks, 420.0, metrics)))
+        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
+        height = max(KEY_LINE_PX * (1 + bool(self._headline) + len(lines)) + 4, title_height)
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
+        # The view set the plot's geometry at its old minimum width (a longer title): set it again.
+        if self.plot_item.geometry().width() > self.width():
+            self.plot_item.setGeometry(QRectF(0, 0, self.width(), self.height()))
 
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         self.add_key(name, colour, style)
@@ -309,24 +433,16 @@ class LivePlot(pg.PlotWidget):
         item.setClipToView(True)
         return item
 
+    @property
+    def markers(self) -> list[pg.InfiniteLine]:
+        return self.change_markers.lines
+
     def sync_markers(self, changes: list[Marker]) -> None:
-        """One labelled vertical line per control change (only new ones are added)."""
-        for change in changes[len(self.markers):]:
-            line = pg.InfiniteLine(
-                pos=change.iteration, angle=90, movable=False,
-                pen=pg.mkPen(PLOT_COLOURS["marker"], width=1, style=Qt.PenStyle.DashLine),
-                label=change.label,
-                labelOpts={"position": 0.92, "color": PLOT_COLOURS["marker"], "anchors": [(0, 1), (0, 1)],
-                           "fill": (255, 255, 255, 200)},
-            )
-            line.setToolTip(f"iteration {change.iteration}: {change.label}")
-            self.plot_item.addItem(line, ignoreBounds=True)
-            self.markers.append(line)
+        """One vertical line with a numbered badge per control change (only new ones are added)."""
+        self.change_markers.sync(changes)
 
     def reset(self) -> None:
-        for m in self.markers:
-            self.plot_item.removeItem(m)
-        self.markers.clear()
+        self.change_markers.clear()
         self._version = -1
         self.follower.reset()
         self.show_empty(None)

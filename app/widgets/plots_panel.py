@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
 
 from ..run_data import RunData
 from .acceptance_bars import AcceptanceBars
 from .alpha_plot import AlphaPlot
 from .k_advisor import KAdvisorPlot
+from .markers import ChangeList
 from .memory_plot import MemoryPlot
 from .plot_base import LivePlot, SharedXRange
 from .speedup_plot import SpeedupPlot
@@ -27,9 +28,15 @@ class PlotsPanel(QWidget):
         self.shared_x = SharedXRange()  # zoom one iteration range, see it everywhere
         for plot in self.live_plots:
             self.shared_x.add(plot)
-        grid = QGridLayout(self)
+        self.change_list = ChangeList()  # the numbered badges on the plots, spelled out
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(2)
+        col.addWidget(self.change_list)
+        grid = QGridLayout()
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(4)
+        col.addLayout(grid, 1)
         grid.addWidget(self.timing, 0, 0)
         grid.addWidget(self.alpha, 0, 1)
         grid.addWidget(self.memory, 1, 0)
@@ -53,6 +60,7 @@ class PlotsPanel(QWidget):
         """Redraw the next plot in turn (the k advisor counts as one turn)."""
         turn = self._turn % 6
         self._turn += 1
+        self.change_list.show_changes(data.markers)
         if turn < 4:
             self.live_plots[turn].refresh(data)
         elif turn == 4:
@@ -61,6 +69,7 @@ class PlotsPanel(QWidget):
             self.k_advisor.show_estimate(data.estimate)
 
     def refresh(self, data: RunData) -> None:
+        self.change_list.show_changes(data.markers)
         for plot in self.live_plots:
             plot.refresh(data)
         self.positions.refresh(data)
@@ -82,6 +91,7 @@ class PlotsPanel(QWidget):
             plot.reset()
         self.positions.reset()
         self.k_advisor.show_estimate(None)
+        self.change_list.show_changes([])
         empty = RunData()
         for plot in self.live_plots:
             plot.refresh(empty)

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from ..run_controller import RunState
+from .elided_label import ElidedLabel, Span
 
 STATE_COLOURS = {
     RunState.NO_MODEL: "#777777", RunState.LOADING: "#0072B2", RunState.READY: "#006B4E",
@@ -48,8 +49,7 @@ class RunPanel(QWidget):
         row.setSpacing(12)
         self.state = QLabel("")
         self.state.setMinimumWidth(110)
-        self.pair = QLabel("")
-        self.pair.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.pair = ElidedLabel()  # a long description ends in "…" (full text on hover), the drafter stays
         self.k_in_use = QLabel("")
         self.k_in_use.setWordWrap(True)
         self.k_in_use.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens
@@ -77,16 +77,15 @@ class RunPanel(QWidget):
         if not description:
             self.pair.setText("no pair loaded")
             return
-        self.pair.setText(f"pair: <b>{description}</b> · drafter: <b>{drafter}</b>")
-        self.pair.setToolTip(description)
+        self.pair.set_spans([Span("pair: "), Span(description, bold=True, elide=True), Span(" · drafter: "),
+                             Span(drafter, bold=True)])
 
     def show_attached(self, where: str, state: str) -> None:
         """An attached request: the engine runs the pair, this window only reads it."""
         colour = {"running": "#0072B2", "finished": "#009E73", "failed": "#D55E00"}.get(state, "#333333")
         self.state.setText(f'<span style="color:{colour}; font-weight:bold">● attached: {state}</span>')
         self.hint.setText("")
-        self.pair.setText(f"engine: <b>{where}</b> · its own drafter and k")
-        self.pair.setToolTip(where)
+        self.pair.set_spans([Span("engine: "), Span(where, bold=True, elide=True), Span(" · its own drafter and k")])
 
     def show_k(self, k: int | None, adaptive: bool, why: str = "", numbers: str = "") -> None:
         """The k the last iteration ran with (with adaptive k, the controller's choice, not the slider), why the
