@@ -116,6 +116,11 @@ class IterationRecord:
     # far less CPU than its wall time while being preempted ran on a busy machine (see core/busy.py).
     cpu_ms: float | None = None
     preempted: int | None = None
+    # What the drafter matched, for the proposal it made (None: nothing proposed, or a drafter that does not
+    # match): prompt lookup's n-gram size or suffix decoding's match length, in tokens; and suffix decoding's
+    # expected number of accepted tokens (the sum of its drafted tokens' estimated probabilities).
+    match_len: int | None = None
+    expected_accepted: float | None = None
     # The measurement owner's estimate after this record (shared, immutable; not part of the trace's columns).
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
