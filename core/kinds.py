@@ -47,7 +47,8 @@ def adaptive_k_default(drafter: str) -> bool:
 # its first proposals (the demo's head is trained two steps deep), so it starts lower than a draft model;
 # the serving engines' EAGLE-3 examples draft 3. The app's "which k" plot then says where the optimum is.
 DEFAULT_K = 4
-DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3}
+# Suffix decoding caps each draft itself (match length x max_spec_factor, min_token_prob): k is only its ceiling.
+DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8}
 
 
 def default_k(drafter: str) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import re
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .drafters import suffix as suffix_defaults
 from .drafters.base import Drafter
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .memory.residency import compute_device
@@ -65,10 +67,10 @@ class PairSpec:
     lookup_max_ngram: int = 3
     lookup_num_tokens: int = 10
     # Suffix decoding, named as vLLM names them (``suffix_decoding_*``); see core/drafters/suffix.py.
-    suffix_max_tree_depth: int = 24
-    suffix_max_spec_factor: float = 1.0
-    suffix_min_token_prob: float = 0.1
-    suffix_max_cached_requests: int = 64
+    suffix_max_tree_depth: int = suffix_defaults.DEFAULT_MAX_TREE_DEPTH
+    suffix_max_spec_factor: float = suffix_defaults.DEFAULT_MAX_SPEC_FACTOR
+    suffix_min_token_prob: float = suffix_defaults.DEFAULT_MIN_TOKEN_PROB
+    suffix_max_cached_requests: int = suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS
     early_exit_layers: int | None = None  # None = a quarter of the target's layers
     # Placement through transformers/accelerate (``from_pretrained(device_map=..., max_memory=...,
     # offload_folder=...)``): None keeps the whole model on its device; "auto" lets accelerate place modules
@@ -759,13 +761,19 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_suffix_arguments(group: Any) -> None:
     """--suffix-* options (``specscope run``, ``verify`` and ``bench``), named after vLLM's parameters."""
-    group.add_argument("--suffix-max-tree-depth", type=int, default=24,
+    from .cli_checks import finite_number, whole_number
+
+    group.add_argument("--suffix-max-tree-depth", type=whole_number(2, 4096),
+                       default=suffix_defaults.DEFAULT_MAX_TREE_DEPTH,
                        help="suffix decoding: longest match plus draft, in tokens (vLLM's max_tree_depth)")
-    group.add_argument("--suffix-max-spec-factor", type=float, default=1.0,
+    group.add_argument("--suffix-max-spec-factor", type=finite_number(0.0, math.inf, lo_open=True),
+                       default=suffix_defaults.DEFAULT_MAX_SPEC_FACTOR,
                        help="suffix decoding: a draft is at most match length x this (max_spec_factor)")
-    group.add_argument("--suffix-min-token-prob", type=float, default=0.1,
+    group.add_argument("--suffix-min-token-prob", type=finite_number(0.0, 1.0),
+                       default=suffix_defaults.DEFAULT_MIN_TOKEN_PROB,
                        help="suffix decoding: stop drafting below this estimated probability (min_token_prob)")
-    group.add_argument("--suffix-max-cached-requests", type=int, default=64,
+    group.add_argument("--suffix-max-cached-requests", type=whole_number(0),
+                       default=suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS,
                        help="suffix decoding: earlier responses kept for matching, 0 = none (max_cached_requests)")
 
 
