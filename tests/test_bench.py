@@ -180,7 +180,7 @@ def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_pro
     # per round and prompt: 3 suffix runs (k=4, no cache, adaptive), in the rotated order
     runs = iter(seen)
     for rnd in range(2):
-        for i, p in enumerate(prompts):
+        for i in range(len(prompts)):
             caches = [next(runs) for _ in range(3)]
             earlier = [plain[(rnd, q.id)] for q in prompts[:i]]
             assert sorted(map(len, caches)) == sorted([0, len(earlier), len(earlier)])  # no cache: empty
