@@ -34,11 +34,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lookup_ceiling import replay, specscope_lookup, transformers_lookup  # noqa: E402
+from lookup_ceiling import replay, specscope_lookup, transformers_lookup
 
-from specscope.core.adaptive_lookup import LookupLengthPolicy  # noqa: E402
-from specscope.core.drafters.suffix import SuffixDrafter  # noqa: E402
-from specscope.core.measurement import Measurement  # noqa: E402
+from specscope.core.adaptive_lookup import LookupLengthPolicy
+from specscope.core.drafters.suffix import SuffixDrafter
+from specscope.core.measurement import Measurement
 
 DOC_PASS_COSTS = {1: 1.00, 2: 1.30, 3: 1.39, 4: 1.49, 5: 1.48, 7: 1.60, 9: 1.78, 11: 1.82, 13: 1.93, 17: 2.03}
 Source = Callable[[list[int]], tuple[list[int], int]]

@@ -160,3 +160,22 @@ def test_the_controls_fit_their_dock_with_the_adaptive_k_sentence_shown(qtbot, t
     assert w.panel.minimumSizeHint().width() <= scroll.viewport().width()
     qtbot.wait(50)
     assert not scroll.horizontalScrollBar().isVisible()
+
+
+def test_hovering_a_suffix_token_says_what_its_iteration_matched(qtbot, tmp_path):
+    from dataclasses import replace
+
+    from specscope.core.records import IterationRecord
+
+    records = synthetic_records(3, k=4)
+    iterations = [r for r in records if isinstance(r, IterationRecord)]
+    records = [r if not isinstance(r, IterationRecord) else
+               replace(r, drafter="suffix", match_len=5, expected_accepted=2.345) if r is iterations[1] else r
+               for r in records]
+    w = make_window(qtbot, tmp_path)
+    w.ingest(records)
+    view = w.token_view
+    tips = {it: html.unescape(view.tooltip_for_offset(view._starts[i]) or "")
+            for i, (it, _) in enumerate(view.shown_tokens())}
+    assert "suffix match of 5 tokens, expected accepted 2.35 of" in tips[1]
+    assert "match" not in tips[0] and "match" not in tips[2]  # the model drafter matches nothing
