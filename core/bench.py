@@ -174,7 +174,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
                     lookup_variants: Sequence[LookupVariant] = ()) -> list[Method]:
     """Plain, each fixed k, adaptive, heuristic, and transformers' methods the pair supports; with prompt
     lookup, one adaptive row per lookup variant asked for. With suffix decoding, its peers too: the largest
-    k without the cross-run cache, and specscope's own prompt lookup (its adaptive default and k = 4)."""
+    k without the cross-run cache, and specscope's own prompt lookup (its default: adaptive)."""
     suffix = pair.drafter_kind == "suffix"
     methods = [Method("plain", "plain")]
     prefix = "suffix " if suffix else ""
@@ -188,8 +188,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
         if pair.drafter_kind == "lookup":
             methods += [Method(f"adaptive {v.label}", "adaptive", lookup=v) for v in lookup_variants]
     if suffix:
-        methods += [Method("lookup adaptive (lookup policy)", "adaptive", lookup=LookupVariant()),
-                    Method("lookup k=4", "fixed", 4, lookup=LookupVariant())]
+        methods.append(Method("lookup adaptive (lookup policy)", "adaptive", lookup=LookupVariant()))
     if heuristic:
         methods.append(Method(f"{prefix}heuristic", "heuristic"))
     if transformers:
@@ -686,8 +685,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, else model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
-                        help="comma-separated prompt kinds (prose,code,structured,repeated-task) and/or prompts "
-                             "files, or 'all'")
+                        help="comma-separated prompt kinds (prose,code,structured,repeated-task; KIND:N for its "
+                             "first N, beyond --limit) and/or prompts files, or 'all'")
     parser.add_argument("--limit", type=whole_number(0), default=0,
                         help="at most this many prompts per kind (0 = all)")
     parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6],
@@ -726,8 +725,11 @@ def choose_bench_prompts(spec: str, limit: int = 0) -> list[Prompt]:
     sets = load_prompt_sets()
     items = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
     chosen: list[Prompt] = []
-    for item in items:  # a shipped kind, or a prompts file (JSON or text)
-        if item in sets:
+    for item in items:  # a shipped kind (KIND:N: its first N), or a prompts file (JSON or text)
+        kind, _, count = item.partition(":")
+        if kind in sets and count.isdigit() and int(count) > 0:
+            chosen += sets[kind][: int(count)]
+        elif item in sets:
             chosen += sets[item][:limit] if limit else sets[item]
         elif item.endswith(".json") or Path(item).is_file():
             chosen += load_prompt_file(item)

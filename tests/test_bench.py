@@ -162,7 +162,7 @@ def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_pro
     methods = bench.default_methods([4], suffix_pair, heuristic=False, lookup_tokens=3)
     names = [m.name for m in methods]
     assert names == ["plain", "suffix k=4", "suffix k=4 no cache", "suffix adaptive (lookup policy)",
-                     "lookup adaptive (lookup policy)", "lookup k=4", "hf-lookup n=3"]
+                     "lookup adaptive (lookup policy)", "hf-lookup n=3"]
     seen: list[list[list[int]]] = []  # each suffix run's cache, in run order
     fresh = bench.fresh_suffix_drafter
 
@@ -186,3 +186,12 @@ def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_pro
             assert sorted(map(len, caches)) == sorted([0, len(earlier), len(earlier)])  # no cache: empty
             assert all(c in ([], earlier) for c in caches)  # never this prompt's own answer
     assert all(r.ratio_to_hf_lookup is not None for r in rows if r.method != "hf-lookup n=3")
+
+
+def test_a_prompt_kind_can_be_cut_to_its_first_n_beyond_the_limit() -> None:
+    chosen = bench.choose_bench_prompts("prose,repeated-task:4", limit=1)
+    assert [p.kind for p in chosen] == ["prose", *["repeated-task"] * 4]
+    every = bench.choose_bench_prompts("repeated-task")
+    assert [p.id for p in chosen[1:]] == [p.id for p in every[:4]]
+    with pytest.raises(ValueError, match="unknown prompt kind"):
+        bench.choose_bench_prompts("telepathy:3")
