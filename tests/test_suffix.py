@@ -228,3 +228,17 @@ def test_sampling_stays_exact_with_the_cross_run_cache() -> None:
         counts[ids[0], ids[1]] += 1
     assert len(drafter.cache) == 16
     assert chi_square_pvalue(counts, joint) > 1e-3
+
+
+def test_what_the_proposal_matched_survives_a_trace_round_trip(tmp_path) -> None:
+    from specscope.core.trace import read_trace, write_trace
+
+    target = tiny_model(21, vocab_size=64, layers=3, logit_scale=3.0)
+    dec = Decoder(target, 64, drafter=SuffixDrafter(max_spec_factor=2.0))
+    records = dec.run(PROMPTS[1], Controls(ControlValues(k=4)), DecodeOptions(max_new_tokens=20)).iterations
+    assert any(r.match_len for r in records)
+    write_trace(tmp_path / "run.csv", records)
+    loaded = read_trace(tmp_path / "run.csv").records
+    assert [(r.match_len, r.expected_accepted) for r in loaded] == [
+        (r.match_len, pytest.approx(r.expected_accepted) if r.expected_accepted is not None else None)
+        for r in records]
