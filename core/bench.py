@@ -32,6 +32,7 @@ from .adaptive import CostModelKPolicy, HeuristicKPolicy
 from .adaptive_lookup import LookupLengthPolicy
 from .cli_checks import EXIT_FAILURE, CliError, add_max_new_tokens, check_writable, emit, whole_number
 from .controls import K_MAX, Controls
+from .drafters.base import Drafter
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .measurement import Estimate, Measurement, RatioInterval, paired_ratio, replay, run_summary
 from .pair import ModelPair
@@ -52,6 +53,9 @@ class Method:
     kind: str  # one of SPECSCOPE_KINDS + HF_KINDS
     k: int = 0  # fixed k, assistant tokens, or prompt-lookup tokens
     lookup: LookupVariant | None = None  # a prompt-lookup drafter other than the pair's (variant rows)
+    # Suffix decoding: whether the run's cross-run cache holds the responses to the prompts run before it in
+    # this round (never its own prompt's: that would be the answer it is verified against).
+    suffix_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -171,16 +175,24 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
                     transformers: bool = True, lookup_tokens: int = 10,
                     lookup_variants: Sequence[LookupVariant] = ()) -> list[Method]:
     """Plain, each fixed k, adaptive, heuristic, and transformers' methods the pair supports; with prompt
-    lookup, one adaptive row per lookup variant asked for."""
+    lookup, one adaptive row per lookup variant asked for. With suffix decoding, its peers too: the largest
+    k without the cross-run cache, and specscope's own prompt lookup (its default: adaptive)."""
+    suffix = pair.drafter_kind == "suffix"
     methods = [Method("plain", "plain")]
-    methods += [Method(f"k={k}", "fixed", k) for k in ks]
+    prefix = "suffix " if suffix else ""
+    methods += [Method(f"{prefix}k={k}", "fixed", k) for k in ks]
+    if suffix and ks:
+        methods.append(Method(f"suffix k={max(ks)} no cache", "fixed", max(ks), suffix_cache=False))
     if adaptive:
-        name = "adaptive (lookup policy)" if pair.drafter_kind == "lookup" else "adaptive"
+        name = ("adaptive (lookup policy)" if pair.drafter_kind == "lookup" else
+                "suffix adaptive (lookup policy)" if suffix else "adaptive")
         methods.append(Method(name, "adaptive"))
         if pair.drafter_kind == "lookup":
             methods += [Method(f"adaptive {v.label}", "adaptive", lookup=v) for v in lookup_variants]
+    if suffix:
+        methods.append(Method("lookup adaptive (lookup policy)", "adaptive", lookup=LookupVariant()))
     if heuristic:
-        methods.append(Method("heuristic", "heuristic"))
+        methods.append(Method(f"{prefix}heuristic", "heuristic"))
     if transformers:
         if pair.draft is not None and pair.drafter_kind == "model":  # an EAGLE head is not an assistant LM
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", k) for k in ks]
@@ -191,17 +203,23 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
 # ---- running one method ---------------------------------------------------------------------------
 def _policy(method: Method, drafter_kind: str) -> KPolicy | None:
     if method.kind == "adaptive":
-        return LookupLengthPolicy(Measurement()) if drafter_kind == "lookup" else CostModelKPolicy(Measurement())
+        # a lookup or suffix proposal is found whole at once: its policy trims it, keyed on the match length
+        matching = method.lookup is not None or drafter_kind in ("lookup", "suffix")
+        return LookupLengthPolicy(Measurement()) if matching else CostModelKPolicy(Measurement())
     if method.kind == "heuristic":
         return HeuristicKPolicy()
     return None
 
 
-def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
-    """A specscope run (plain or speculative) timed as prefill + the loop's iterations."""
+def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int,
+                  earlier: Sequence[Sequence[int]] = ()) -> RunRow:
+    """A specscope run (plain or speculative) timed as prefill + the loop's iterations. ``earlier``: the
+    responses to the prompts run before this one in the round (suffix decoding's cross-run cache)."""
     policy = _policy(method, pair.drafter_kind)
     plain = method.kind == "plain"
     drafter = pair.drafter
+    if pair.drafter_kind == "suffix" and method.lookup is None and not plain:
+        drafter = fresh_suffix_drafter(pair.drafter, earlier if method.suffix_cache else ())
     if method.lookup is not None:
         from .drafters.lookup import PromptLookupDrafter
 
@@ -237,6 +255,21 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     if not plain:
         fill_acceptance(row, records)
     return row
+
+
+def fresh_suffix_drafter(like: Drafter, earlier: Sequence[Sequence[int]]) -> Drafter:
+    """A suffix drafter with ``like``'s parameters whose cache holds exactly ``earlier`` (the newest
+    ``max_cached_requests`` of them): filled before the run, as a session fills it between runs, so the time
+    it takes is not part of the run's."""
+    from .drafters.suffix import ResponseCache, SuffixDrafter
+
+    if not isinstance(like, SuffixDrafter):
+        raise TypeError(f"a suffix pair needs a SuffixDrafter, got {type(like).__name__}")
+    cache = ResponseCache(like.max_tree_depth, like.max_cached_requests)
+    for response in earlier:
+        cache.add(response)
+    return SuffixDrafter(like.max_tree_depth, like.max_spec_factor, like.min_token_prob,
+                         like.max_cached_requests, cache=cache)
 
 
 def fill_acceptance(row: RunRow, records: Sequence[IterationRecord]) -> None:
@@ -304,11 +337,12 @@ def run_transformers(pair: ModelPair, prompt: BenchPrompt, method: Method, max_n
                   tokens=len(new), seconds=seconds, token_ids=new, target_passes=max(1, counter.calls))
 
 
-def run_method(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int) -> RunRow:
+def run_method(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tokens: int,
+               earlier: Sequence[Sequence[int]] = ()) -> RunRow:
     if method.kind in HF_KINDS:
         return run_transformers(pair, prompt, method, max_new_tokens)
     if method.kind in SPECSCOPE_KINDS:
-        return run_specscope(pair, prompt, method, max_new_tokens)
+        return run_specscope(pair, prompt, method, max_new_tokens, earlier)
     raise ValueError(f"unknown method kind {method.kind!r}")
 
 
@@ -324,14 +358,17 @@ def run_bench(pair: ModelPair, prompts: Sequence[BenchPrompt], methods: Sequence
             run_method(pair, prompts[0], m, min(8, max_new_tokens))
     rows: list[RunRow] = []
     for rnd in range(rounds):
+        earlier: list[list[int]] = []  # this round's responses so far, as a session would have seen them
         for prompt in prompts:
             shift = rnd % len(methods)
             for m in list(methods[shift:]) + list(methods[:shift]):
-                row = run_method(pair, prompt, m, max_new_tokens)
+                row = run_method(pair, prompt, m, max_new_tokens, earlier)
                 row.round = rnd
                 rows.append(row)
                 if progress is not None:
                     progress(f"round {rnd + 1}/{rounds} {prompt.id} {m.name}: {row.tokens_per_s:.1f} tok/s")
+            this_prompt = rows[-len(methods):]
+            earlier.append(next((r for r in this_prompt if r.method == "plain"), this_prompt[0]).token_ids)
     compare_with_plain(rows)
     return rows
 
@@ -674,7 +711,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, else model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompts", default="all",
-                        help="comma-separated prompt kinds (prose,code,structured) and/or prompts files, or 'all'")
+                        help="comma-separated prompt kinds (prose,code,structured,repeated-task; KIND:N for its "
+                             "first N, beyond --limit) and/or prompts files, or 'all'")
     parser.add_argument("--limit", type=whole_number(0, 100_000), default=0,
                         help="at most this many prompts per kind (0 = all)")
     parser.add_argument("--k", type=_int_list, default=[1, 2, 4, 6],
@@ -691,6 +729,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookup-variants", type=_variant_list, default=[],
                         help="with --drafter lookup, extra adaptive rows with other matching: MATCH:MAX_N:MIN_N, "
                              "comma-separated, e.g. earliest:2:1,recent:4:2")
+    from .models import add_suffix_arguments
+
+    add_suffix_arguments(parser)
     parser.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
                         help="on CPU, PyTorch's default kernels for multi-token passes (see specscope run --help)")
     parser.add_argument("--goals", type=_goal_list, default=list(DEFAULT_GOALS),
@@ -711,8 +752,11 @@ def choose_bench_prompts(spec: str, limit: int = 0) -> list[Prompt]:
     sets = load_prompt_sets()
     items = list(sets) if spec == "all" else [k.strip() for k in spec.split(",") if k.strip()]
     chosen: list[Prompt] = []
-    for item in items:  # a shipped kind, or a prompts file (JSON or text)
-        if item in sets:
+    for item in items:  # a shipped kind (KIND:N: its first N), or a prompts file (JSON or text)
+        kind, _, count = item.partition(":")
+        if kind in sets and count.isdigit() and int(count) > 0:
+            chosen += sets[kind][: int(count)]
+        elif item in sets:
             chosen += sets[item][:limit] if limit else sets[item]
         elif item.endswith(".json") or Path(item).is_file():
             chosen += load_prompt_file(item)
@@ -740,6 +784,11 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--lookup-variants", ",".join(f"{v.match}:{v.max_ngram}:{v.min_ngram}"
                                                 for v in args.lookup_variants)]
     parts += ["--threads", ",".join(str(t) for t in args.threads)] if any(args.threads) else []
+    if resolved_drafter(args) == "suffix":
+        parts += ["--suffix-max-tree-depth", str(args.suffix_max_tree_depth),
+                  "--suffix-max-spec-factor", f"{args.suffix_max_spec_factor:g}",
+                  "--suffix-min-token-prob", f"{args.suffix_min_token_prob:g}",
+                  "--suffix-max-cached-requests", str(args.suffix_max_cached_requests)]
     parts += [] if getattr(args, "prepack_cpu", True) else ["--no-prepack"]
     parts += ["--goals", ",".join(f"{g:g}" for g in args.goals)]
     parts += ["--out", args.out]
@@ -767,7 +816,7 @@ def resolved_drafter(args: argparse.Namespace) -> str:
 def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
     from .collector import loaded_objects_frozen
-    from .models import ModelLoadError, PairSpec, load_pair
+    from .models import ModelLoadError, PairSpec, load_pair, suffix_fields
 
     try:
         chosen = choose_bench_prompts(args.prompts, args.limit)
@@ -785,7 +834,8 @@ def main(args: argparse.Namespace) -> int:
         check_writable(path, "--out")
     try:
         pair = load_pair(PairSpec(target=args.target, draft=args.draft, drafter=args.drafter,
-                                  target_device=args.device, prepack_cpu=args.prepack_cpu))
+                                  target_device=args.device, prepack_cpu=args.prepack_cpu,
+                                  **suffix_fields(args)))
     except ModelLoadError as e:
         raise CliError(str(e)) from None
     prompts = [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in chosen]

@@ -40,7 +40,7 @@ from .cli_checks import (
     stdout_failed,
     whole_number,
 )
-from .kinds import DEFAULT_K, adaptive_k_default, default_drafter, default_k
+from .kinds import DEFAULT_K, DEFAULT_K_BY_DRAFTER, adaptive_k_default, default_drafter, default_k
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CliError", "build_parser", "main"]
 
@@ -56,8 +56,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt-file", type=file_path, help="read the prompt from a text file")
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=None,
-                   help=f"proposals per iteration (1-16; default: {default_k('eagle')} for --drafter eagle, "
-                        f"{DEFAULT_K} otherwise)")
+                   help="proposals per iteration (1-16; default: " + ", ".join(
+                       f"{k} for --drafter {d}" for d, k in DEFAULT_K_BY_DRAFTER.items()) + f", {DEFAULT_K} otherwise)")
     g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
                    help="choose k each iteration from the cost model (default: on for --drafter lookup, "
                         "off otherwise)")

@@ -342,6 +342,7 @@ def load_demo_pair(
     early_exit_layers: int | None = None,
     lookup_max_ngram: int = 3,
     lookup_num_tokens: int = 10,
+    suffix: Any = None,
     placement: dict[str, Any] | None = None,
 ) -> ModelPair:
     """SmolLM2-135M-Instruct with the chosen drafter, ready to run.
@@ -405,6 +406,14 @@ def load_demo_pair(
 
         drafter_obj = PromptLookupDrafter(lookup_max_ngram, lookup_num_tokens)
         description += " with prompt lookup"
+    elif drafter == "suffix":
+        from .drafters.suffix import SuffixDrafter
+
+        # ``suffix``: a PairSpec carrying the suffix_* parameters; None = vLLM's defaults
+        drafter_obj = SuffixDrafter() if suffix is None else SuffixDrafter(
+            max_tree_depth=suffix.suffix_max_tree_depth, max_spec_factor=suffix.suffix_max_spec_factor,
+            min_token_prob=suffix.suffix_min_token_prob, max_cached_requests=suffix.suffix_max_cached_requests)
+        description += " with suffix decoding"
     else:
         from .drafters.early_exit import EarlyExitDrafter
 

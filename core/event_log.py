@@ -236,6 +236,8 @@ def _iteration(d: dict[str, Any]) -> IterationRecord:
         memory=_memory(d.get("memory") or {}), flags=[str(f) for f in flags],
         cpu_ms=_num(d, "cpu_ms", default=None), preempted=_int(d, "preempted", 0, 2**31, default=None),
         explore=_get(d, "explore", bool, False), k_note=_text(d, "k_note", "", 400),
+        match_len=_int(d, "match_len", 0, 2**31, default=None),
+        expected_accepted=_num(d, "expected_accepted", 0.0, 1e6, default=None),
     )
 
 

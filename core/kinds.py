@@ -6,8 +6,9 @@ read these tuples.
 
 from __future__ import annotations
 
-# How proposals are made: a small draft model, n-gram lookup in the context, the target's own early layers.
-DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "early-exit", "eagle")
+# How proposals are made: a small draft model, n-gram lookup in the context, suffix decoding (the context and
+# earlier responses), the target's own early layers, an EAGLE-3 head.
+DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "suffix", "early-exit", "eagle")
 DEFAULT_DRAFTER = "model"
 DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 
@@ -20,12 +21,14 @@ def default_drafter(target: str) -> str:
 DRAFTER_HELP = {
     "model": "a small draft model proposes tokens",
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",
+    "suffix": "suffix decoding: the most frequent continuation of the context's suffix, in this run and in "
+              "earlier responses (no draft model)",
     "early-exit": "the target's first layers and its head propose (self-speculation)",
     "eagle": "an EAGLE-3 head reads the target's hidden states and proposes from a reduced vocabulary",
 }
 # Drafters whose cost does not grow with the number of proposals (a lookup finds a whole continuation at
 # once): the cost model charges them per iteration, not per proposal.
-DRAFT_COST_PER_ITERATION: frozenset[str] = frozenset({"lookup"})
+DRAFT_COST_PER_ITERATION: frozenset[str] = frozenset({"lookup", "suffix"})
 
 
 def draft_cost_per_token(drafter: str) -> bool:
@@ -44,7 +47,8 @@ def adaptive_k_default(drafter: str) -> bool:
 # its first proposals (the demo's head is trained two steps deep), so it starts lower than a draft model;
 # the serving engines' EAGLE-3 examples draft 3. The app's "which k" plot then says where the optimum is.
 DEFAULT_K = 4
-DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3}
+# Suffix decoding caps each draft itself (match length x max_spec_factor, min_token_prob): k is only its ceiling.
+DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8}
 
 
 def default_k(drafter: str) -> int:

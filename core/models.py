@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import re
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .drafters import suffix as suffix_defaults
 from .drafters.base import Drafter
 from .kinds import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from .memory.residency import compute_device
@@ -64,6 +66,11 @@ class PairSpec:
     local_files_only: bool = True
     lookup_max_ngram: int = 3
     lookup_num_tokens: int = 10
+    # Suffix decoding, named as vLLM names them (``suffix_decoding_*``); see core/drafters/suffix.py.
+    suffix_max_tree_depth: int = suffix_defaults.DEFAULT_MAX_TREE_DEPTH
+    suffix_max_spec_factor: float = suffix_defaults.DEFAULT_MAX_SPEC_FACTOR
+    suffix_min_token_prob: float = suffix_defaults.DEFAULT_MIN_TOKEN_PROB
+    suffix_max_cached_requests: int = suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS
     early_exit_layers: int | None = None  # None = a quarter of the target's layers
     # Placement through transformers/accelerate (``from_pretrained(device_map=..., max_memory=...,
     # offload_folder=...)``): None keeps the whole model on its device; "auto" lets accelerate place modules
@@ -567,6 +574,8 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
         from .drafters.lookup import PromptLookupDrafter
 
         return PromptLookupDrafter(max_ngram=spec.lookup_max_ngram, num_tokens=spec.lookup_num_tokens)
+    if spec.drafter == "suffix":
+        return suffix_drafter(spec)
     if spec.drafter == "eagle":
         from .drafters.eagle import EagleDrafter, load_head
 
@@ -580,6 +589,14 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
     total = int(target.model.config.get_text_config().num_hidden_layers)
     n = spec.early_exit_layers if spec.early_exit_layers is not None else default_early_exit_layers(total)
     return EarlyExitDrafter(target.model, n, vocab_size=width, device=target.device)
+
+
+def suffix_drafter(spec: PairSpec) -> Drafter:
+    from .drafters.suffix import SuffixDrafter
+
+    return SuffixDrafter(max_tree_depth=spec.suffix_max_tree_depth, max_spec_factor=spec.suffix_max_spec_factor,
+                         min_token_prob=spec.suffix_min_token_prob,
+                         max_cached_requests=spec.suffix_max_cached_requests)
 
 
 def _eagle_dtype(text: str, target_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -607,6 +624,14 @@ def _validate(spec: PairSpec) -> None:
         raise ModelLoadError("prompt lookup needs a max n-gram and a proposal length of at least 1")
     if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
         raise ModelLoadError("early exit needs at least 1 layer")
+    if spec.drafter == "suffix":
+        from .drafters.suffix import check_suffix_parameters
+
+        try:
+            check_suffix_parameters(spec.suffix_max_tree_depth, spec.suffix_max_spec_factor,
+                                    spec.suffix_min_token_prob, spec.suffix_max_cached_requests)
+        except ValueError as e:
+            raise ModelLoadError(f"suffix decoding: {e}") from None
     _check_placement(spec.target_device_map, spec.target_max_memory, spec.target_offload_folder, "target")
     _check_placement(spec.draft_device_map, spec.draft_max_memory, spec.draft_offload_folder, "draft")
     if spec.target == "demo" and (spec.draft_device_map or spec.draft_max_memory or spec.draft_offload_folder):
@@ -627,6 +652,7 @@ def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
                                    early_exit_layers=spec.early_exit_layers,
                                    lookup_max_ngram=spec.lookup_max_ngram,
                                    lookup_num_tokens=spec.lookup_num_tokens,
+                                   suffix=spec if spec.drafter == "suffix" else None,
                                    placement=placement_kwargs(device_map, spec.target_max_memory,
                                                               spec.target_offload_folder, device))
     except ModelLoadError:
@@ -739,6 +765,7 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lookup-num-tokens", type=whole_number(1, LOOKUP_MAX_TOKENS), default=10,
                    help=f"prompt lookup: the most tokens proposed at once (1 to {LOOKUP_MAX_TOKENS:,}; k bounds "
                         "it too)")
+    add_suffix_arguments(g)
     g.add_argument("--early-exit-layers", type=whole_number(1, MAX_LAYERS), default=None,
                    help="early exit: the target's first N layers draft (default: a quarter of them)")
     g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
@@ -756,6 +783,32 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-offload-folder", default=None)
 
 
+def add_suffix_arguments(group: Any) -> None:
+    """--suffix-* options (``specscope run``, ``verify`` and ``bench``), named after vLLM's parameters."""
+    from .cli_checks import finite_number, whole_number
+
+    group.add_argument("--suffix-max-tree-depth", type=whole_number(2, 4096),
+                       default=suffix_defaults.DEFAULT_MAX_TREE_DEPTH,
+                       help="suffix decoding: longest match plus draft, in tokens (vLLM's max_tree_depth)")
+    group.add_argument("--suffix-max-spec-factor", type=finite_number(0.0, math.inf, lo_open=True),
+                       default=suffix_defaults.DEFAULT_MAX_SPEC_FACTOR,
+                       help="suffix decoding: a draft is at most match length x this (max_spec_factor)")
+    group.add_argument("--suffix-min-token-prob", type=finite_number(0.0, 1.0),
+                       default=suffix_defaults.DEFAULT_MIN_TOKEN_PROB,
+                       help="suffix decoding: stop drafting below this estimated probability (min_token_prob)")
+    group.add_argument("--suffix-max-cached-requests", type=whole_number(0),
+                       default=suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS,
+                       help="suffix decoding: earlier responses kept for matching, 0 = none (max_cached_requests)")
+
+
+def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """PairSpec's suffix fields from the --suffix-* options."""
+    return {"suffix_max_tree_depth": args.suffix_max_tree_depth,
+            "suffix_max_spec_factor": args.suffix_max_spec_factor,
+            "suffix_min_token_prob": args.suffix_min_token_prob,
+            "suffix_max_cached_requests": args.suffix_max_cached_requests}
+
+
 def spec_from_args(args: argparse.Namespace) -> PairSpec:
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
@@ -769,6 +822,7 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
         allow_pickle=args.allow_pickle,
         local_files_only=not args.online, lookup_max_ngram=args.lookup_max_ngram,
         lookup_num_tokens=args.lookup_num_tokens, early_exit_layers=args.early_exit_layers,
+        **suffix_fields(args),
         target_device_map=parse_device_map(getattr(args, "device_map", None), "target"),
         draft_device_map=parse_device_map(getattr(args, "draft_device_map", None), "draft"),
         target_max_memory=parse_max_memory(getattr(args, "max_memory", None), "target"),

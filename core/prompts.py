@@ -1,4 +1,5 @@
-"""The prompt sets shipped in ``resources/prompts``: prose, code and structured/repetitive text."""
+"""The prompt sets shipped in ``resources/prompts``: prose, code, structured/repetitive text, and repeated tasks
+(the same task on new data, in turn, as in agentic loops: where suffix decoding's cross-run cache pays)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-PROMPT_KINDS = ("prose", "code", "structured")
+PROMPT_KINDS = ("prose", "code", "structured", "repeated-task")
 _FIELDS = ("id", "title", "text")
 
 

@@ -111,6 +111,11 @@ class IterationRecord:
     # when it did not simply take the best predicted k (exploring, probing, hysteresis).
     explore: bool = False
     k_note: str = ""
+    # What the drafter matched, for the proposal it made (None: nothing proposed, or a drafter that does not
+    # match): prompt lookup's n-gram size or suffix decoding's match length, in tokens; and suffix decoding's
+    # expected number of accepted tokens (the sum of its drafted tokens' estimated probabilities).
+    match_len: int | None = None
+    expected_accepted: float | None = None
 
     @property
     def k(self) -> int:

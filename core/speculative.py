@@ -460,4 +460,5 @@ class Decoder:
             iteration_ms=(t4 - t0) * 1000.0, context_len=len(ids), generated_len=len(ids) - n_prompt,
             t_start_s=t_start, t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
             cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0, explore=explore, k_note=note,
+            match_len=proposal.match_ngram or None, expected_accepted=proposal.expected_accepted,
         )

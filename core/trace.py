@@ -390,6 +390,10 @@ ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("k_note", "", TEXT, "why k was what it was, when the controller or an exploration chose it"),
     _col("cpu_ms", "ms", OPT_FLOAT, "process CPU time during the iteration, all threads"),
     _col("preempted", "count", OPT_INT, "involuntary context switches of the process during the iteration"),
+    _col("match_len", "tokens", OPT_INT, "prompt lookup's n-gram size or suffix decoding's match length behind "
+         "the proposal (empty: no match, or another drafter)"),
+    _col("expected_accepted", "tokens", OPT_FLOAT, "suffix decoding: the proposal's expected accepted tokens, the sum "
+         "of its tokens' estimated probabilities (empty for other drafters)"),
     _col("flags", "", FLAGS, "paging-detector and machine-busy sentences joined with ` | ` (`|` and `\\` inside "
          "one are `\\`-escaped)"),
     _col("finished", "", BOOL, "`true` on the run's last iteration when it ended by itself"),

@@ -204,3 +204,22 @@ def test_measure_baseline_while_paused_says_at_once_when_it_will_run(qtbot, tmp_
     assert "Baseline measured at iteration" in w.status.message.text()
     with qtbot.waitSignal(w.run_ended, timeout=30_000):
         w.stop_run()
+
+
+def test_hovering_a_suffix_token_says_what_its_iteration_matched(qtbot, tmp_path):
+    from dataclasses import replace
+
+    from specscope.core.records import IterationRecord
+
+    records = synthetic_records(3, k=4)
+    iterations = [r for r in records if isinstance(r, IterationRecord)]
+    records = [r if not isinstance(r, IterationRecord) else
+               replace(r, drafter="suffix", match_len=5, expected_accepted=2.345) if r is iterations[1] else r
+               for r in records]
+    w = make_window(qtbot, tmp_path)
+    w.ingest(records)
+    view = w.token_view
+    tips = {it: html.unescape(view.tooltip_for_offset(view._starts[i]) or "")
+            for i, (it, _) in enumerate(view.shown_tokens())}
+    assert "suffix match of 5 tokens, expected accepted 2.35 of" in tips[1]
+    assert "match" not in tips[0] and "match" not in tips[2]  # the model drafter matches nothing

@@ -150,3 +150,48 @@ def test_command_line_rejects_bad_values():
         with pytest.raises(SystemExit):
             parser.parse_args(["--goals", bad])
     assert parser.parse_args(["--goals", "1.15,1.3"]).goals == [1.15, 1.3]
+
+
+def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_prompts(
+    pair: ModelPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from specscope.core.drafters.suffix import SuffixDrafter
+
+    suffix_pair = ModelPair(target=pair.target, tokenizer=pair.tokenizer, drafter=SuffixDrafter(max_cached_requests=8),
+                            drafter_kind="suffix", vocab_size=VOCAB, description="tiny target with suffix decoding")
+    methods = bench.default_methods([4], suffix_pair, heuristic=False, lookup_tokens=3)
+    names = [m.name for m in methods]
+    assert names == ["plain", "suffix k=4", "suffix k=4 no cache", "suffix adaptive (lookup policy)",
+                     "lookup adaptive (lookup policy)", "hf-lookup n=3"]
+    seen: list[list[list[int]]] = []  # each suffix run's cache, in run order
+    fresh = bench.fresh_suffix_drafter
+
+    def spy(like: object, earlier: list[list[int]]) -> object:
+        drafter = fresh(like, earlier)  # type: ignore[arg-type]
+        tree = drafter.cache.tree  # type: ignore[attr-defined]
+        seen.append([tree.sequence(s) for s in tree.sequence_ids()])
+        return drafter
+
+    monkeypatch.setattr(bench, "fresh_suffix_drafter", spy)
+    prompts = [*PROMPTS, bench.BenchPrompt("p2", "prose", [1, 2, 3, 4, 6])]
+    rows = bench.run_bench(suffix_pair, prompts, methods, rounds=2, max_new_tokens=10, warmup=False)
+    assert not bench.find_mismatches(rows)
+    plain = {(r.round, r.prompt_id): r.token_ids for r in rows if r.method == "plain"}
+    # per round and prompt: 3 suffix runs (k=4, no cache, adaptive), in the rotated order
+    runs = iter(seen)
+    for rnd in range(2):
+        for i in range(len(prompts)):
+            caches = [next(runs) for _ in range(3)]
+            earlier = [plain[(rnd, q.id)] for q in prompts[:i]]
+            assert sorted(map(len, caches)) == sorted([0, len(earlier), len(earlier)])  # no cache: empty
+            assert all(c in ([], earlier) for c in caches)  # never this prompt's own answer
+    assert all(r.ratio_to_hf_lookup is not None for r in rows if r.method != "hf-lookup n=3")
+
+
+def test_a_prompt_kind_can_be_cut_to_its_first_n_beyond_the_limit() -> None:
+    chosen = bench.choose_bench_prompts("prose,repeated-task:4", limit=1)
+    assert [p.kind for p in chosen] == ["prose", *["repeated-task"] * 4]
+    every = bench.choose_bench_prompts("repeated-task")
+    assert [p.id for p in chosen[1:]] == [p.id for p in every[:4]]
+    with pytest.raises(ValueError, match="unknown prompt kind"):
+        bench.choose_bench_prompts("telepathy:3")

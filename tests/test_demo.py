@@ -167,3 +167,26 @@ def test_other_drafters_are_wired_to_the_demo_target(
         ids, Controls(ControlValues(k=3)), opts)
     assert spec.token_ids == plain.token_ids
     other.release()
+
+
+def test_suffix_decoding_matches_plain_greedy_on_every_preset(
+    converted: tuple[Path, list[tuple[str, float]]]
+) -> None:
+    """Every shipped prompt, one after another with the same drafter, so later prompts also draft from the
+    cross-run cache of earlier answers: the output is plain decoding's, token for token."""
+    from specscope.core.prompts import load_prompt_sets
+
+    suffix = demo.load_demo_pair("suffix")
+    assert suffix.drafter_kind == "suffix" and suffix.drafter.name == "suffix" and suffix.draft is None
+    opts = DecodeOptions(max_new_tokens=16, eos_token_ids=suffix.eos_token_ids)
+    plain_dec = Decoder(suffix.target.model, suffix.vocab_size)
+    dec = Decoder(suffix.target.model, suffix.vocab_size, drafter=suffix.drafter)
+    accepted = 0
+    for kind, prompts in load_prompt_sets().items():
+        for prompt in prompts:
+            ids = suffix.encode_prompt(prompt.text)
+            spec = dec.run(ids, Controls(ControlValues(k=8)), opts)
+            assert spec.token_ids == plain_dec.run(ids, options=opts, plain=True).token_ids, (kind, prompt.id)
+            accepted += spec.n_accepted
+    assert accepted > 0 and len(suffix.drafter.cache) > 0  # type: ignore[attr-defined]
+    suffix.release()

@@ -84,7 +84,7 @@ class ControlPanel(QWidget):
         self.set_combo = QComboBox()
         self.set_combo.addItems(list(self.prompt_sets))
         self.prompt_combo = QComboBox()
-        self.prompt_combo.setMinimumContentsLength(12)
+        self.prompt_combo.setMinimumContentsLength(11)  # 11: room beside the longest kind, repeated-task
         self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         row.addWidget(self.set_combo, 1)
         row.addWidget(self.prompt_combo, 2)

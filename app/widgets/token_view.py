@@ -67,7 +67,18 @@ def _fmt_prob(x: float | None) -> str:
     return "—" if x is None else f"{x:.4f}"
 
 
-def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None) -> str:
+def match_line(record: IterationRecord) -> str | None:
+    """What the drafter matched for this iteration's proposal (prompt lookup, suffix decoding), or None."""
+    if record.match_len is None:
+        return None
+    what = "n-gram" if record.drafter == "lookup" else "match"
+    line = f"{record.drafter} {what} of {record.match_len} token{'s' * (record.match_len != 1)}"
+    if record.expected_accepted is not None:
+        line += f", expected accepted {record.expected_accepted:.2f} of {record.n_drafted} drafted"
+    return line
+
+
+def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None, match: str | None = None) -> str:
     status = tok.status.value if hasattr(tok.status, "value") else str(tok.status)
     rows = [
         f"<b>{html.escape(readable(tok.text))}</b> (id {tok.token_id})",
@@ -75,6 +86,8 @@ def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None) 
         f"p(x) = {_fmt_prob(tok.p)} &nbsp; q(x) = {_fmt_prob(tok.q)} &nbsp; "
         f"min(1, p/q) = {_fmt_prob(tok.accept_prob)}",
     ]
+    if match:
+        rows.append(html.escape(match))
     if tok.top5:
         rows.append("target top 5:")
         for tid, prob in tok.top5:
@@ -104,6 +117,7 @@ class TokenView(QPlainTextEdit):
         self.show_rejected = True
         self.decode: TokenDecoder | None = None  # set when a pair is loaded (top-5 ids -> text)
         self._seen_text: dict[int, str] = {}  # id -> text of every token shown: names top-5 ids in a replay
+        self._matches: dict[int, str] = {}  # iteration -> what its drafter matched (lookup, suffix)
         self.counts: dict[str, int] = {}
 
     # ---- content -------------------------------------------------------------------------------------
@@ -115,8 +129,14 @@ class TokenView(QPlainTextEdit):
         self._block_tokens = 0
         self.counts.clear()
         self._seen_text.clear()
+        self._matches.clear()
 
     def append_records(self, records: Iterable[IterationRecord]) -> None:
+        records = list(records)
+        for r in records:
+            line = match_line(r)
+            if line is not None:
+                self._matches[r.iteration] = line
         items = [(r.iteration, t) for r in records for t in r.tokens]
         if not items:
             return
@@ -175,7 +195,9 @@ class TokenView(QPlainTextEdit):
 
     def tooltip_for_offset(self, offset: int) -> str | None:
         hit = self.token_at_offset(offset)
-        return None if hit is None else tooltip_html(hit[0], hit[1], self.decode or self._seen_text.get)
+        if hit is None:
+            return None
+        return tooltip_html(hit[0], hit[1], self.decode or self._seen_text.get, self._matches.get(hit[0]))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.viewport() and event.type() == QEvent.Type.ToolTip:

@@ -21,9 +21,13 @@ class Proposal:
     q_probs: torch.Tensor | None  # (len(tokens), V) processed proposal distributions; None = one-hot
     # Softmax of the drafter's raw logits (greedy) or processed q (sampling) at each proposal, for records.
     q_token_probs: list[float | None]
-    # Prompt lookup: the size of the n-gram whose match gave these tokens (0 = not a lookup, or no match).
+    # Prompt lookup: the size of the n-gram whose match gave these tokens; suffix decoding: the match length
+    # (0 = neither, or no match).
     # Acceptance depends on it, so adaptive k for lookup conditions on it.
     match_ngram: int = 0
+    # Suffix decoding: the proposal's expected number of accepted tokens (the sum of each token's estimated
+    # probability); None for drafters that make no such estimate.
+    expected_accepted: float | None = None
 
 
 class Drafter(ABC):
