@@ -377,15 +377,20 @@ def _holds_an_iteration(folder: Path) -> bool:
 def prune_sessions(root: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest finished session folders under ``root``; returns those deleted.
 
-    Folders still marked RUNNING (a live run, or an interrupted one waiting to be offered) are never
-    deleted. Only folders that look like sessions (they hold a session sidecar) are touched, so a user's own
-    files in the folder are safe."""
+    Folders still marked RUNNING by a live run, or by an interrupted one that holds iterations (it is waiting to
+    be offered), are never deleted; one whose recording process died before its first iteration holds nothing
+    to offer and is pruned like a finished one. Only folders that look like sessions (they hold a session
+    sidecar) are touched, so a user's own files in the folder are safe."""
     try:
         folders = [p for p in Path(root).iterdir() if p.is_dir()]
     except OSError:
         return []
-    finished = [p for p in folders if not (p / RUNNING_MARKER).exists()
-                and trace_paths(p / SESSION_FOLDER_TRACE).session.exists()]
+
+    def done(folder: Path) -> bool:
+        marker = folder / RUNNING_MARKER
+        return not marker.exists() or (not _marker_is_live(marker) and not _holds_an_iteration(folder))
+
+    finished = [p for p in folders if trace_paths(p / SESSION_FOLDER_TRACE).session.exists() and done(p)]
     finished.sort(key=lambda p: p.name, reverse=True)  # names start with a timestamp
     deleted = []
     for folder in finished[keep:]:

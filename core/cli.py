@@ -262,6 +262,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
     _check_context(pair, len(prompt_ids), args.max_new_tokens, quiet)
     description = session_description(args, pair)
+    # what the app's crash recovery offers the run by (its prompt and pair, not only a date)
+    description.update(prompt=text, pair_description=str(getattr(pair, "description", "") or ""))
     recorder = _start_recorder(description, quiet)
     _Run.session_folder = recorder.folder if recorder is not None else None
     # the recorder is a sink of the session: it records on this thread, in the stream's order

@@ -275,3 +275,19 @@ def test_data_dir_env_override(monkeypatch, tmp_path: Path) -> None:
     assert default_data_dir() == tmp_path / "data"
     monkeypatch.delenv("SPECSCOPE_DATA_DIR")
     assert default_data_dir().name == "specscope"
+
+
+def test_a_session_killed_before_its_first_iteration_is_pruned_and_one_with_iterations_kept(tmp_path: Path) -> None:
+    from specscope.core.autosave import prune_sessions
+
+    empty = make_recorder(tmp_path)  # the process died while loading: a folder that holds no iteration
+    _set_marker(empty.folder, pid=_dead_pid(), process_created=None)
+    interrupted = make_recorder(tmp_path)
+    interrupted.append(sample_records()[0])
+    interrupted.flush()
+    _set_marker(interrupted.folder, pid=_dead_pid(), process_created=None)
+    live = make_recorder(tmp_path)
+    assert prune_sessions(tmp_path, keep=0) == [empty.folder]
+    assert interrupted.folder.exists() and live.folder.exists()
+    assert find_interrupted_sessions(tmp_path) == [interrupted.folder]
+    live.close()
