@@ -145,4 +145,4 @@ def test_stopping_after_one_iteration_leaves_a_sentence_not_a_blank_plot(qtbot, 
         assert w.start_run()
     assert w.state == "stopped" and len(w.data.records) == 1
     assert w.plots.timing.empty.isVisible() and w.plots.timing.empty.text() == ONE_ITERATION_TEXT
-    assert "1 iteration)" in w.status.message.text()
+    assert "1 iteration." in w.status.message.text()

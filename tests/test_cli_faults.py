@@ -70,7 +70,7 @@ BAD_RUN_FLAGS = [
     (["--prompt", "w5", "--temperature", "inf"], "argument --temperature: must be a finite number"),
     (["--prompt", "w5", "--seed", "-1"], "argument --seed: must be from 0 to"),
     (["--prompt", "w5", "--seed", "99999999999999999999999"], "argument --seed: must be from 0 to"),
-    (["--prompt", "w5", "--baseline-every", "-5"], "argument --baseline-every: must be at least 0"),
+    (["--prompt", "w5", "--baseline-every", "-5"], "argument --baseline-every: must be from 0 to 10,000"),
     (["--prompt", "w5", "--max-new-tokens", "1000000"], "argument --max-new-tokens: must be from 1 to 131,072"),
     (["--prompt", "w5", "--top-p", "2"], "argument --top-p: must be a finite number above 0 and at most 1"),
     (["--prompt", ""], "--prompt is empty"),
