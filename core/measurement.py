@@ -378,6 +378,8 @@ class Measurement:
         self._baseline_ms = 0.0  # plain steps inside a speculative run, and what they emitted
         self._baseline_tokens = 0
         self._explorations = 0
+        self._explore_ms = 0.0  # explored iterations, and what they emitted
+        self._explore_tokens = 0
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._last_values: ControlValues | None = None
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
@@ -487,14 +489,17 @@ class Measurement:
                 self._positions[i][0] += 1
             if i < r.n_accepted:
                 self._positions[i][1] += 1
-        if r.mode == SPECULATIVE_MODE:
+        if r.mode == SPECULATIVE_MODE and r.explore:
+            self._explore_ms += r.iteration_ms
+            self._explore_tokens += r.n_emitted
+        elif r.mode == SPECULATIVE_MODE:
             self._spec_ms += r.iteration_ms
             self._spec_tokens += r.n_emitted
-            if self._block is not None:
-                self._block.tokens += r.n_emitted
-                self._block.ms += r.iteration_ms
-                self._block.iterations += 1
-                self._block.busy |= any(f.startswith(BUSY_PREFIX) for f in r.flags)
+        if r.mode == SPECULATIVE_MODE and self._block is not None:
+            self._block.tokens += r.n_emitted
+            self._block.ms += r.iteration_ms
+            self._block.iterations += 1
+            self._block.busy |= any(f.startswith(BUSY_PREFIX) for f in r.flags)
 
     def _end_plain_run(self) -> None:
         """A run of plain steps ended: it closes the block before it and opens the next."""
@@ -632,8 +637,11 @@ class Measurement:
             # what the plain steps cost beyond what speculation takes for as many tokens (never below 0: where
             # speculation loses, the plain step was the faster way to decode them)
             baseline = max(0.0, self._baseline_ms - self._baseline_tokens * self._spec_ms / self._spec_tokens)
+        explore = 0.0
+        if self._explore_tokens and self._spec_tokens and self._spec_ms > 0:
+            explore = max(0.0, self._explore_ms - self._explore_tokens * self._spec_ms / self._spec_tokens)
         bookkeeping = max(0.0, wall_ms - self._decode_ms)
-        return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations)
+        return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations, explore)
 
     def _build(self) -> Estimate:
         last = self._last_record

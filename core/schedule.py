@@ -10,9 +10,12 @@ than speculation at the user's k would have, and that is what these two bound.
   g iterations of c plain-step times each, so g ≥ b·((1 − 1/S)/budget − 1)/c. Where speculation does not
   pay (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``.
 - :class:`VerifyExploration` runs an occasional speculative iteration at a k whose verify pass length
-  (k + 1) was never timed, longest first, so the verify fit covers the whole curve by interpolation: at most
-  one in ``every`` speculative iterations, and at most ``attempts`` tries per length (a lookup drafter may
-  not find that many tokens to propose).
+  (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
+  to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
+  iterations, at most ``attempts`` tries per length (a lookup drafter may not find that many tokens to
+  propose), and only while what exploring has cost, plus what the next one is predicted to cost (the extra
+  draft steps and verify tokens at the measured costs), stays within ``budget`` of the run's wall time so
+  far. A dear draft model explores little; free proposals (lookup, suffix) explore every length.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ BASELINE_MAX_GAP = 48
 BASELINE_BUDGET = 0.03  # the baselines' share of wall time once the speed-up is known
 EXPLORE_EVERY = 16
 EXPLORE_ATTEMPTS = 2
+EXPLORE_BUDGET = 0.02  # exploration's share of the wall time
 
 
 class BaselineSchedule:
@@ -49,11 +53,11 @@ class BaselineSchedule:
 
 class VerifyExploration:
     def __init__(self, measurement: Measurement, k_max: int, every: int = EXPLORE_EVERY,
-                 attempts: int = EXPLORE_ATTEMPTS):
-        if every < 1 or attempts < 1 or k_max < 1:
-            raise ValueError("need every >= 1, attempts >= 1 and k_max >= 1")
+                 attempts: int = EXPLORE_ATTEMPTS, budget: float | None = EXPLORE_BUDGET):
+        if every < 1 or attempts < 1 or k_max < 1 or (budget is not None and budget <= 0):
+            raise ValueError("need every >= 1, attempts >= 1, k_max >= 1 and a budget > 0 (or None: no budget)")
         self.measurement = measurement
-        self.k_max, self.every, self.attempts = k_max, every, attempts
+        self.k_max, self.every, self.attempts, self.budget = k_max, every, attempts, budget
         self._since = 0
         self._tried: dict[int, int] = {}
 
@@ -63,7 +67,21 @@ class VerifyExploration:
         while n > 2:  # 17, 9, 5, 3 for k up to 16
             out.append(n)
             n = (n + 1) // 2
-        return out
+        return sorted(out)
+
+    def affordable(self, k: int, other: int) -> bool:
+        """Whether exploring at ``other`` instead of ``k`` keeps exploration within its budget (no budget, or
+        nothing measured yet to predict from: yes)."""
+        est = self.measurement.estimate()
+        if self.budget is None or est is None or est.cost is None:
+            return True
+        c = est.costs
+        points = c.verify_ms_by_len
+        longest = max(points, default=1)
+        slope = (points[longest] - points[min(points)]) / (longest - min(points)) if len(points) > 1 else 0.0
+        extra = max(0, other - k)
+        predicted = extra * ((c.draft_step_ms or 0.0) + max(slope, 0.0))
+        return est.cost.exploration_ms + predicted <= self.budget * est.cost.wall_ms
 
     def __call__(self, k: int) -> int | None:
         """The k to run this iteration at instead of ``k`` (None: run at ``k``)."""
@@ -72,8 +90,11 @@ class VerifyExploration:
             return None
         fit = self.measurement.fit
         for length in self.candidates():
-            if length == k + 1 or fit.passes(length) or self._tried.get(length, 0) >= self.attempts:
+            # a length inside the measured range is interpolated already: only longer ones add to the curve
+            if length <= max(fit.max_length, k + 1) or self._tried.get(length, 0) >= self.attempts:
                 continue
+            if not self.affordable(k, length - 1):
+                return None  # the cheaper lengths come first: a dearer one cannot be affordable either
             self._since = 0
             self._tried[length] = self._tried.get(length, 0) + 1
             return length - 1

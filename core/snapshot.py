@@ -115,6 +115,7 @@ class MeasurementCost:
     ``bookkeeping_ms``: wall time between iterations (records, memory joins, probes, autosave hand-off).
     ``baseline_ms``: what the plain baseline steps cost beyond what speculation would have taken for the same
     tokens (0 when speculation does not pay: then a plain step is the faster way to decode).
+    ``exploration_ms``: likewise for the iterations run at another k to time an unmeasured pass length.
     """
 
     wall_ms: float
@@ -122,10 +123,12 @@ class MeasurementCost:
     bookkeeping_ms: float
     baseline_ms: float
     exploration_iterations: int = 0
+    exploration_ms: float = 0.0
 
     @property
     def share(self) -> float | None:
-        return (self.bookkeeping_ms + self.baseline_ms) / self.wall_ms if self.wall_ms > 0 else None
+        spent = self.bookkeeping_ms + self.baseline_ms + self.exploration_ms
+        return spent / self.wall_ms if self.wall_ms > 0 else None
 
     def text(self) -> str:
         s = self.share

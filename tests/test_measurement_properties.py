@@ -123,12 +123,17 @@ def reference(events: list[Event]) -> Reference:
         ratio = sum(r.n_emitted for r in run) / sum(r.iteration_ms for r in run) * median(before + after)
         (busy if any(f.startswith(BUSY_PREFIX) for r in run for f in r.flags) else quiet).append(ratio)
     plain_in_run = [r for r in records if r.mode == "plain"]
-    spec_ms, spec_tokens = sum(r.iteration_ms for r in spec), sum(r.n_emitted for r in spec)
-    baseline = 0.0
-    if plain_in_run and spec_tokens and spec_ms > 0:
-        baseline = max(0.0, sum(r.iteration_ms for r in plain_in_run)
-                       - sum(r.n_emitted for r in plain_in_run) * spec_ms / spec_tokens)
-    overhead = (max(0.0, wall_ms - decode_ms) + baseline) / wall_ms if wall_ms > 0 else None
+    normal = [r for r in spec if not r.explore]
+    spec_ms, spec_tokens = sum(r.iteration_ms for r in normal), sum(r.n_emitted for r in normal)
+
+    def extra(rs: list[IterationRecord]) -> float:
+        """What these iterations cost beyond speculation at the user's k for as many tokens (never below 0)."""
+        if not rs or not spec_tokens or spec_ms <= 0:
+            return 0.0
+        return max(0.0, sum(r.iteration_ms for r in rs) - sum(r.n_emitted for r in rs) * spec_ms / spec_tokens)
+
+    spent = max(0.0, wall_ms - decode_ms) + extra(plain_in_run) + extra([r for r in spec if r.explore])
+    overhead = spent / wall_ms if wall_ms > 0 else None
     return Reference(alpha, segment_alpha, emitted * 1000.0 / decode_ms if decode_ms > 0 else None,
                      emitted * 1000.0 / wall_ms if wall_ms > 0 else None, quiet, busy, overhead)
 

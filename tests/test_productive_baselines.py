@@ -47,7 +47,7 @@ def test_a_greedy_run_with_baselines_every_two_iterations_is_plain_decoding_and_
     decoder = Decoder(target, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
     m = Measurement()
     opts = DecodeOptions(max_new_tokens=40, baseline_every=2, baseline_steps=2,
-                         explore_k=VerifyExploration(m, 8, every=4))
+                         explore_k=VerifyExploration(m, 8, every=4, budget=None))
     for event in decoder.stream([1, 2, 3], Controls(ControlValues(k=3)), opts):
         m.feed(event)
     result = decoder.result
@@ -147,12 +147,35 @@ def test_baselines_spread_out_once_the_speed_up_is_known_and_stay_dense_when_it_
 
 def test_exploration_is_bounded_and_stops_once_every_length_was_timed() -> None:
     m = Measurement()
-    explore = VerifyExploration(m, 16, every=4, attempts=2)
-    assert explore.candidates() == [17, 9, 5, 3]
+    m.fit.add(1, 10.0)
+    m.fit.add(4, 12.0)  # the user's k = 3: its pass length is timed
+    explore = VerifyExploration(m, 16, every=4, attempts=2, budget=None)
+    assert explore.candidates() == [3, 5, 9, 17]
     asked = [explore(3) for _ in range(40)]
     chosen = [k for k in asked if k is not None]
-    assert chosen[:4] == [16, 16, 8, 8] and len(chosen) <= 40 // 4  # two tries each, one in four at most
-    assert all(k is None for k in asked[:3])
-    for n in (17, 9, 5, 3):
+    # only lengths past the longest timed, shortest first, two tries each, one iteration in four at most
+    assert chosen == [4, 4, 8, 8, 16, 16] and all(k is None for k in asked[:3])
+    for n in (5, 9, 17):
         m.fit.add(n, 10.0)
     assert all(explore(3) is None for _ in range(20))  # every length timed: nothing left to explore
+
+
+def test_exploration_stays_within_its_share_of_the_wall_time() -> None:
+    """A dear draft (50 ms a proposal against a 10 ms step) may explore k=4 from k=2 only once the run is long
+    enough for 2 x 50 ms to be 2% of it."""
+    def run_of(iterations: int) -> Measurement:
+        m = Measurement()
+        t = 0.0
+        for i in range(iterations):
+            mode = "plain" if i % 8 == 0 else "speculative"
+            r = _rec(i, mode, 10.0 if mode == "plain" else 112.0, 1 if mode == "plain" else 2)
+            if mode == "speculative":
+                r.n_drafted, r.draft_ms, r.verify_ms = 2, 100.0, 11.0
+            r.t_start_s, r.t_end_s = t, t + r.iteration_ms / 1000.0
+            t = r.t_end_s
+            m.feed(r)
+        return m
+
+    short, long = run_of(10), run_of(60)  # about 1 s and 6 s of wall time
+    assert not VerifyExploration(short, 16, every=1).affordable(2, 4)  # 100 ms > 2% of 1 s
+    assert VerifyExploration(long, 16, every=1).affordable(2, 4)  # 100 ms < 2% of 6 s
