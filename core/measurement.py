@@ -388,6 +388,7 @@ class Measurement:
         self._plain_steps: list[float] = []  # the plain run under way
         self._ratios: list[float] = []
         self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
+        self._ratio_cache: dict[tuple[int, int, int], tuple[RatioInterval | None, int]] = {}
         self._last_record: IterationRecord | None = None
         self._last_judging: IterationRecord | None = None  # the k, drafter and controller note in use (a
         # baseline's plain step says nothing of them: drafter "none", the slider's k)
@@ -522,6 +523,16 @@ class Measurement:
         (self._busy_ratios if blk.busy else self._ratios).append(ratio)
         (seg.busy_ratios if blk.busy else seg.ratios).append(ratio)
 
+    def _ratio(self, quiet: list[float], busy: list[float]) -> tuple[RatioInterval | None, int]:
+        """The paired ratio over the blocks used, and how many: recomputed only when a block was added (the
+        interval's exact signed-rank table was a tenth of a tiny pair's run when rebuilt at every event)."""
+        key = (id(quiet), len(quiet), len(busy))
+        hit = self._ratio_cache.get(key)
+        if hit is None:
+            used = self._used(quiet, busy)
+            hit = self._ratio_cache[key] = (paired_ratio(used, self.min_blocks), len(used))
+        return hit
+
     def _used(self, quiet: list[float], busy: list[float]) -> list[float]:
         """The quiet blocks once there are enough of them; every block while there are not (a machine busy
         throughout still gets a number, and the snapshot says how many blocks were busy)."""
@@ -620,12 +631,12 @@ class Measurement:
         return out
 
     def _segment_snapshot(self, seg: _SegmentState) -> Segment:
-        used = self._used(seg.ratios, seg.busy_ratios)
+        measured, blocks = self._ratio(seg.ratios, seg.busy_ratios)
         return Segment(
             index=seg.index, start_iteration=seg.start_iteration,
             controls=seg.controls if seg.controls is not None else ControlValues(),
             alpha=seg.accepted / seg.judged if seg.judged else None, judged=seg.judged,
-            measured=paired_ratio(used, self.min_blocks), blocks=len(used),
+            measured=measured, blocks=blocks,
         )
 
     def _cost_locked(self) -> MeasurementCost | None:
@@ -659,7 +670,7 @@ class Measurement:
         alpha_w = sum(x.n_accepted for x in recent) / judged_w if judged_w else None
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
         run_used = self._used(self._ratios, self._busy_ratios)
-        run_measured = paired_ratio(run_used, self.min_blocks)
+        run_measured, _ = self._ratio(self._ratios, self._busy_ratios)
         segment = self._segment_snapshot(self._segments[-1])
         measured: RatioInterval | None
         if len(self._segments) > 1 and segment.measured is not None:
