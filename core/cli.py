@@ -400,8 +400,8 @@ def _overhead_text(estimate: Any) -> str:
     cost = estimate.cost
     if cost is None:
         return "measurement overhead —"
-    return (f"{cost.text()} (bookkeeping {cost.bookkeeping_ms:.0f} ms, baselines {cost.baseline_ms:.0f} ms "
-            f"of {cost.wall_ms / 1000.0:.1f} s)")
+    return (f"{cost.text()} (bookkeeping {cost.bookkeeping_ms:.0f} ms, baselines {cost.baseline_ms:.0f} ms, "
+            f"exploration {cost.exploration_ms:.0f} ms of {cost.wall_ms / 1000.0:.1f} s)")
 
 
 def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
