@@ -115,9 +115,9 @@ case "$cmd" in
                 echo "[test] building llama.cpp's llama-server first (once, then cached): about 50-90 min on 2 cores"
             fi
             # The attach tests run a real llama.cpp server: build it once (cached by version). The build gets at most
-            # SPECSCOPE_BUILD_BUDGET_MIN minutes (default 50), so a fresh CI machine stays inside its 90-minute limit;
+            # SPECSCOPE_BUILD_BUDGET_MIN minutes (default 45), so a fresh CI machine stays inside its 90-minute limit;
             # a build cut short keeps its folder and resumes at the next run, and this run skips the server tests.
-            budget=${SPECSCOPE_BUILD_BUDGET_MIN:-50}
+            budget=${SPECSCOPE_BUILD_BUDGET_MIN:-45}
             if ! timeout "${budget}m" scripts/build_llama_server.sh >/dev/null; then
                 echo "[test] WARNING: llama-server was not built within ${budget} min (it resumes next time);" \
                      "the attach tests against it are skipped in this run" >&2

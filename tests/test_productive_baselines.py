@@ -99,6 +99,7 @@ def _exact_first_two(target: torch.nn.Module, prompt: list[int], controls: Contr
     return joint
 
 
+@pytest.mark.slow  # 1,500 decodes: the full tier
 def test_sampling_with_a_plain_step_first_keeps_the_targets_joint_distribution() -> None:
     """Token 1 from a baseline's plain step (the run's generator), token 2 from speculation: the pair is still
     the target's. 1,500 runs over 64 cells: a χ² test at p > 1e-3 catches a 0.1 total-variation error."""
