@@ -288,9 +288,14 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
     error: str | None = None
     stopped: Interrupted | None = None
     stream = session.stream(prompt_ids)
+    warned = False
     try:
         for _event in stream:  # the session's sinks (autosave) see every event; the summary reads the snapshot
-            pass
+            if recorder is not None and recorder.error is not None and not warned:
+                # said at once: the user should know the crash-safety net is off while the run goes on
+                warned = True
+                print(f"specscope: warning: {recorder.error}; the crash-safety net is off for the rest of this "
+                      "run (the run goes on, and --trace still writes at the end)", file=sys.stderr)
     except Interrupted as exc:  # a second signal: the step under way was cut
         stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
@@ -337,6 +342,7 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
             "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
             "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
             "session_folder": str(recorder.folder) if recorder is not None else None,
+            "autosave_error": recorder.error if recorder is not None else None,
             "drill_events": [asdict(e) for e in session.drill_events],
             "error": error or trace_error or (stopped.reason if stopped is not None else None),
         }

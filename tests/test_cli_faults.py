@@ -389,3 +389,27 @@ def test_a_cli_run_freezes_what_is_loaded_only_while_it_runs(dirs, capsys, monke
     assert rc == 0
     assert seen and seen[0] > 10_000  # torch and the pair, not a handful
     assert gc.get_freeze_count() == 0
+
+
+def test_autosave_stopped_by_a_full_disk_is_said_at_once_and_in_json(dirs, monkeypatch, capsys) -> None:
+    """Issue 31 item 2: the run went on and exited 0 while its crash-safety net had silently stopped."""
+    from specscope.core import autosave
+
+    from .faults import full_disk
+
+    real = autosave.SessionRecorder
+
+    def small_flushes(*a, **kw):  # flush every event, so the budget runs out during the run, not at its end
+        return real(*a, **{**kw, "flush_interval_s": 0.0})
+
+    monkeypatch.setattr(autosave, "SessionRecorder", small_flushes)
+    full_disk(monkeypatch, free=30_000)  # the session file fits (about 16 kB), the event log soon does not
+    rc = main(["run", "--target", str(dirs["target"]), "--drafter", "lookup", "--prompt", "w5 w6",
+               "--no-chat-template", "--max-new-tokens", "80", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0  # the decoding itself was fine
+    said = [line for line in captured.err.splitlines() if "crash-safety net is off" in line]
+    assert len(said) == 1 and "No space left on device" in said[0]
+    js = json.loads(captured.out)
+    assert js["autosave_error"] and "No space left on device" in js["autosave_error"]
+    assert js["finish_reason"] in ("eos", "max_new_tokens") and js["error"] is None

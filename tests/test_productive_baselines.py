@@ -6,6 +6,7 @@ bounded, and the baseline spacing follows its budget."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from specscope.core.controls import Controls
