@@ -96,6 +96,7 @@ def open_attach(window: Any) -> None:
 def start_attach(window: Any, options: AttachOptions) -> Any:
     """Stream ``options`` into the window through its run controller (also the entry point tests drive); returns
     the runner (its ``result`` holds the engine's answer once it finished)."""
+    window.attach_result = None  # the last request's answer: set when this one finishes
     if not window.controller.start_attach(options):
         return None
     runner = window.controller.attach_runner

@@ -117,7 +117,7 @@ def test_server_killed_mid_stream_keeps_the_partial_trace(binary: Path, gguf: Pa
         server.stop()
     assert result.error is not None and "dropped mid-stream" in result.error
     assert len(result.records) >= 3 and result.records[-1].finish_reason == "error"
-    paths = write_trace(tmp_path / "partial.csv", result.records, [], session=result.session)
+    paths = write_trace(tmp_path / "partial.csv", result.records, session=result.session)
     assert paths is not None
     loaded = read_trace(tmp_path / "partial.csv")
     assert len(loaded.records) == len(result.records)
@@ -205,7 +205,7 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
     plots = window.plots
     plots.refresh(window.data)
     assert window.data.col("alpha_run")[-1] == pytest.approx(summarize_attached(result.records)["alpha"])
-    assert any(name == ENGINE_KEY for name, _, _ in plots.timing.keys) and not plots.timing.empty.isVisible()
+    assert any(k.name == ENGINE_KEY for k in plots.timing.keys) and not plots.timing.empty.isVisible()
     assert ATTACHED_REASON in (plots.speedup.empty_text(window.data) or "")
     assert window.data.estimate is not None and window.data.estimate.positions  # acceptance by position
     assert "attached: finished" in window.run_panel.state.text() and "llama.cpp" in window.run_panel.pair.text()
