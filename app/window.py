@@ -743,6 +743,8 @@ class MainWindow(QMainWindow):
             self.panel.set_prompt_text(shown.prompt)
             changes = [e for e in self.data.events if isinstance(e, ControlChange)]
             self.panel.set_values(changes[-1].new if changes else shown.controls)
+            if shown.max_new_tokens > 0:  # a trace from before the event log does not say
+                self.panel.max_new.setValue(shown.max_new_tokens)
         self._render_state(self.controller.state)
 
     def export_trace(self, path: str | Path) -> bool:

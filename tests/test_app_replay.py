@@ -79,6 +79,7 @@ def test_an_eagle_replay_in_a_window_that_ran_lookup_shows_the_traces_run(qtbot,
     assert EAGLE_PAIR in pair and "drafter: eagle" in pair and "lookup" not in pair
     # its prompt and controls in the editor
     assert w.panel.prompt_text() == EAGLE_PROMPT and w.panel.values().k == 5
+    assert w.panel.max_new.value() == 1000  # the trace's max new tokens, not the 10 the lookup run had
     # its end, in words, marked as a replay
     assert w.state == "replay"
     state = _text(w.run_panel.state)
