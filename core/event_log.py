@@ -314,10 +314,6 @@ def decode(obj: Any) -> Event:
     return event
 
 
-def is_event_log(path: Path) -> bool:
-    return path.name.endswith(EVENTS_SUFFIX)
-
-
 def read_events(path: Path) -> tuple[list[Event], list[str]]:
     """The events of a log, and warnings for what was repaired: a last line cut by a crash is dropped, an
     iteration whose number does not follow the one before (a duplicated or reordered line) is dropped and

@@ -69,7 +69,6 @@ class RunFinished:
 
 
 Event = RunStarted | IterationRecord | BaselineRecord | ControlChange | DrillEvent | RunFinished
-EVENT_TYPES = (RunStarted, IterationRecord, BaselineRecord, ControlChange, DrillEvent, RunFinished)
 
 
 def regime(values: ControlValues) -> tuple[object, ...]:

@@ -381,7 +381,6 @@ class Measurement:
         self._explore_ms = 0.0  # explored iterations, and what they emitted
         self._explore_tokens = 0
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
-        self._last_values: ControlValues | None = None
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._block: _Block | None = None
         self._closing: _Block | None = None  # ended by the plain run under way, closed when that run ends
@@ -394,7 +393,6 @@ class Measurement:
         # baseline's plain step says nothing of them: drafter "none", the slider's k)
         self._last_busy = ""
         self._last_busy_iteration = -(10**9)
-        self._finished: RunFinished | None = None
         self._estimate: Estimate | None = None
 
     # ---- feeding -----------------------------------------------------------------------------------------
@@ -418,7 +416,6 @@ class Measurement:
                 if self._segments[0].controls is None:
                     self._segments[0].controls = event.controls
             elif isinstance(event, RunFinished):
-                self._finished = event
                 self._end_plain_run()
                 last = self._block or self._closing
                 if last is not None:  # the last block: bracketed on one side only
@@ -444,7 +441,6 @@ class Measurement:
     def _iteration(self, r: IterationRecord) -> None:
         if self._segments[0].controls is None:
             self._segments[0].controls = r.controls
-        self._last_values = r.controls
         self._last_record = r
         self._iterations += 1
         self._emitted += r.n_emitted

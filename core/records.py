@@ -193,7 +193,6 @@ class RunResult:
     token_ids: list[int]
     text: str
     iterations: list[IterationRecord]
-    baselines: list[BaselineRecord]
     finish_reason: str
     elapsed_s: float
 

@@ -292,7 +292,7 @@ class Session:
                 self.records.append(event)
                 self._emit(event)
                 yield event
-        except GeneratorExit:
+        except GeneratorExit:  # the consumer closed the stream (a stop between iterations): not an error
             raise
         except BaseException as exc:  # a model failing, a second signal: the stream still says how it ended
             error = getattr(exc, "reason", "") or f"{type(exc).__name__}: {exc}"

@@ -288,7 +288,6 @@ class Decoder:
                 token_ids=gen_ids,
                 text="".join(self.text(t) for t in gen_ids),
                 iterations=records,
-                baselines=[],
                 finish_reason=finish,
                 elapsed_s=time.perf_counter() - t_run,
             )

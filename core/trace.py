@@ -1,13 +1,17 @@
-"""Trace files: the record stream written to disk and read back (export, replay, autosave, ``--trace``).
+"""Trace files: a run's event stream written down and read back (export, replay, ``--trace``), and the flat
+export for spreadsheets written from it.
 
-One trace is four files next to each other (see docs/trace-format.md):
-``<stem>.csv`` one row per iteration, ``<stem>.tokens.csv`` one row per token, ``<stem>.baselines.csv``
-one row per plain-step baseline and ``<stem>.session.json`` (settings, models, format, column units).
-``chrome_trace.write_chrome_trace`` writes the same records as Trace Event Format JSON (Perfetto).
+One trace is five files next to each other (see docs/trace-format.md): ``<stem>.events.jsonl``, the stream
+itself (``core.event_log``: what replay reads, and what autosave writes); and, from it, ``<stem>.csv`` one row
+per iteration with the measurement's snapshot after it, ``<stem>.tokens.csv`` one row per token,
+``<stem>.baselines.csv`` (only traces from before baselines committed their tokens) and ``<stem>.session.json``
+(settings, models, format, column units). A trace without an event log (written before it existed) is read
+from its CSVs into the same stream (``legacy_stream``). ``chrome_trace.write_chrome_trace`` writes the same
+stream as Trace Event Format JSON (Perfetto).
 
 The columns are declared once, in ``ITERATION_SCHEMA``, ``TOKEN_SCHEMA`` and ``BASELINE_SCHEMA``: name,
 unit, cell type (how a value is written and parsed back), where the value lives on the record, and a doc
-line. The CSV headers and rows, ``TraceAppender`` (the one writer, used by export and autosave alike),
+line. The CSV headers and rows, ``TraceAppender`` (the one CSV writer),
 ``read_trace``, the units in the session file, the app's columns and the table in docs/trace-format.md
 (``python -m specscope.core.trace --doc-table``) all derive from them. Adding a column is one line there
 (plus the record field it reads).

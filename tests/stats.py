@@ -23,3 +23,18 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
     if (obs_a[~keep] > 0).any():
         return 0.0  # a draw where the distribution has no mass: certainly wrong
     return float(stats.chisquare(obs_a[keep], exp_a[keep]).pvalue)
+
+
+def exact_first_two(target, prompt: list[int], controls, vocab: int) -> np.ndarray:
+    """The target's exact joint distribution of its first two sampled tokens (what the loop must reproduce)."""
+    import torch
+
+    from specscope.core.sampling import processed_probs
+
+    with torch.no_grad():
+        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
+        joint = np.zeros((vocab, vocab))
+        for a in range(vocab):
+            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
+            joint[a] = float(p1[a]) * p2.numpy()
+    return joint

@@ -21,10 +21,9 @@ from specscope.core.drafters.eagle import (
 )
 from specscope.core.models import ModelLoadError, PairSpec, load_pair
 from specscope.core.records import ControlValues
-from specscope.core.sampling import processed_probs
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import save_model_dir, tiny_model, word_tokenizer
-from tests.stats import chi_square_pvalue
+from tests.stats import chi_square_pvalue, exact_first_two
 
 V = 64
 LAYERS = 4
@@ -277,13 +276,7 @@ RUNS = 6000
 
 
 def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
-    with torch.no_grad():
-        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
-        joint = np.zeros((V8, V8))
-        for a in range(V8):
-            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
-            joint[a] = float(p1[a]) * p2.numpy()
-    return joint
+    return exact_first_two(target, prompt, controls, V8)
 
 
 def test_q_is_zero_outside_the_draft_vocabulary(tmp_path) -> None:

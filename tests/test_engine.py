@@ -18,7 +18,7 @@ from specscope.core.records import ControlValues, IterationRecord, TokenStatus
 from specscope.core.sampling import processed_probs
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
-from tests.stats import chi_square_pvalue
+from tests.stats import chi_square_pvalue, exact_first_two
 
 V = 64
 PROMPTS = [[1, 2, 3], [5], [7, 8, 9, 10, 11, 12], [40, 41, 40, 41]]
@@ -135,14 +135,7 @@ def _pair8():
 
 
 def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
-    """The target's exact joint distribution of the first two sampled tokens."""
-    with torch.no_grad():
-        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
-        joint = np.zeros((V8, V8))
-        for a in range(V8):
-            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
-            joint[a] = float(p1[a]) * p2.numpy()
-    return joint
+    return exact_first_two(target, prompt, controls, V8)
 
 
 def _loop_counts(target, drafter, prompt, controls: ControlValues, runs: int) -> np.ndarray:

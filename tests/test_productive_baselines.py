@@ -14,11 +14,10 @@ from specscope.core.drafters.model import ModelDrafter
 from specscope.core.events import RunFinished
 from specscope.core.measurement import Measurement
 from specscope.core.records import ControlValues, IterationRecord, TokenStatus
-from specscope.core.sampling import processed_probs
 from specscope.core.schedule import BaselineSchedule, VerifyExploration
 from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
-from tests.stats import chi_square_pvalue
+from tests.stats import chi_square_pvalue, exact_first_two
 
 V = 64
 
@@ -90,14 +89,8 @@ V8 = 8
 RUNS = 1500
 
 
-def _exact_first_two(target: torch.nn.Module, prompt: list[int], controls: ControlValues) -> np.ndarray:
-    with torch.no_grad():
-        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]
-        joint = np.zeros((V8, V8))
-        for a in range(V8):
-            p2 = processed_probs(target(torch.tensor([[*prompt, a]])).logits[0, -1], controls)[0]
-            joint[a] = float(p1[a]) * p2.numpy()
-    return joint
+def _exact_first_two(target, prompt, controls: ControlValues) -> np.ndarray:
+    return exact_first_two(target, prompt, controls, V8)
 
 
 @pytest.mark.slow  # 1,500 decodes: the full tier
