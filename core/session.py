@@ -24,6 +24,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from specscope.core.controls import K_MAX, Controls
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder
@@ -87,7 +89,7 @@ class Session:
         self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
             LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
             else CostModelKPolicy(self.measurement))
-        self.busy = BusyDetector.for_device(pair.target.device)
+        self.busy = BusyDetector.for_device(pair.target.device, torch.get_num_threads())
         self.detector = PagingDetector(factor=self.options.paging_factor)
         self.sampler: MemorySampler | None = None
         if self.options.memory_period_s > 0:

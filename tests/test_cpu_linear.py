@@ -125,7 +125,7 @@ def test_residency_counts_the_packed_copies_in_host_memory() -> None:
 def test_the_opt_out_reaches_the_pair_spec() -> None:
     import argparse
 
-    from specscope.core.engine.models import add_pair_arguments, spec_from_args
+    from specscope.core.commands.pair_arguments import add_pair_arguments, spec_from_args
 
     parser = argparse.ArgumentParser()
     add_pair_arguments(parser)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from specscope.core.commands.pair_arguments import add_pair_arguments, spec_from_args
 from specscope.core.engine import cpu_linear
 from specscope.core.engine import models as loading
 from specscope.core.engine.drafters.early_exit import EarlyExitDrafter
@@ -21,11 +22,9 @@ from specscope.core.engine.models import (
     IncompatibleTokenizers,
     ModelLoadError,
     PairSpec,
-    add_pair_arguments,
     check_tokenizers,
     estimate_memory,
     load_pair,
-    spec_from_args,
 )
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer

@@ -736,7 +736,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookup-variants", type=_variant_list, default=[],
                         help="with --drafter lookup, extra adaptive rows with other matching: MATCH:MAX_N:MIN_N, "
                              "comma-separated, e.g. earliest:2:1,recent:4:2")
-    from specscope.core.engine.models import add_suffix_arguments
+    from specscope.core.commands.pair_arguments import add_suffix_arguments
 
     add_suffix_arguments(parser)
     parser.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
@@ -804,7 +804,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def _pair_line(pair: ModelPair) -> str:
     """The pair, and which CPU kernels its multi-token passes ran on (they change what a verify pass costs)."""
-    from specscope.core.engine.cpu_linear import prepacked_bytes
+    from specscope.core.memory.residency import prepacked_bytes
 
     line = pair.description or pair.target.name
     if pair.target.device.type == "cpu":
@@ -822,7 +822,8 @@ def resolved_drafter(args: argparse.Namespace) -> str:
 
 def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
-    from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair, suffix_fields
+    from specscope.core.commands.pair_arguments import suffix_fields
+    from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
     from specscope.core.gc_freeze import loaded_objects_frozen
 
     try:

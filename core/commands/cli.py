@@ -87,7 +87,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specscope.core.engine.models import add_pair_arguments
+    from specscope.core.commands.pair_arguments import add_pair_arguments
 
     parser = Parser(
         prog="specscope", description="Profile speculative decoding: run, bench or verify a draft/target pair."
@@ -254,7 +254,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if quiet:
         _quiet_libraries()
 
-    from specscope.core.engine.models import ModelLoadError, load_pair, spec_from_args
+    from specscope.core.commands.pair_arguments import spec_from_args
+    from specscope.core.engine.models import ModelLoadError, load_pair
     from specscope.core.gc_freeze import loaded_objects_frozen
     from specscope.core.session import Session, SessionOptions
 

@@ -420,7 +420,7 @@ def verify_pair(
 
 # ---- command line -----------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specscope.core.engine.models import add_pair_arguments
+    from specscope.core.commands.pair_arguments import add_pair_arguments
 
     add_pair_arguments(parser)
     g = parser.add_argument_group("verification")
@@ -465,7 +465,8 @@ def select_prompts(choice: str, limit: int = 0) -> list[Prompt]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from specscope.core.engine.models import ModelLoadError, load_pair, spec_from_args
+    from specscope.core.commands.pair_arguments import spec_from_args
+    from specscope.core.engine.models import ModelLoadError, load_pair
 
     def progress(message: str, fraction: float) -> None:
         print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)

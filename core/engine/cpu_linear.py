@@ -17,9 +17,9 @@ default kernel, so plain decoding is exactly what it was, bit for bit, and what 
 thread the packed kernel is also slower there (docs/bench-cpu-linear.md).
 
 Cost. The packed copy is a second copy of every linear weight in host memory (about the model's size again).
-:func:`prepack_linears` skips models that would not fit, with a sentence saying so, and
-:func:`prepacked_bytes` reports what the copies hold. Results differ from MKL's in the last bits (different
-summation order), as MKL's own 1-row and n-row kernels already differ from each other.
+:func:`prepack_linears` skips models that would not fit, with a sentence saying so, and the memory layer's
+``residency.prepacked_bytes`` reports what the copies hold. Results differ from MKL's in the last bits
+(different summation order), as MKL's own 1-row and n-row kernels already differ from each other.
 """
 
 from __future__ import annotations
@@ -141,16 +141,6 @@ def unpack_linears(model: nn.Module) -> None:
             del module.packed_weight
             _packed_by_weight.pop(module.weight, None)
             module.__class__ = nn.Linear  # type: ignore[assignment]
-
-
-def prepacked_bytes(model: nn.Module) -> int:
-    """Bytes held by the packed copies in ``model`` (0 when it has none)."""
-    total = 0
-    for module in model.modules():
-        packed = getattr(module, "packed_weight", None) if isinstance(module, PrepackedLinear) else None
-        if packed is not None:
-            total += packed.numel() * packed.element_size()
-    return total
 
 
 def _free_host_bytes() -> int | None:

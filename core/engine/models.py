@@ -15,9 +15,7 @@ model could never score its top ids).
 
 from __future__ import annotations
 
-import argparse
 import gc
-import math
 import os
 import re
 from collections.abc import Callable
@@ -27,7 +25,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
+from specscope.core.drafter_catalogue import DRAFTER_KINDS
 from specscope.core.engine.drafters import suffix as suffix_defaults
 from specscope.core.engine.drafters.base import Drafter
 from specscope.core.engine.pair import LoadedModel, ModelPair
@@ -736,98 +734,3 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
                      draft=draft, vocab_size=width, eos_token_ids=_eos_ids(target.model, tsrc.tokenizer),
                      use_chat_template=bool(getattr(tsrc.tokenizer, "chat_template", None)),
                      description=description)
-
-
-# ---- command-line options shared by the subcommands that load a pair ---------------------------------
-LOOKUP_MAX_NGRAM = 64  # the lookup index keeps one table per n-gram size: each costs a pass over the context
-LOOKUP_MAX_TOKENS = 1_024
-MAX_LAYERS = 4_096  # the model's own depth bounds it further, when it is loaded
-
-
-def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
-    from specscope.core.commands.cli_checks import whole_number
-
-    g = parser.add_argument_group("model pair")
-    g.add_argument("--target", help="target model: a directory or a hub id in the local HF cache")
-    g.add_argument("--draft", help="draft model (--drafter model) or EAGLE-3 head directory (--drafter eagle)")
-    g.add_argument("--demo", action="store_true", help="use the embedded demo (SmolLM2-135M-Instruct)")
-    g.add_argument("--drafter", choices=DRAFTER_KINDS, default=None,
-                   help=f"how proposals are made (default: model; {DEMO_DRAFTER} for --demo)")
-    g.add_argument("--device", default="cpu", help="target device: cpu, cuda, cuda:N, mps")
-    g.add_argument("--draft-device", default=None, help="draft device (default: the target's)")
-    g.add_argument("--dtype", default="auto", help="target dtype: auto, float32, float16, bfloat16")
-    g.add_argument("--draft-dtype", default="auto")
-    g.add_argument("--trust-remote-code", action="store_true", help="run model code from its repository")
-    g.add_argument("--allow-pickle", action="store_true", help="allow pickle (.bin) weights")
-    g.add_argument("--online", action="store_true", help="download from the hub if not cached")
-    g.add_argument("--lookup-max-ngram", type=whole_number(1, LOOKUP_MAX_NGRAM), default=3,
-                   help=f"prompt lookup: the longest n-gram matched (1 to {LOOKUP_MAX_NGRAM})")
-    g.add_argument("--lookup-num-tokens", type=whole_number(1, LOOKUP_MAX_TOKENS), default=10,
-                   help=f"prompt lookup: the most tokens proposed at once (1 to {LOOKUP_MAX_TOKENS:,}; k bounds "
-                        "it too)")
-    add_suffix_arguments(g)
-    g.add_argument("--early-exit-layers", type=whole_number(1, MAX_LAYERS), default=None,
-                   help="early exit: the target's first N layers draft (default: a quarter of them)")
-    g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
-                   help="on CPU, keep PyTorch's default kernels for multi-token passes instead of oneDNN weights "
-                        "packed at load (which cost a second copy of the weights in host memory)")
-    p = parser.add_argument_group("placement (transformers/accelerate device maps)")
-    p.add_argument("--device-map", "--target-device-map", dest="device_map", default=None,
-                   help="target placement: auto (device, host memory, disk under --max-memory) or a device")
-    p.add_argument("--draft-device-map", default=None, help="draft placement: auto or a device")
-    p.add_argument("--max-memory", "--target-max-memory", dest="max_memory", default=None,
-                   help="with --device-map auto: DEV=SIZE,... e.g. cpu=250MB or cuda:0=10GiB,cpu=30GiB")
-    p.add_argument("--draft-max-memory", default=None, help="the draft's max memory (DEV=SIZE,...)")
-    p.add_argument("--offload-folder", "--target-offload-folder", dest="offload_folder", default=None,
-                   help="where accelerate may put the target's offloaded weights")
-    p.add_argument("--draft-offload-folder", default=None)
-
-
-def add_suffix_arguments(group: Any) -> None:
-    """--suffix-* options (``specscope run``, ``verify`` and ``bench``), named after vLLM's parameters."""
-    from specscope.core.commands.cli_checks import finite_number, whole_number
-
-    group.add_argument("--suffix-max-tree-depth", type=whole_number(2, 4096),
-                       default=suffix_defaults.DEFAULT_MAX_TREE_DEPTH,
-                       help="suffix decoding: longest match plus draft, in tokens (vLLM's max_tree_depth)")
-    group.add_argument("--suffix-max-spec-factor", type=finite_number(0.0, math.inf, lo_open=True),
-                       default=suffix_defaults.DEFAULT_MAX_SPEC_FACTOR,
-                       help="suffix decoding: a draft is at most match length x this (max_spec_factor)")
-    group.add_argument("--suffix-min-token-prob", type=finite_number(0.0, 1.0),
-                       default=suffix_defaults.DEFAULT_MIN_TOKEN_PROB,
-                       help="suffix decoding: stop drafting below this estimated probability (min_token_prob)")
-    group.add_argument("--suffix-max-cached-requests", type=whole_number(0),
-                       default=suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS,
-                       help="suffix decoding: earlier responses kept for matching, 0 = none (max_cached_requests)")
-
-
-def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """PairSpec's suffix fields from the --suffix-* options."""
-    return {"suffix_max_tree_depth": args.suffix_max_tree_depth,
-            "suffix_max_spec_factor": args.suffix_max_spec_factor,
-            "suffix_min_token_prob": args.suffix_min_token_prob,
-            "suffix_max_cached_requests": args.suffix_max_cached_requests}
-
-
-def spec_from_args(args: argparse.Namespace) -> PairSpec:
-    if not args.demo and not args.target:
-        raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
-    drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
-    if not args.demo and drafter == "model" and not args.draft:
-        raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
-    return PairSpec(
-        target="demo" if args.demo else args.target, draft=args.draft, drafter=drafter,
-        target_device=args.device, draft_device=args.draft_device, target_dtype=args.dtype,
-        draft_dtype=args.draft_dtype, trust_remote_code=args.trust_remote_code,
-        allow_pickle=args.allow_pickle,
-        local_files_only=not args.online, lookup_max_ngram=args.lookup_max_ngram,
-        lookup_num_tokens=args.lookup_num_tokens, early_exit_layers=args.early_exit_layers,
-        **suffix_fields(args),
-        target_device_map=parse_device_map(getattr(args, "device_map", None), "target"),
-        draft_device_map=parse_device_map(getattr(args, "draft_device_map", None), "draft"),
-        target_max_memory=parse_max_memory(getattr(args, "max_memory", None), "target"),
-        draft_max_memory=parse_max_memory(getattr(args, "draft_max_memory", None), "draft"),
-        target_offload_folder=getattr(args, "offload_folder", None),
-        draft_offload_folder=getattr(args, "draft_offload_folder", None),
-        prepack_cpu=getattr(args, "prepack_cpu", True),
-    )

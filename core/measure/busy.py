@@ -9,7 +9,6 @@ sentence names the share of a core the process got, which is what a user can com
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from specscope.core.records import IterationRecord
@@ -25,15 +24,10 @@ class BusyDetector:
     min_step_ms: float = 2.0  # shorter steps are below the scheduler's resolution
 
     @classmethod
-    def for_device(cls, device: object) -> BusyDetector:
-        threads = 1
-        if getattr(device, "type", str(device)) == "cpu":
-            try:
-                import torch
-
-                threads = max(1, int(torch.get_num_threads()))
-            except ImportError:  # pragma: no cover - the engine always has torch
-                threads = os.cpu_count() or 1
+    def for_device(cls, device: object, compute_threads: int) -> BusyDetector:
+        """``compute_threads``: the threads the engine computes with on CPU (torch.get_num_threads(), read by
+        the caller so this module stays torch-free); an accelerator's step is one host thread."""
+        threads = max(1, compute_threads) if getattr(device, "type", str(device)) == "cpu" else 1
         return cls(threads=threads)
 
     def observe(self, record: IterationRecord) -> list[str]:

@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from specscope.core.memory.residency import _offload_hook
+from specscope.core.memory.residency import offload_hook
 
 
 def offloaded_bytes_of(module: nn.Module) -> int:
     """Bytes of this module's own tensors (not its children's) that its offload hook copies in each pass."""
-    hook = _offload_hook(module)
+    hook = offload_hook(module)
     if hook is None:
         return 0
     total = 0

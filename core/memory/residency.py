@@ -15,8 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from specscope.core.engine.cpu_linear import prepacked_bytes
-
 
 @dataclass
 class Residency:
@@ -30,7 +28,7 @@ class Residency:
     layers_total: int = 0  # decoder layers (the model's block list), 0 when it has none we recognise
     layers_by_place: dict[str, int] = field(default_factory=dict)  # place -> layers wholly or mostly there
     step_read_bytes: int = 0  # weight bytes one forward pass reads (an untied input embedding reads one row)
-    prepacked_bytes: int = 0  # copies of CPU linear weights packed for multi-token passes (core/cpu_linear)
+    prepacked_bytes: int = 0  # copies of CPU linear weights packed for multi-token passes (engine/cpu_linear.py)
 
     def layers_off(self, compute_device: str) -> dict[str, int]:
         """Layers whose weights live somewhere other than ``compute_device`` (e.g. {"disk": 18})."""
@@ -65,7 +63,7 @@ def _hooks(module: nn.Module) -> Iterator[Any]:
     yield from getattr(hook, "hooks", (hook,))  # SequentialHook holds several
 
 
-def _offload_hook(module: nn.Module) -> Any:
+def offload_hook(module: nn.Module) -> Any:
     for h in _hooks(module):
         if getattr(h, "offload", False) and getattr(h, "weights_map", None) is not None:
             return h
@@ -86,6 +84,19 @@ def _offload_location(weights_map: Any, name: str) -> str:
     return "cpu"
 
 
+def prepacked_bytes(model: nn.Module) -> int:
+    """Bytes of the second, packed weight copies that modules keep for multi-token CPU passes (0 when none).
+
+    Read by duck type: a module that holds such a copy exposes it as ``packed_weight``
+    (core/engine/cpu_linear.py's ``PrepackedLinear``); the memory layer does not import the engine."""
+    total = 0
+    for module in model.modules():
+        packed = getattr(module, "packed_weight", None)
+        if isinstance(packed, torch.Tensor):
+            total += packed.numel() * packed.element_size()
+    return total
+
+
 def model_residency(model: nn.Module, expected_device: torch.device | str | None = None,
                     name: str = "model") -> Residency:
     """Bytes of parameters and buffers per device, offloading and warnings (one sentence each)."""
@@ -93,7 +104,7 @@ def model_residency(model: nn.Module, expected_device: torch.device | str | None
     seen: set[int] = set()
     exec_devices: set[str] = set()
     for module in model.modules():
-        hook = _offload_hook(module)
+        hook = offload_hook(module)
         if hook is not None and getattr(hook, "execution_device", None) is not None:
             exec_devices.add(device_key(hook.execution_device))
         tensors: list[tuple[str, torch.Tensor, bool]] = [
@@ -169,7 +180,7 @@ def _layer_places(model: nn.Module) -> tuple[int, dict[str, int]]:
     for layer in layers:
         by_place: dict[str, int] = {}
         for module in layer.modules():
-            hook = _offload_hook(module)
+            hook = offload_hook(module)
             for tname, t in module.named_parameters(recurse=False):
                 where = _tensor_place(module, hook, tname, t)
                 by_place[where] = by_place.get(where, 0) + t.numel() * t.element_size()
