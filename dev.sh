@@ -90,6 +90,8 @@ lint() {
     ln -s "$ROOT/core" .typecheck/specscope/core
     ln -s "$ROOT/app" .typecheck/specscope/app
     (cd .typecheck && "$VENV/bin/mypy" -p specscope)
+    # The layer contracts (pyproject's [tool.importlinter]), read from the same mirror.
+    PYTHONPATH="$ROOT/.typecheck" "$VENV/bin/lint-imports" --no-cache pyproject.toml
 }
 
 cmd=${1:-app}; shift || true

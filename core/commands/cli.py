@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
     verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
-    from specscope.core.attach import command as attach_command
+    from specscope.core.commands import attach as attach_command
 
     attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
     return parser
@@ -511,7 +511,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return int(verify.main(args))
     if args.command == "attach":
-        from specscope.core.attach import command as attach_command
+        from specscope.core.commands import attach as attach_command
 
         return attach_command.main(args)
     raise CliError(f"unknown command {args.command}")
