@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.trace import read_trace
+from specscope.core.trace.files import read_trace
 from tests.fake_engine import FakeEngine, Script, good_stream
 from tests.models import save_model_dir, tiny_model, word_tokenizer
 from tests.warm_python import WarmPython, WarmRun
