@@ -58,6 +58,11 @@ class Script:
     completion_status: int = 200
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion request bodies received
     auth_headers: list[str | None] = field(default_factory=list)
+    # A stream that stalls: after this many chunks the server sets ``paused`` and waits for ``resume`` (a
+    # signal test stops the client mid-stream, then lets the rest come).
+    pause_after: int | None = None
+    paused: threading.Event = field(default_factory=threading.Event)
+    resume: threading.Event = field(default_factory=threading.Event)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -97,9 +102,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")  # the end of the body is the close: a cut looks like a cut
         self.end_headers()
-        for chunk in s.chunks:
-            self.wfile.write(f"data: {chunk}\n\n".encode())
-            self.wfile.flush()
+        for i, chunk in enumerate(s.chunks):
+            if i == s.pause_after:
+                s.paused.set()
+                if not s.resume.wait(timeout=120):
+                    return
+            try:
+                self.wfile.write(f"data: {chunk}\n\n".encode())
+                self.wfile.flush()
+            except OSError:  # the client closed the stream (cancelled)
+                return
         if s.done:
             self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()

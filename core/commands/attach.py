@@ -1,14 +1,17 @@
 """``specscope attach URL``: stream one completion from a serving engine and show its speculation.
 
-Exit codes: 0 done, 1 the server failed (one sentence; the trace of what arrived is still written), 2 bad input.
+Exit codes: 0 done, 1 the server failed (one sentence; the trace of what arrived is still written), 2 bad input,
+130 (SIGINT) or 143 (SIGTERM) stopped by a signal: the first closes the stream at the next chunk, a second at
+once; either way what arrived is summarised and written to ``--trace``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specscope.core.attach.baseline import interleaved_baseline
 from specscope.core.attach.client import (
@@ -22,6 +25,10 @@ from specscope.core.attach.client import (
     check_options,
 )
 from specscope.core.attach.summary import summarize_attached
+
+if TYPE_CHECKING:
+    from specscope.core.commands.cli_checks import Interrupted
+    from specscope.core.records import IterationRecord
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -111,7 +118,7 @@ def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str
 def main(args: argparse.Namespace) -> int:
     """Exit 2 for bad input (before any request), 1 when the server or the baseline failed or the trace could
     not be written (what arrived is kept and printed), 0 otherwise. Raises CliError for bad input."""
-    from specscope.core.commands.cli_checks import CliError, check_writable, emit, print_error
+    from specscope.core.commands.cli_checks import CliError, check_writable
 
     prompt = _prompt(args)
     options = AttachOptions(url=args.url, prompt=prompt, model=args.model, max_tokens=args.max_new_tokens,
@@ -135,20 +142,78 @@ def main(args: argparse.Namespace) -> int:
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)  # before the request, not after it
 
-    result = attach(options)
+    from specscope.core.commands.cli_checks import Interrupted, SignalGuard
+
+    cancel = _CancelOnSignal()
+    arrived: list[IterationRecord] = []
+    guard = SignalGuard(cancel, waits_for="the next chunk arrives")
+    with guard.installed():
+        stopped: Interrupted | None = None
+        baseline_out: dict[str, Any] | None = None
+        extra: dict[str, Any] = {}
+        try:
+            result = attach(options, on_record=arrived.append, cancel=cancel.event)
+            if result.error is None and plain is not None and guard.pending is None:
+                run = interleaved_baseline(options, plain, args.rounds, cancel=cancel.event)
+                baseline_out = {"ratios": run.ratios, "speedup": run.estimate.to_dict() if run.estimate else None,
+                                "error": run.error}
+                extra["baseline"] = baseline_out
+        except Interrupted as exc:  # a second signal: the request was cut where it stood
+            stopped = exc
+            result = _what_arrived(options, arrived, exc)
+        finally:
+            guard.raising = False  # from here a signal is only noted: what arrived is written first
+        stopped = stopped or guard.pending
+        if stopped is not None:
+            _mark_stopped(result, stopped, baseline_out)
+        return _report(args, result, baseline_out, extra, stopped, guard.late)
+
+
+class _CancelOnSignal:
+    """The first SIGINT or SIGTERM closes the stream at its next chunk (``attach``'s cancel)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def stop_soon(self, reason: str) -> None:
+        self.event.set()
+
+
+def _what_arrived(options: AttachOptions, arrived: list[IterationRecord], stopped: Interrupted) -> AttachResult:
+    """The result of a request a second signal cut: the records that had arrived, with no engine details."""
+    from specscope.core.attach.client import base_url, redact_url
+
+    session: dict[str, Any] = {"engine": "unknown", "url": redact_url(base_url(options.url)),
+                               "model": options.model, "error": stopped.reason}
+    text = "".join(t.text for r in arrived for t in r.tokens)
+    return AttachResult(records=list(arrived), text=text, session=session, scrapes=[], final_timings=None)
+
+
+def _mark_stopped(result: AttachResult, stopped: Interrupted, baseline_out: dict[str, Any] | None) -> None:
+    """What arrived ends as the signal ended it: the last pass says so, and the closed stream is no fault."""
+    if result.records:
+        result.records[-1].finished = False
+        result.records[-1].finish_reason = stopped.reason
+    result.warnings = [w for w in result.warnings if not w.startswith("cancelled:")]
+    result.session["warnings"] = result.warnings
+    result.session["stopped_by"] = stopped.signal_name
+    if baseline_out is not None and baseline_out["error"] == "cancelled":
+        baseline_out["error"] = f"stopped by {stopped.signal_name}"
+
+
+def _report(args: argparse.Namespace, result: AttachResult, baseline_out: dict[str, Any] | None,
+            extra: dict[str, Any], stopped: Interrupted | None, late: Interrupted | None) -> int:
+    """Write the trace, print the summary and the one closing sentence; the exit code."""
+    from specscope.core.commands.cli_checks import emit, print_error
+
     summary = summarize_attached(result.records)
-    extra: dict[str, Any] = {"summary": summary, "final_timings": result.final_timings}
-    baseline_out: dict[str, Any] | None = None
-    if result.error is None and plain is not None:
-        run = interleaved_baseline(options, plain, args.rounds)
-        baseline_out = {"ratios": run.ratios, "speedup": run.estimate.to_dict() if run.estimate else None,
-                        "error": run.error}
-        extra["baseline"] = baseline_out
+    extra.update({"summary": summary, "final_timings": result.final_timings})
     trace_problem = _write_trace(args.trace, result, extra) if args.trace is not None else None
 
     if args.json:
+        error = result.error or (stopped.reason if stopped is not None else None)
         emit(json.dumps({"session": result.session, "summary": summary, "final_timings": result.final_timings,
-                         "engine_totals": result.engine_totals, "baseline": baseline_out, "error": result.error,
+                         "engine_totals": result.engine_totals, "baseline": baseline_out, "error": error,
                          "text": result.text}, indent=2, default=str))
     else:
         lines = [summary_text(result, summary)]
@@ -162,6 +227,13 @@ def main(args: argparse.Namespace) -> int:
             if baseline_out["error"]:
                 lines.append(f"baseline      stopped: {baseline_out['error']}")
         emit("\n".join(lines))
+    if stopped is not None:
+        n, tokens = summary["passes"], summary["tokens"]
+        kept = f" in {args.trace}" if args.trace is not None and trace_problem is None else ""
+        sentence = (f"stopped by {stopped.signal_name} after {n} verify pass{'es' * (n != 1)} ({tokens} token"
+                    f"{'s' * (tokens != 1)}); what arrived is kept{kept}")
+        print_error("; ".join([sentence, *([trace_problem] if trace_problem else [])]))
+        return stopped.exit_code
     problems = [result.error] if result.error else []
     if baseline_out is not None and baseline_out["error"]:
         problems.append(f"the plain baseline failed ({baseline_out['error']}); the speculative results above "
@@ -170,4 +242,8 @@ def main(args: argparse.Namespace) -> int:
         problems.append(trace_problem)
     if problems:
         print_error("; ".join(problems))
-    return EXIT_FAILURE if problems else 0
+        return EXIT_FAILURE
+    if late is not None:
+        print_error(f"{late.signal_name} received after the request ended; its results above are complete")
+        return late.exit_code
+    return 0

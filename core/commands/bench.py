@@ -31,9 +31,13 @@ import torch
 from specscope.core.commands.cli_checks import (
     EXIT_FAILURE,
     CliError,
+    Interrupted,
+    SignalGuard,
     add_max_new_tokens,
     check_writable,
     emit,
+    print_error,
+    progress_line,
     whole_number,
 )
 from specscope.core.controls import K_MAX, Controls
@@ -356,27 +360,32 @@ def run_method(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_tok
 # ---- the bench ------------------------------------------------------------------------------------
 def run_bench(pair: ModelPair, prompts: Sequence[BenchPrompt], methods: Sequence[Method], rounds: int,
               max_new_tokens: int, warmup: bool = True,
-              progress: Callable[[str], None] | None = None) -> list[RunRow]:
-    """Every method on every prompt, ``rounds`` times, the method order rotating each round."""
+              progress: Callable[[str], None] | None = None, rows: list[RunRow] | None = None) -> list[RunRow]:
+    """Every method on every prompt, ``rounds`` times, the method order rotating each round. Each run's row is
+    appended to ``rows`` (a new list if None) as it ends, and compared with plain even when an exception (a
+    signal) ends the bench early: the caller keeps the runs that finished."""
     if rounds < 1 or not prompts or not methods:
         raise ValueError("the bench needs at least one round, one prompt and one method")
     if warmup:  # first calls allocate and pick kernels: keep that out of the timings
         for m in methods:
             run_method(pair, prompts[0], m, min(8, max_new_tokens))
-    rows: list[RunRow] = []
-    for rnd in range(rounds):
-        earlier: list[list[int]] = []  # this round's responses so far, as a session would have seen them
-        for prompt in prompts:
-            shift = rnd % len(methods)
-            for m in list(methods[shift:]) + list(methods[:shift]):
-                row = run_method(pair, prompt, m, max_new_tokens, earlier)
-                row.round = rnd
-                rows.append(row)
-                if progress is not None:
-                    progress(f"round {rnd + 1}/{rounds} {prompt.id} {m.name}: {row.tokens_per_s:.1f} tok/s")
-            this_prompt = rows[-len(methods):]
-            earlier.append(next((r for r in this_prompt if r.method == "plain"), this_prompt[0]).token_ids)
-    compare_with_plain(rows)
+    rows = [] if rows is None else rows
+    first = len(rows)
+    try:
+        for rnd in range(rounds):
+            earlier: list[list[int]] = []  # this round's responses so far, as a session would have seen them
+            for prompt in prompts:
+                shift = rnd % len(methods)
+                for m in list(methods[shift:]) + list(methods[:shift]):
+                    row = run_method(pair, prompt, m, max_new_tokens, earlier)
+                    row.round = rnd
+                    rows.append(row)
+                    if progress is not None:
+                        progress(f"round {rnd + 1}/{rounds} {prompt.id} {m.name}: {row.tokens_per_s:.1f} tok/s")
+                this_prompt = rows[-len(methods):]
+                earlier.append(next((r for r in this_prompt if r.method == "plain"), this_prompt[0]).token_ids)
+    finally:
+        compare_with_plain(rows[first:])
     return rows
 
 
@@ -545,8 +554,9 @@ def _ratio_cell(s: MethodSummary | None) -> str:
 
 def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair_description: str,
                     command: str, rounds: int, max_new_tokens: int,
-                    goals: Sequence[float] = DEFAULT_GOALS) -> str:
-    """The whole report; with runs at more than one thread count, one section per thread count."""
+                    goals: Sequence[float] = DEFAULT_GOALS, note: str = "") -> str:
+    """The whole report; with runs at more than one thread count, one section per thread count. ``note``, when
+    given, is the first bullet (a bench a signal stopped says so)."""
     kinds = list(dict.fromkeys(r.prompt_kind for r in rows))
     n_prompts = len({r.prompt_id for r in rows})
     thread_counts = list(dict.fromkeys(r.threads for r in rows))
@@ -554,6 +564,7 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
     lines = [
         "# specscope bench",
         "",
+        *([f"- **{note}.**"] if note else []),
         f"- Command: `{command}`",
         f"- Pair: {pair_description}",
         f"- Machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, "
@@ -824,7 +835,6 @@ def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
     from specscope.core.commands.pair_arguments import suffix_fields
     from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
-    from specscope.core.gc_freeze import loaded_objects_frozen
 
     try:
         chosen = choose_bench_prompts(args.prompts, args.limit)
@@ -852,23 +862,61 @@ def main(args: argparse.Namespace) -> int:
                               transformers=not args.no_transformers, lookup_tokens=args.lookup_tokens,
                               lookup_variants=args.lookup_variants)
     rows: list[RunRow] = []
+    total = len(args.threads) * args.rounds * len(prompts) * len(methods)
+    with SignalGuard().installed() as guard:  # the first SIGINT or SIGTERM stops the bench at once
+        stopped: Interrupted | None = None
+        try:
+            _measure(args, pair, prompts, methods, rows)
+        except Interrupted as exc:  # the run under way is left out: its timing was cut
+            stopped = exc
+        finally:
+            guard.raising = False  # from here a signal is only noted: the runs that finished are written first
+        if stopped is not None and not rows:
+            raise CliError(f"stopped by {stopped.signal_name} before the first run was measured; nothing to report",
+                           exit_code=stopped.exit_code)
+        note = (f"Stopped by {stopped.signal_name} after {len(rows)} of {total} runs: the tables hold the runs "
+                "that finished" if stopped is not None else "")
+        _report(args, pair, prompts, rows, md, csv_path, stem, note)
+        if stopped is not None:
+            print_error(f"stopped by {stopped.signal_name} after {len(rows)} of {total} runs; the runs that "
+                        f"finished are in {md} and {csv_path}")
+            return stopped.exit_code
+        if guard.late is not None:
+            print_error(f"{guard.late.signal_name} received after the bench ended; its report is complete")
+            return guard.late.exit_code
+    return 0
+
+
+def _measure(args: argparse.Namespace, pair: ModelPair, prompts: Sequence[BenchPrompt],
+             methods: Sequence[Method], rows: list[RunRow]) -> None:
+    """The bench at each thread count; every finished run's row lands in ``rows`` at once."""
+    from specscope.core.gc_freeze import loaded_objects_frozen
+
     default_threads = torch.get_num_threads()
     for threads in args.threads:
         torch.set_num_threads(threads or default_threads)
         label = f"[{threads or default_threads} threads]"
 
         def progress(message: str, label: str = label) -> None:
-            print(f"{label} {message}", file=sys.stderr, flush=True)
+            progress_line(f"{label} {message}")
 
-        with loaded_objects_frozen():  # no full collection inside a timed step (core/gc_freeze.py)
-            part = run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens, progress=progress)
-        for r in part:
-            r.threads = threads or default_threads
-        rows += part
+        part: list[RunRow] = []
+        try:
+            with loaded_objects_frozen():  # no full collection inside a timed step (core/gc_freeze.py)
+                run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens, progress=progress, rows=part)
+        finally:
+            for r in part:
+                r.threads = threads or default_threads
+            rows += part
+
+
+def _report(args: argparse.Namespace, pair: ModelPair, prompts: Sequence[BenchPrompt], rows: list[RunRow],
+            md: Path, csv_path: Path, stem: Path, note: str) -> None:
+    """The report on stdout first, then its files (or, on a late write failure, a copy in the data folder)."""
     mismatches = find_mismatches(rows, pair, prompts)
     command = command_line(args)
     report = markdown_report(rows, mismatches, _pair_line(pair), command, args.rounds,
-                             args.max_new_tokens, args.goals)
+                             args.max_new_tokens, args.goals, note=note)
     emit(report)  # first: whatever happens to the files, the results are on stdout
     try:
         write_report_files(report, rows, md, csv_path)
@@ -879,7 +927,6 @@ def main(args: argparse.Namespace) -> int:
         reason = e.reason if isinstance(e, TraceWriteError) else getattr(e, "strerror", None) or str(e)
         raise CliError(f"could not write {md} and {csv_path}: {reason}{where}", exit_code=EXIT_FAILURE) from None
     print(f"wrote {md} and {csv_path}", file=sys.stderr)
-    return 0
 
 
 def write_report_files(report: str, rows: Sequence[RunRow], md: Path, csv_path: Path) -> None:

@@ -35,6 +35,7 @@ from specscope.core.commands.cli_checks import (
     emit,
     file_path,
     print_error,
+    progress_line,
     read_text_file,
     silence_stdout,
     stdout_failed,
@@ -156,7 +157,7 @@ def _drill(args: argparse.Namespace) -> Any:
 def _progress(quiet: bool):
     def report(message: str, fraction: float) -> None:
         if not quiet:
-            print(f"[{fraction * 100:5.1f}%] {message}", file=sys.stderr, flush=True)
+            progress_line(f"[{fraction * 100:5.1f}%] {message}")
 
     return report
 

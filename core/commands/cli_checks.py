@@ -15,10 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
-
-if TYPE_CHECKING:
-    from specscope.core.controls import Controls
+from typing import NoReturn, Protocol
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -35,11 +32,19 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+def progress_line(text: str) -> None:
+    """One progress line on stderr in a single write: a signal handler that raises can run between print's
+    writes of the text and of its newline, which left the closing error sentence on the progress line."""
+    with suppress(OSError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
 def print_error(message: str) -> None:
     first, _, rest = message.partition("\n")
     text = ERROR_PREFIX + first + "".join(f"\n  {line}" for line in rest.splitlines() if line.strip())
     with suppress(OSError):  # stderr gone too: nothing left to tell
-        print(text, file=sys.stderr, flush=True)
+        progress_line(text)
 
 
 class Parser(argparse.ArgumentParser):
@@ -217,6 +222,12 @@ class Interrupted(BaseException):
         return signal.Signals(self.signum).name
 
 
+class StopsSoon(Protocol):
+    """What the first signal asks to stop at its next boundary (``Controls``, or an attach's cancel)."""
+
+    def stop_soon(self, reason: str) -> None: ...
+
+
 class SignalGuard:
     """SIGINT and SIGTERM while it is active.
 
@@ -225,10 +236,16 @@ class SignalGuard:
     the tokens and the autosave agree. A second signal raises ``Interrupted`` at once, for a step too long to
     wait for. Without controls, the first signal raises. Afterwards, while the results are written (a second
     or two), a signal is only noted in ``late`` so that the writing finishes, and the caller exits with the
-    signal's code. Outside the ``with`` block signals act as before."""
+    signal's code. Outside the ``with`` block signals act as before. ``waits_for`` ends the sentence the
+    first signal prints: what the stop waits for.
 
-    def __init__(self, controls: Controls | None = None) -> None:
+    Exit codes: 128 + the signal (130 for SIGINT, 143 for SIGTERM), as a shell reports a process a signal
+    ended, for ``run``, ``bench``, ``verify`` and ``attach`` alike; what was done before it is kept."""
+
+    def __init__(self, controls: StopsSoon | None = None,
+                 waits_for: str = "the iteration under way ends") -> None:
         self.controls = controls
+        self.waits_for = waits_for
         self.raising = True
         self.pending: Interrupted | None = None
         self.late: Interrupted | None = None
@@ -244,8 +261,8 @@ class SignalGuard:
             # os.write, not print: this handler may run while this thread is inside sys.stderr's own write.
             again = "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
             with suppress(OSError):
-                os.write(2, f"specscope: {self.pending.signal_name} received: stopping when the iteration "
-                            f"under way ends ({again} to stop at once)\n".encode())
+                os.write(2, f"specscope: {self.pending.signal_name} received: stopping when {self.waits_for} "
+                            f"({again} to stop at once)\n".encode())
             return
         self.raising = False  # a further signal while this one is handled must not cut the cleanup
         raise Interrupted(signum)

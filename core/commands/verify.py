@@ -35,11 +35,15 @@ from specscope.core.commands.cli_checks import (
     TOP_K,
     TOP_P,
     CliError,
+    Interrupted,
+    SignalGuard,
     add_max_new_tokens,
     check_writable,
     emit,
     file_path,
     finite_number,
+    print_error,
+    progress_line,
     whole_number,
 )
 from specscope.core.controls import K_MAX, K_MIN, Controls
@@ -232,6 +236,7 @@ class VerifyReport:
     alpha: float
     controls: ControlValues
     description: str = ""
+    stopped_by: str = ""  # the signal that stopped the checks before the last ("SIGINT"), if one did
 
     @property
     def greedy_ok(self) -> bool:
@@ -253,7 +258,11 @@ class VerifyReport:
     def result_line(self) -> str:
         """The verdict, naming a check that did not run: a pass is never claimed for a check that was skipped."""
         if not self.ok:
-            return "Result: MISMATCH FOUND"
+            return "Result: MISMATCH FOUND" + (f" (then stopped by {self.stopped_by})" if self.stopped_by else "")
+        if self.stopped_by:
+            n = len(self.greedy) + len(self.sampling)
+            return (f"Result: stopped by {self.stopped_by} after {n} check{'s' * (n != 1)}, none of which found a "
+                    "mismatch; the checks left were not run")
         sampling_missing = ("no context was tested: --draws 0 or no --offsets" if not self.sampling
                             else "the drafter proposed nothing at any tested context")
         missing = ["the greedy check did not run (--no-greedy)"] if not self.greedy else []
@@ -270,7 +279,8 @@ class VerifyReport:
         return {"description": self.description, "alpha": self.alpha, "controls": asdict(self.controls),
                 "greedy": [asdict(g) for g in self.greedy], "sampling": [asdict(s) for s in self.sampling],
                 "checks_run": {"greedy": bool(self.greedy), "sampling": self.sampling_ran},
-                "ok": self.ok, "result": self.result_line().removeprefix("Result: ")}
+                "stopped_by": self.stopped_by or None, "ok": self.ok and not self.stopped_by,
+                "result": self.result_line().removeprefix("Result: ")}
 
     def lines(self) -> list[str]:
         out = [f"Pair: {self.description}"]
@@ -377,15 +387,17 @@ def verify_pair(
     seed: int = 0,
     greedy: bool = True,
     progress: Progress | None = None,
+    report: VerifyReport | None = None,
 ) -> VerifyReport:
     """Greedy equality for each prompt and k, then the first-token sampling test at real contexts.
 
-    Contexts are each prompt plus the first ``offset`` tokens of its plain greedy continuation.
+    Contexts are each prompt plus the first ``offset`` tokens of its plain greedy continuation. Each check is
+    added to ``report`` (a new one if None) as it ends, so a caller that a signal interrupts keeps those done.
     """
     controls = sampling or ControlValues(temperature=1.0)
     decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, token_text=pair.token_text)
     opts = DecodeOptions(max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False)
-    report = VerifyReport([], [], alpha, controls, pair.description)
+    report = report if report is not None else VerifyReport([], [], alpha, controls, pair.description)
     steps = len(prompts) * ((1 + len(k_values)) if greedy else 1) + len(prompts) * len(context_offsets)
     done = 0
 
@@ -469,7 +481,7 @@ def main(args: argparse.Namespace) -> int:
     from specscope.core.engine.models import ModelLoadError, load_pair
 
     def progress(message: str, fraction: float) -> None:
-        print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+        progress_line(f"[{fraction:4.0%}] {message}")
 
     try:
         k_values = _int_list(args.k, "k")
@@ -500,16 +512,34 @@ def main(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     for warning in pair.target.warnings:
         print(f"specscope: warning: {warning}", file=sys.stderr)
-    report = verify_pair(pair, prompts, k_values=k_values, max_new_tokens=args.max_new_tokens,
-                         sampling=controls, context_offsets=offsets, draws=args.draws, top_n=args.top_n,
-                         alpha=args.alpha, seed=args.seed, greedy=not args.no_greedy, progress=progress)
-    pair.release()
-    emit("\n".join(report.lines()))
-    if args.json_path:
+    report = VerifyReport([], [], args.alpha, controls, pair.description)
+    with SignalGuard().installed() as guard:  # the first SIGINT or SIGTERM stops the checks at once
         try:
-            with atomic_text_files([Path(args.json_path)]) as (f,):
-                f.write(json.dumps(report.to_dict(), indent=1))
-        except TraceError as exc:
-            raise CliError(f"could not write the JSON report: {exc} (the report above is complete)",
-                           exit_code=EXIT_FAILURE) from None
+            verify_pair(pair, prompts, k_values=k_values, max_new_tokens=args.max_new_tokens, sampling=controls,
+                        context_offsets=offsets, draws=args.draws, top_n=args.top_n, alpha=args.alpha,
+                        seed=args.seed, greedy=not args.no_greedy, progress=progress, report=report)
+        except Interrupted as exc:  # the check under way is left out; those done are reported
+            report.stopped_by = exc.signal_name
+            stopped: Interrupted | None = exc
+        else:
+            stopped = None
+        finally:
+            guard.raising = False  # from here a signal is only noted: the checks done are written first
+        pair.release()
+        emit("\n".join(report.lines()))
+        if args.json_path:
+            try:
+                with atomic_text_files([Path(args.json_path)]) as (f,):
+                    f.write(json.dumps(report.to_dict(), indent=1))
+            except TraceError as exc:
+                done = "the checks done are above" if stopped is not None else "the report above is complete"
+                raise CliError(f"could not write the JSON report: {exc} ({done})", exit_code=EXIT_FAILURE) from None
+        if stopped is not None:
+            n = len(report.greedy) + len(report.sampling)
+            print_error(f"stopped by {stopped.signal_name} after {n} check{'s' * (n != 1)}; the checks done are "
+                        "above" + (f" and in {args.json_path}" if args.json_path else ""))
+            return stopped.exit_code
+        if guard.late is not None:
+            print_error(f"{guard.late.signal_name} received after the checks ended; the report above is complete")
+            return guard.late.exit_code
     return 0 if report.ok else 1

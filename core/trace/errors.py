@@ -1,11 +1,19 @@
-"""Trace errors and the one bounded JSON parser every trace reader uses (a leaf: no other project import)."""
+"""Trace errors and the one bounded JSON parser every trace reader uses (a leaf: it imports only
+``core.user_files``, itself a leaf)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
+
+from specscope.core.user_files import MIB, UserFileError, non_regular_kind, read_regular_bytes
+
+# A trace file larger than this is refused before it is read: an event log of a 500,000-iteration run with
+# tokens and top-5s is about 1 GiB, and a link to /dev/zero would otherwise be read until memory ran out.
+MAX_TRACE_FILE_BYTES = 1024 * MIB
 
 
 class TraceError(Exception):
@@ -71,15 +79,21 @@ def bounded_json(text: str, *, max_depth: int, max_chars: int) -> Any:
 
 
 def read_trace_text(path: Path, what: str) -> str:
-    """A trace file's text, or one sentence: missing, a folder, unreadable, binary, not UTF-8."""
+    """A trace file's text, or one sentence: missing, a folder, a device or named pipe (refused before it is
+    opened, so nothing blocks), unreadable, larger than MAX_TRACE_FILE_BYTES, binary, not UTF-8."""
     try:
-        data = path.read_bytes()
+        os.stat(path)
     except FileNotFoundError:
         raise TraceReadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceReadError(f"{path}: is a folder, not a trace file") from None
-    except OSError as e:
-        raise TraceReadError(f"cannot read {path}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:  # no permission on a folder above, a NUL in the name
+        raise TraceReadError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    kind = non_regular_kind(path)
+    if kind is not None:
+        raise TraceReadError(f"{path}: is {kind}, not a trace file")
+    try:
+        data = read_regular_bytes(path, what, MAX_TRACE_FILE_BYTES)
+    except UserFileError as e:
+        raise TraceReadError(str(e)) from None
     if b"\x00" in data:
         raise TraceFormatError(f"{path.name}: not a specscope {what} (binary data)")
     try:

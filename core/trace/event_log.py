@@ -119,6 +119,12 @@ class _Bad(ValueError):
     """A field out of its range; the message names it."""
 
 
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it: its repr, cut to 60 characters (a file may hold megabytes there)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
     if key not in d or d[key] is None:
         if default is ...:
@@ -189,7 +195,7 @@ def _token(d: Any) -> TokenRecord:
     try:
         st = TokenStatus(status)
     except ValueError:
-        raise _Bad(f"token status {status!r} is not one of {', '.join(s.value for s in TokenStatus)}") from None
+        raise _Bad(f"token status {_shown(status)} is not one of {', '.join(s.value for s in TokenStatus)}") from None
     return TokenRecord(
         # -1: an attached engine's token, known by its text only (core.attach.passes.UNKNOWN_TOKEN_ID)
         token_id=_int(d, "token_id", -1, 2**31), text=_text(d, "text", max_chars=4096), status=st,
@@ -207,7 +213,7 @@ def _memory(v: Any) -> dict[str, float]:
         if x is None:
             continue
         if not isinstance(x, (int, float)) or isinstance(x, bool):
-            raise _Bad(f"memory {k!r} is not a number")
+            raise _Bad(f"memory {_shown(k)} is not a number")
         out[str(k)] = float(x)
     return out
 
@@ -215,7 +221,7 @@ def _memory(v: Any) -> dict[str, float]:
 def _iteration(d: dict[str, Any]) -> IterationRecord:
     mode = _text(d, "mode")
     if mode not in MODES:
-        raise _Bad(f"mode {mode!r} is not one of {', '.join(sorted(MODES))}")
+        raise _Bad(f"mode {_shown(mode)} is not one of {', '.join(sorted(MODES))}")
     n_drafted = _int(d, "n_drafted", 0, K_MAX + 64)  # an engine may draft more than our K_MAX
     n_accepted = _int(d, "n_accepted", 0, n_drafted)
     tokens = d.get("tokens") or []
@@ -259,7 +265,7 @@ def _baseline(d: dict[str, Any]) -> BaselineRecord:
 def _drill(d: dict[str, Any]) -> DrillEvent:
     kind = _text(d, "kind")
     if kind not in ("start", "end"):
-        raise _Bad(f"drill kind {kind!r} is not start or end")
+        raise _Bad(f"drill kind {_shown(kind)} is not start or end")
     return DrillEvent(
         kind=kind, model=_text(d, "model", max_chars=40), layers=_int(d, "layers", 0, 100_000),
         total_layers=_int(d, "total_layers", 0, 100_000), place=_text(d, "place", max_chars=40),
@@ -309,7 +315,7 @@ def decode(obj: Any) -> Event:
     kind = obj.get("type")
     parse = _DECODERS.get(kind) if isinstance(kind, str) else None
     if parse is None:
-        raise _Bad(f"unknown event type {kind!r}")
+        raise _Bad(f"unknown event type {_shown(kind)}")
     event: Event = parse(obj)
     return event
 

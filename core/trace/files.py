@@ -24,8 +24,10 @@ that a spreadsheet would run as a formula are written with a leading ``'``, whic
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
+import math
 import operator
 import os
 import re
@@ -41,6 +43,7 @@ from typing import IO, Any, NamedTuple
 from specscope import __version__
 from specscope.core.controls import K_MAX
 from specscope.core.events import Event, RunFinished, RunStarted, control_changes
+from specscope.core.legacy_checks import check_event, count_warnings, drop_repeated_rows, in_sequence, sequence_warnings
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenRecord, TokenStatus
 from specscope.core.trace.errors import (
     JsonLimitError,
@@ -233,13 +236,32 @@ MEMORY_JSON_MAX_CHARS = 65536
 def _parse_top5(cell: str) -> list[tuple[int, float]]:
     if cell == "":
         return []
+    expected = "a JSON list of up to 64 [token id, probability] pairs"
     try:
         obj = bounded_json(cell, max_depth=2, max_chars=TOP5_MAX_CHARS)
-        return [(int(i), float(p)) for i, p in obj]
     except JsonLimitError as e:
-        raise _Unparsable(f"a JSON list of [id, prob] pairs ({e})") from None
-    except (TypeError, ValueError):
-        raise _Unparsable("a JSON list of [id, prob] pairs") from None
+        raise _Unparsable(f"{expected} ({e})") from None
+    except ValueError:
+        raise _Unparsable(expected) from None
+    if not isinstance(obj, list) or len(obj) > 64:
+        raise _Unparsable(expected)
+    pairs = []
+    for pair in obj:
+        # JSON reads 1e400 and Infinity as float infinities: int() of one raised OverflowError in 0.1.0
+        if (not isinstance(pair, list) or len(pair) != 2 or not _is_whole(pair[0])
+                or not _is_number(pair[1]) or not 0.0 <= pair[1] <= 1.0 + 1e-6):
+            raise _Unparsable(f"{expected}, each a whole id and a probability from 0 to 1")
+        pairs.append((int(pair[0]), float(pair[1])))
+    return pairs
+
+
+def _is_number(x: Any) -> bool:
+    """A finite JSON number (not a bool, NaN or an infinity)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_whole(x: Any) -> bool:
+    return _is_number(x) and float(x).is_integer() and abs(x) < 2**53
 
 
 def _format_top5(top5: list[tuple[int, float]]) -> str:
@@ -818,8 +840,30 @@ def _values(row: _Row, schema: Sequence[Column]) -> dict[str, Any]:
     return out
 
 
+# An attached engine does not split its passes: these times may be NaN ("not known"), never infinite.
+_MAY_BE_UNKNOWN = frozenset({"draft_ms", "verify_ms", "rollback_ms"})
+
+
+def _finite_cells(row: _Row, values: dict[str, Any], schema: Sequence[Column]) -> None:
+    """Refuse a NaN or infinite number in the schema's number columns (``_values``' nested output), naming the
+    cell: the event log holds no such number, and a replay would plot or sum it."""
+    for column in schema:
+        if column.type not in (FLOAT, OPT_FLOAT) or column.derived or column.getter is not None:
+            continue
+        *parents, leaf = column.path.split(".")
+        target: Any = values
+        for part in parents:
+            target = target.get(part, {})
+        value = target.get(leaf)
+        if value is None or math.isfinite(value) or (math.isnan(value) and column.name in _MAY_BE_UNKNOWN):
+            continue
+        raise _CellError(column.name, row.cells[row.index[column.name]],
+                         "a finite number" + (" (or nan: not known)" if column.name in _MAY_BE_UNKNOWN else ""))
+
+
 def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
     values = _values(row, ITERATION_SCHEMA)
+    _finite_cells(row, values, ITERATION_SCHEMA)
     memory: dict[str, float] = {}
     if MEMORY_JSON_COLUMN in row.index:
         memory.update(row.parse(MEMORY_JSON_SPEC))
@@ -827,17 +871,24 @@ def _parse_iteration(row: _Row, memory_cols: Sequence[str]) -> IterationRecord:
         v = row.parse(_col(name, "", OPT_FLOAT, ""))
         if v is not None:
             memory[name] = v
+    memory = {k: v for k, v in memory.items() if math.isfinite(v)}  # a probe's missing reading, as the log has it
     controls = ControlValues(**values.pop("controls", {}))
-    return IterationRecord(**values, controls=controls, tokens=[], memory=memory)
+    record = IterationRecord(**values, controls=controls, tokens=[], memory=memory)
+    check_event(record)  # every field in its range (its tokens are checked once they are attached)
+    return record
 
 
 def _parse_token(row: _Row) -> tuple[int, TokenRecord]:
     values = _values(row, TOKEN_SCHEMA)
+    _finite_cells(row, values, TOKEN_SCHEMA)
     return values["iteration"], TokenRecord(**values["token"])
 
 
 def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
     values = _values(row, BASELINE_SCHEMA)
+    _finite_cells(row, values, BASELINE_SCHEMA)
+    if not all(math.isfinite(ms) for ms in values.get("step_ms", [])):
+        raise _CellError("step_ms", row.cells[row.index["step_ms"]], "finite numbers joined with ';'")
     by_len: dict[int, float] = {}
     if LEGACY_VERIFY_JSON_COLUMN in row.index:
         cell = row.cells[row.index[LEGACY_VERIFY_JSON_COLUMN]]
@@ -846,11 +897,17 @@ def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
             by_len.update({int(n): float(ms) for n, ms in obj.items()})
         except (AttributeError, TypeError, ValueError):
             raise _CellError(LEGACY_VERIFY_JSON_COLUMN, cell, "a JSON object of ms") from None
+        if not all(math.isfinite(ms) for ms in by_len.values()):
+            raise _CellError(LEGACY_VERIFY_JSON_COLUMN, cell, "a JSON object of finite ms")
     for name, n in verify_cols.items():
         v = row.parse(_col(name, "ms", OPT_FLOAT, ""))
         if v is not None:
+            if not math.isfinite(v):
+                raise _CellError(name, row.cells[row.index[name]], "a finite number")
             by_len[n] = v
-    return BaselineRecord(**values, verify_ms_by_len=by_len)
+    baseline = BaselineRecord(**values, verify_ms_by_len=by_len)
+    check_event(baseline)
+    return baseline
 
 
 def _read_csv(
@@ -899,21 +956,24 @@ def _parse_rows(
     rows: list[tuple[int, list[str]]],
     parse: Callable[[_Row], Any],
     warnings: list[str],
-) -> list[Any]:
+) -> tuple[list[Any], list[int]]:
+    """The parsed rows and the file line of each."""
     index = {name: i for i, name in enumerate(header)}
     out = []
+    lines = []
     for n, (line, cells) in enumerate(rows):
         last = n == len(rows) - 1
         try:
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} fields where the header has {len(header)}")
             out.append(parse(_Row(index, cells)))
+            lines.append(line)
         except (ValueError, TypeError) as e:
             if last:  # a crash can cut the last row anywhere; keep everything before it
                 warnings.append(f"{path.name}: line {line}: last row dropped ({e})")
             else:
                 raise TraceFormatError(f"{path.name}: line {line}: {e}") from None
-    return out
+    return out, lines
 
 
 def _attach_tokens(
@@ -986,36 +1046,67 @@ def read_trace(path: Path) -> LoadedTrace:
 
 def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
     """The CSVs of a trace from before the event log: iterations, tokens, baselines and session settings, merged
-    into one stream in the order the loop emitted them, with the control changes and the end they imply."""
+    into one stream in the order the loop emitted them, with the control changes and the end they imply.
+
+    Every field is checked against the range the event log holds (``legacy_checks``); repeated rows are
+    dropped and missing iterations counted, each repair a warning naming the file."""
     header, rows = _read_csv(paths.iterations, "trace", ITERATION_SCHEMA, warnings)
     memory_cols = [c for c in header if c not in _ITERATION_FIXED and c not in _LEGACY_DERIVED]
-    records: list[IterationRecord] = _parse_rows(
+    parsed, lines = _parse_rows(
         paths.iterations, header, rows, lambda row: _parse_iteration(row, memory_cols), warnings
     )
+    records, lines, dropped = in_sequence(parsed, lines)
+    warnings += sequence_warnings(paths.iterations.name, len(parsed), records, dropped)
 
     if paths.tokens.exists():
         header, rows = _read_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, warnings)
-        tokens = _parse_rows(paths.tokens, header, rows, _parse_token, warnings)
+        rows, repeated = drop_repeated_rows(rows)
+        if repeated:
+            warnings.append(f"{paths.tokens.name}: {repeated:,} token row{'s' * (repeated != 1)} repeating an "
+                            "earlier one dropped")
+        tokens, _ = _parse_rows(paths.tokens, header, rows, _parse_token, warnings)
         _attach_tokens(records, tokens, paths.tokens.name, warnings)
+        for record, line in zip(records, lines, strict=True):
+            try:
+                check_event(record)
+            except ValueError as e:
+                raise TraceFormatError(f"{paths.tokens.name}: the tokens of iteration {record.iteration} "
+                                       f"({paths.iterations.name} line {line}): {e}") from None
     else:
         warnings.append(f"{paths.tokens.name}: missing; the trace has no tokens")
 
     baselines: list[BaselineRecord] = []
     if paths.baselines.exists():
         header, rows = _read_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, warnings)
+        rows, repeated = drop_repeated_rows(rows)
+        if repeated:
+            warnings.append(f"{paths.baselines.name}: {repeated:,} baseline row{'s' * (repeated != 1)} repeating "
+                            "an earlier one dropped")
         verify_cols = {c: int(c[len(VERIFY_PREFIX):]) for c in header
                        if c.startswith(VERIFY_PREFIX) and re.fullmatch("[0-9]{1,4}", c[len(VERIFY_PREFIX):])}
-        baselines = _parse_rows(
+        baselines, _ = _parse_rows(
             paths.baselines, header, rows, lambda row: _parse_baseline(row, verify_cols), warnings
         )
     elif records and any(r.mode == "speculative" for r in records):
         warnings.append(f"{paths.baselines.name}: missing; no measured speed-up can be replayed")
 
     meta = _read_sidecar(paths.session, warnings)
+    held = {"iterations": len(records)}
+    if paths.baselines.exists():
+        held["baselines"] = len(baselines)
+    warnings += count_warnings(meta, paths.session.name,
+                               {"iterations": paths.iterations.name, "baselines": paths.baselines.name}, held)
     session = meta.get("session", {})
     session = session if isinstance(session, dict) else {}
-    return LoadedTrace(events=legacy_stream(records, baselines, session), session=session, warnings=warnings,
-                       meta=meta, paths=paths, legacy=True)
+    events = legacy_stream(records, baselines, session)
+    for i, event in enumerate(events):
+        if isinstance(event, RunStarted):
+            try:
+                check_event(event)
+            except ValueError as e:  # what the session file says of the run: its settings, not its data
+                warnings.append(f"{paths.session.name}: {e}; the run's models and prompt are left out")
+                events[i] = dataclasses.replace(event, target="", draft="", description="", prompt="")
+    return LoadedTrace(events=events, session=session, warnings=warnings, meta=meta, paths=paths, legacy=True)
 
 
 # Derived columns older versions wrote (now snapshot columns or renamed): never read back as memory columns.
