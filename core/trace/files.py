@@ -43,7 +43,6 @@ from typing import IO, Any, NamedTuple
 from specscope import __version__
 from specscope.core.controls import K_MAX
 from specscope.core.events import Event, RunFinished, RunStarted, control_changes
-from specscope.core.legacy_checks import check_event, count_warnings, drop_repeated_rows, in_sequence, sequence_warnings
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenRecord, TokenStatus
 from specscope.core.trace.errors import (
     JsonLimitError,
@@ -57,6 +56,13 @@ from specscope.core.trace.errors import (
     TraceReadError as TraceReadError,  # re-exported: callers catch it from here
 )
 from specscope.core.trace.event_log import EVENTS_SUFFIX, read_events, write_events
+from specscope.core.trace.legacy_checks import (
+    check_event,
+    count_warnings,
+    drop_repeated_rows,
+    in_sequence,
+    sequence_warnings,
+)
 from specscope.core.user_files import check_output_target
 
 FORMAT_NAME = "specscope-trace"
