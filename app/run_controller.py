@@ -36,7 +36,7 @@ from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, Iterat
 if TYPE_CHECKING:
     from specscope.core.attach.client import AttachOptions
     from specscope.core.engine.pair import ModelPair
-    from specscope.core.trace.files import LoadedTrace
+    from specscope.core.trace.layout import LoadedTrace
 
 log = logging.getLogger(__name__)
 

@@ -747,7 +747,8 @@ class MainWindow(QMainWindow):
         self._render_state(self.controller.state)
 
     def export_trace(self, path: str | Path) -> bool:
-        from specscope.core.trace.files import TraceError, write_trace
+        from specscope.core.trace.errors import TraceError
+        from specscope.core.trace.files import write_trace
 
         try:
             paths = write_trace(Path(path), self.data.events, self.shown_session_meta())
@@ -760,7 +761,7 @@ class MainWindow(QMainWindow):
 
     def export_chrome_trace(self, path: str | Path) -> bool:
         from specscope.core.trace.chrome_trace import write_chrome_trace
-        from specscope.core.trace.files import TraceError
+        from specscope.core.trace.errors import TraceError
 
         try:
             write_chrome_trace(Path(path), self.data.events, self.shown_session_meta())
@@ -789,7 +790,8 @@ class MainWindow(QMainWindow):
         if self.state.active:
             self.message_box("Run in progress", "Stop the run before opening a trace.")
             return False
-        from specscope.core.trace.files import TraceError, read_trace
+        from specscope.core.trace.errors import TraceError
+        from specscope.core.trace.files import read_trace
 
         try:
             loaded = read_trace(Path(path))

@@ -21,7 +21,8 @@ from specscope.core.trace.autosave import (
     dismiss_interrupted_session,
     find_interrupted_sessions,
 )
-from specscope.core.trace.files import TraceWriteError, read_trace
+from specscope.core.trace.errors import TraceWriteError
+from specscope.core.trace.files import read_trace
 
 from .faults import full_disk, leftovers
 from .trace_samples import sample_baselines, sample_records

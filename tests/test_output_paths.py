@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from specscope.core.trace.chrome_trace import write_chrome_trace
-from specscope.core.trace.files import TraceWriteError, trace_paths, write_trace
+from specscope.core.trace.errors import TraceWriteError
+from specscope.core.trace.files import write_trace
+from specscope.core.trace.layout import trace_paths
 from tests.cli_helpers import char_device, cli, fifo, is_char_device, one_sentence, sessions
 from tests.fake_engine import FakeEngine
 from tests.faults import leftovers

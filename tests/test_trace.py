@@ -12,24 +12,13 @@ import pytest
 
 from specscope.core.measure.measurement import Measurement
 from specscope.core.records import IterationRecord
+from specscope.core.trace.cells import escape_text, join_flags, split_flags, unescape_text
 from specscope.core.trace.chrome_trace import chrome_trace, write_chrome_trace
-from specscope.core.trace.files import (
-    ITERATION_COLUMNS,
-    ITERATION_SCHEMA,
-    TraceFormatError,
-    TraceReadError,
-    TraceWriteError,
-    doc_tables,
-    escape_text,
-    join_flags,
-    legacy_stream,
-    read_trace,
-    split_flags,
-    trace_paths,
-    unescape_text,
-    unit_of,
-    write_trace,
-)
+from specscope.core.trace.errors import TraceFormatError, TraceWriteError
+from specscope.core.trace.files import TraceReadError, read_trace, write_trace
+from specscope.core.trace.layout import trace_paths
+from specscope.core.trace.legacy_csv import legacy_stream
+from specscope.core.trace.schema import ITERATION_COLUMNS, ITERATION_SCHEMA, doc_tables, unit_of
 
 from .trace_samples import NASTY_TEXTS, make_record, sample_baselines, sample_records
 
@@ -382,7 +371,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def test_docs_show_the_tables_the_schema_generates() -> None:
-    """docs/trace-format.md holds exactly what ``python -m specscope.core.trace.files --doc-table`` prints."""
+    """docs/trace-format.md holds exactly what ``python -m specscope.core.trace.schema --doc-table`` prints."""
     doc = (Path(__file__).parents[1] / "docs" / "trace-format.md").read_text(encoding="utf-8")
     for name, table in doc_tables().items():
         assert table in doc, f"the {name} table in docs/trace-format.md is stale: regenerate it"

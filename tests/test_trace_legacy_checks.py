@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.trace.files import TraceFormatError, TraceReadError, legacy_stream, read_trace, write_trace
+from specscope.core.trace.errors import TraceFormatError, TraceReadError
+from specscope.core.trace.files import read_trace, write_trace
+from specscope.core.trace.legacy_csv import legacy_stream
 
 from .trace_cell_fuzz import HOSTILE_CELLS, fuzz_cases, read_outcome
 from .trace_samples import sample_baselines, sample_records

@@ -11,16 +11,10 @@ from pathlib import Path
 import pytest
 
 from specscope.core.records import TokenStatus
-from specscope.core.trace.files import (
-    FORMULA_TRIGGERS,
-    TraceError,
-    TraceFormatError,
-    legacy_stream,
-    read_trace,
-    spreadsheet_restore,
-    spreadsheet_safe,
-    write_trace,
-)
+from specscope.core.trace.cells import FORMULA_TRIGGERS, spreadsheet_restore, spreadsheet_safe
+from specscope.core.trace.errors import TraceError, TraceFormatError
+from specscope.core.trace.files import read_trace, write_trace
+from specscope.core.trace.legacy_csv import legacy_stream
 
 from .trace_samples import make_record, sample_baselines, sample_records
 

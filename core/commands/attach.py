@@ -104,7 +104,8 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
 
 
 def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str | None:
-    from specscope.core.trace.files import TraceError, write_trace
+    from specscope.core.trace.errors import TraceError
+    from specscope.core.trace.files import write_trace
 
     session = dict(result.session)
     session.update(extra)

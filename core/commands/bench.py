@@ -51,7 +51,9 @@ from specscope.core.measure.measurement import Estimate, Measurement, RatioInter
 from specscope.core.measure.schedule import VerifyExploration
 from specscope.core.prompts import Prompt
 from specscope.core.records import ControlValues, IterationRecord
-from specscope.core.trace.files import TraceError, TraceWriteError, atomic_text_files, spreadsheet_safe
+from specscope.core.trace.cells import spreadsheet_safe
+from specscope.core.trace.errors import TraceError, TraceWriteError
+from specscope.core.trace.files import atomic_text_files
 
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
 DEFAULT_GOALS = (1.25, 1.5)  # speed-ups the report says the needed α for, beside break-even

@@ -381,7 +381,8 @@ def _write_traces(args: argparse.Namespace, events: list[Any], session: dict[str
     """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
     the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
     from specscope.core.trace.chrome_trace import write_chrome_trace
-    from specscope.core.trace.files import TraceError, write_trace
+    from specscope.core.trace.errors import TraceError
+    from specscope.core.trace.files import write_trace
 
     saved = recorder is not None and recorder.error is None
     problems: list[str] = []

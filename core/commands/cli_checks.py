@@ -150,7 +150,9 @@ def check_writable(path: Path, flag: str, *, trace: bool = False) -> None:
     is not a regular file (a device, a FIFO, a socket, a folder: the final rename would replace it), or one
     where no file can be created. ``trace``: ``path`` is a trace's iteration CSV, and its tokens, baselines and
     session files beside it are checked too."""
-    from specscope.core.trace.files import TraceWriteError, probe_writable, trace_paths
+    from specscope.core.trace.errors import TraceWriteError
+    from specscope.core.trace.files import probe_writable
+    from specscope.core.trace.layout import trace_paths
     from specscope.core.user_files import non_regular_kind
 
     if not str(path).strip():

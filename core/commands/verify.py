@@ -53,7 +53,8 @@ from specscope.core.engine.sampling import processed_probs
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
 from specscope.core.records import ControlValues
-from specscope.core.trace.files import TraceError, atomic_text_files
+from specscope.core.trace.errors import TraceError
+from specscope.core.trace.files import atomic_text_files
 
 RULES = ("correct", "resample-from-p", "keep-draft")
 MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them

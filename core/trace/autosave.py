@@ -32,17 +32,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from specscope.core.events import Event
+from specscope.core.trace.errors import TraceWriteError
 from specscope.core.trace.event_log import EventLogAppender
-from specscope.core.trace.files import (
-    SESSION_FOLDER_TRACE,
-    TracePaths,
-    TraceWriteError,
-    atomic_text_files,
-    open_for_csv,
-    sidecar,
-    sidecar_text,
-    trace_paths,
-)
+from specscope.core.trace.files import atomic_text_files, open_for_csv, sidecar, sidecar_text
+from specscope.core.trace.layout import SESSION_FOLDER_TRACE, TracePaths, trace_paths
 
 RUNNING_MARKER = "RUNNING"
 DATA_DIR_ENV = "SPECSCOPE_DATA_DIR"

@@ -15,7 +15,8 @@ from typing import Any
 from specscope import __version__
 from specscope.core.events import Event
 from specscope.core.records import BaselineRecord, IterationRecord
-from specscope.core.trace.files import atomic_text_files, compact_json
+from specscope.core.trace.cells import compact_json
+from specscope.core.trace.files import atomic_text_files
 
 CHROME_FORMAT_NAME = "specscope-chrome-trace"
 _PID = 1
