@@ -16,9 +16,11 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from specscope import __version__
+from specscope.core.controls import validate
 from specscope.core.events import Event, RunFinished
 from specscope.core.records import ControlValues
 from specscope.core.remote import protocol
@@ -117,15 +119,18 @@ class WorkerClient:
 
     def set_controls(self, **values: Any) -> None:
         """Change controls (k, temperature, top_k, top_p, adaptive_k); applied between iterations."""
-        protocol.control_changes(values)  # a wrong name or type fails here, not on the worker
-        self._send(protocol.control_set(**values))
+        changes = protocol.control_changes(values)  # a wrong name or type fails here, not on the worker
+        validate(replace(ControlValues(), **changes))  # and a value out of range (InvalidControl, a ValueError)
+        self._send(protocol.control_set(**changes))
 
     def action(self, name: str, **data: Any) -> None:
         """pause, resume, stop, baseline, end_drill, or drill with ``spec=drill_to_data(DrillSpec)``."""
         self._send(protocol.control_action(name, **data))
 
-    def stop(self) -> None:
-        self.action("stop")
+    def stop(self, reason: str = "stop") -> None:
+        """Stop the run at its next iteration; ``reason`` (stop, interrupted, terminated) is what its
+        RunFinished says, as a local run stopped by a signal says interrupted."""
+        self.action("stop", reason=reason)
 
     # ---- runs (one thread) --------------------------------------------------------------------------------
     def start(self, prompt: str | list[int], controls: ControlValues | None = None,

@@ -108,7 +108,7 @@ class _StopForwarder(Controls):
         self.asked.wait()
         if not self.done:
             with contextlib.suppress(WorkerLost):
-                self.client.stop()
+                self.client.stop(self.stop_reason)  # interrupted or terminated, as a local run's stream says
 
     def finish(self) -> None:
         self.done = True

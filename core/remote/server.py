@@ -35,6 +35,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 MAX_PENDING_HANDSHAKES = 8
 LINGER_S = 1.0  # a refused peer gets this long to read its bye before the socket closes
 MAX_PROMPT_CHARS = 1 << 20
+STOP_REASONS = frozenset({"stop", "interrupted", "terminated"})  # what a run's RunFinished may say after a stop
 
 Log = Callable[[str], None]
 
@@ -81,7 +82,7 @@ class WorkerServer:
         self.address = WorkerAddress(host, self._listener.getsockname()[1], self.token)
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._client: _Connection | None = None
         self._threads: list[threading.Thread] = []
         self.info = {"pair": pair_info(pair), "device": str(pair.target.device), "pid": os.getpid(),
@@ -117,7 +118,9 @@ class WorkerServer:
     def _refuse(self, sock: socket.socket, reason: str) -> None:
         with contextlib.suppress(OSError):
             sock.sendall(protocol.encode_message(protocol.bye(reason)))
-        threading.Thread(target=_close_gently, args=(sock,), name="specscope-worker-refuse", daemon=True).start()
+        thread = threading.Thread(target=_close_gently, args=(sock,), name="specscope-worker-refuse", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def claim(self, connection: _Connection) -> bool:
         """Make ``connection`` the one client; False when another one is."""
@@ -131,6 +134,17 @@ class WorkerServer:
         with self._lock:
             if self._client is connection:
                 self._client = None
+                self._lock.notify_all()
+
+    def wait_without_client(self, timeout_s: float | None = None) -> bool:
+        """Wait until no client is connected (its run ended, its connection closed); False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._client is None, timeout_s)
+
+    @property
+    def has_client(self) -> bool:
+        with self._lock:
+            return self._client is not None
 
     # ---- stopping ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -379,7 +393,10 @@ class _Connection:
         elif action == "resume":
             controls.resume()
         elif action == "stop":
-            controls.stop()
+            reason = message.get("reason", "stop")
+            if reason not in STOP_REASONS:
+                raise ProtocolError(f"a stop's reason is one of {', '.join(sorted(STOP_REASONS))}")
+            controls.stop(reason)
         elif action == "baseline":
             controls.request_baseline()
         elif action == "end_drill":
