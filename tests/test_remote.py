@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -316,3 +317,31 @@ def test_protocol_lines_round_trip_an_event() -> None:
         reader = protocol.MessageReader(b)
         assert protocol.decode_event(reader.read()) == event
         assert reader.read() == {"type": "idle"}
+
+
+def test_the_event_line_is_what_asdict_gave(pair) -> None:
+    """event_log.encode builds its JSON without asdict's deep copies: the lines are the same, NaN, enums,
+    int keys and tuples included."""
+    from dataclasses import asdict
+
+    from specscope.core.event_log import _TYPES, _finite, encode
+    from specscope.core.records import DrillEvent
+    from tests.trace_samples import sample_baselines, sample_records
+
+    def with_asdict(event: Any) -> str:
+        return json.dumps({"type": _TYPES[type(event)], **_finite(asdict(event))}, ensure_ascii=False,
+                          allow_nan=False, separators=(",", ":"))
+
+    records = sample_records()
+    records[1].draft_ms = math.nan
+    controls = ControlValues(k=3, temperature=0.5, adaptive_k=True)
+    events: list[Any] = [
+        RunStarted("remote", "t", "d", "model", "t with d", "p ✓", 3, controls, 10, seed=7,
+                   options={"baseline_every": 6, "extra": {"nested": [1, 2.5, float("inf")]}},
+                   machine={"platform": "x"}, t_s=1.0),
+        *records, *sample_baselines(),
+        ControlChange(2, controls, ControlValues(k=5), t_s=2.0),
+        DrillEvent("start", "target", 2, 2, "disk", 3, moved_bytes=10, t_s=3.0),
+        RunFinished("eos", 5, 9, 0.5, 1.25, t_s=4.0),
+    ]
+    assert [encode(e) for e in events] == [with_asdict(e) for e in events]

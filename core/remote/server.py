@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import os
+import queue
 import secrets
 import selectors
 import socket
@@ -184,6 +185,7 @@ class _Connection:
         self.broken = threading.Event()  # a send failed: the client is gone
         self.controls: Controls | None = None
         self.run_thread: threading.Thread | None = None
+        self.outbox: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
         self.ending = ""
 
     # ---- sending ----------------------------------------------------------------------------------------
@@ -202,8 +204,15 @@ class _Connection:
         self.send_bytes(protocol.encode_message(message))
 
     def send_event(self, event: Event, snapshot: object = None) -> None:
-        """The session's sink: the event alone, as the event log writes it, sent as it is emitted."""
-        self.send_bytes(protocol.encode_event_message(event))
+        """The session's sink: the event alone, handed to the sender thread as it is emitted. The loop's
+        thread only queues it (as the autosave recorder's sink does): encoding and sending happen beside the
+        next iteration's passes, not between iterations (docs/bench-remote.md)."""
+        self.outbox.put(event)
+
+    def _send_events(self) -> None:
+        """The sender thread of a run: each queued event, in order, as the event log writes it; None ends it."""
+        while (event := self.outbox.get()) is not None:
+            self.send_bytes(protocol.encode_event_message(event))
 
     # ---- the connection's life --------------------------------------------------------------------------
     def serve(self) -> None:
@@ -348,12 +357,17 @@ class _Connection:
         return "", list(ids)
 
     def _run(self, session: Any, prompt_ids: list[int]) -> None:
-        """The run thread: every event goes out from the session's sink as it is emitted."""
+        """The run thread: every event goes out from the session's sink as it is emitted (by the sender)."""
+        sender = threading.Thread(target=self._send_events, name="specscope-worker-sender", daemon=True)
+        sender.start()
         try:
             for _event in session.stream(prompt_ids):
                 pass
         except Exception as exc:  # a model failing mid-run: RunFinished (sent) says so; the worker lives on
             self.server.log(f"the run failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.outbox.put(None)
+            sender.join()  # every event is out before the result and idle
         self.send(self._result(session))
         self.send({"type": "idle"})
 
