@@ -193,7 +193,8 @@ def main() -> int:
         f"| the session's sink on the loop's thread (queuing), share of the span | "
         f"{100 * statistics.median(shares):.3f}% | {100 * min(shares):.3f}–{100 * max(shares):.3f}% |",
         f"| the sender thread (encode + send, beside the passes), share of the span | "
-        f"{100 * statistics.median(sender_shares):.2f}% | {100 * min(sender_shares):.2f}–{100 * max(sender_shares):.2f}% |",
+        f"{100 * statistics.median(sender_shares):.2f}% | "
+        f"{100 * min(sender_shares):.2f}–{100 * max(sender_shares):.2f}% |",
         f"| encode + send per event | {statistics.median(per_event_us):.0f} µs | "
         f"{min(per_event_us):.0f}–{max(per_event_us):.0f} µs |",
         "",

@@ -186,6 +186,7 @@ class _Connection:
         self.controls: Controls | None = None
         self.run_thread: threading.Thread | None = None
         self.outbox: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self.run_over = threading.Event()
         self.ending = ""
 
     # ---- sending ----------------------------------------------------------------------------------------
@@ -307,7 +308,8 @@ class _Connection:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def _running(self) -> bool:
-        return self.run_thread is not None and self.run_thread.is_alive()
+        """A run is under way until its idle is sent (its thread may still be returning then)."""
+        return self.run_thread is not None and not self.run_over.is_set()
 
     def _stop_run(self, reason: str) -> None:
         thread, controls = self.run_thread, self.controls
@@ -324,7 +326,10 @@ class _Connection:
         except (ValueError, InvalidControl) as exc:  # the run does not start; the connection stays
             self.send(protocol.error(str(exc)))
             return
+        if self.run_thread is not None:
+            self.run_thread.join()  # the last run's thread, returning after its idle
         self.controls = session.controls
+        self.run_over.clear()
         self.run_thread = threading.Thread(target=self._run, args=(session, prompt_ids),
                                            name="specscope-worker-run", daemon=True)
         self.run_thread.start()
@@ -369,6 +374,7 @@ class _Connection:
             self.outbox.put(None)
             sender.join()  # every event is out before the result and idle
         self.send(self._result(session))
+        self.run_over.set()  # before idle: the client may start the next run the moment idle arrives
         self.send({"type": "idle"})
 
     def _result(self, session: Any) -> dict[str, Any]:
