@@ -346,3 +346,60 @@ def test_the_event_line_is_what_asdict_gave(pair) -> None:
         RunFinished("eos", 5, 9, 0.5, 1.25, t_s=4.0),
     ]
     assert [encode(e) for e in events] == [with_asdict(e) for e in events]
+
+
+# ---- addresses -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, host, port, token", [
+    ("specscope://127.0.0.1:7777/?token=abc_-9", "127.0.0.1", 7777, "abc_-9"),
+    ("specscope://[::1]:7777/?token=Zq9_secret", "::1", 7777, "Zq9_secret"),
+    ("  specscope://gpu-host.example:1/  ", "gpu-host.example", 1, ""),
+    ("SPECSCOPE://localhost:65535?token=Kx7-secret", "localhost", 65535, "Kx7-secret"),
+])
+def test_worker_urls_parse(text, host, port, token) -> None:
+    from specscope.core.remote.url import parse_worker_url
+
+    address = parse_worker_url(text)
+    assert (address.host, address.port, address.token) == (host, port, token)
+    assert parse_worker_url(address.url()) == address
+    if token:
+        assert token not in repr(address) and token not in str(address) and token not in address.redacted()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "is empty"),
+    ("http://127.0.0.1:7777/?token=x", "starts with specscope://"),
+    ("specscope://::1:7777/?token=x", "put it in brackets"),
+    ("specscope://[::1:7777/?token=x", "no closing bracket"),
+    ("specscope://[nothost]:7777/", "is not an IPv6 address"),
+    ("specscope://host/?token=x", "has no port"),
+    ("specscope://host:99999/", "from 1 to 65535"),
+    ("specscope://user@host:1/", "carries no user name"),
+    ("specscope://host:1/path?token=x", "has no path"),
+    ("specscope://host:1/?token=x&token=y", "more than once"),
+    ("specscope://host:1/?key=x", "unknown parameter 'key'"),
+    ("specscope://host:1/?token=a%20b", "characters a worker token never has"),
+    ("specscope://host name:1/", "not a host name or address"),
+])
+def test_bad_worker_urls_are_one_sentence(text, words) -> None:
+    from specscope.core.remote.url import BadWorkerUrl, parse_worker_url
+
+    with pytest.raises(BadWorkerUrl, match=words):
+        parse_worker_url(text)
+
+
+def test_a_worker_on_ipv6_loopback(pair) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        server = WorkerServer(pair, "::1", 0, log=lambda _m: None)
+    except OSError as exc:
+        pytest.skip(f"cannot listen on ::1 here: {exc}")
+    thread = threading.Thread(target=server.serve_forever, name="specscope-worker-serve", daemon=True)
+    thread.start()
+    try:
+        assert server.address.url().startswith("specscope://[::1]:")
+        with WorkerClient.connect(server.address) as client:
+            client.ping()
+    finally:
+        server.shutdown()
+        thread.join()
