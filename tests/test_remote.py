@@ -156,6 +156,22 @@ def test_controls_apply_at_the_next_iteration(worker) -> None:
     assert events[-1].tokens < 300
 
 
+def test_close_from_another_thread_ends_the_iteration_and_the_run(worker) -> None:
+    """The app's case: its GUI thread closes the connection while a reader thread iterates the events."""
+    reached = threading.Event()
+    client = WorkerClient.connect(worker.address)
+    closer = threading.Thread(target=lambda: (reached.wait(), client.close()))
+    closer.start()
+    events = []
+    for event in client.start("w5 w6 w7", ControlValues(k=2), {"max_new_tokens": 400}, chat=False):
+        events.append(event)
+        if isinstance(event, IterationRecord) and event.iteration == 2:
+            reached.set()
+    closer.join()
+    assert client.closed and len(events) >= 3  # ended quietly, with what arrived
+    assert worker.wait_without_client(10.0)  # the worker stopped the run and let the client go
+
+
 def test_a_control_out_of_range_is_refused_before_it_is_sent(worker) -> None:
     with WorkerClient.connect(worker.address) as client:
         with pytest.raises(ValueError, match="k must be between 1 and 16"):
