@@ -419,3 +419,16 @@ def test_a_worker_on_ipv6_loopback(pair) -> None:
     finally:
         server.shutdown()
         thread.join()
+
+
+def test_the_client_side_imports_no_torch() -> None:
+    """A GUI process talks to its worker through these modules: none of them may pull torch in."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import specscope.core.remote.client, specscope.core.remote.received, specscope.core.remote.spawn\n"
+            "import specscope.core.remote.url, specscope.core.remote.protocol\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
