@@ -65,3 +65,22 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
     if not text.strip():
         raise ValueError(f"prompt file {p} is empty")
     return [Prompt(id=p.stem, kind="custom", title=p.stem, text=text.strip())]
+
+
+def context_problem(n_prompt: int, window: int | None, target_name: str) -> str | None:
+    """Why a prompt of ``n_prompt`` tokens cannot start a run (one sentence), or None when it fits the
+    target's context window (``window``; None when its config does not say)."""
+    if n_prompt == 0:
+        return "the prompt encodes to no tokens: give some text to continue"
+    if window is not None and n_prompt >= window:
+        return (f"the prompt is {n_prompt:,} tokens but {target_name} holds {window:,} positions; "
+                f"shorten it to fewer than {window:,} tokens")
+    return None
+
+
+def context_note(n_prompt: int, max_new_tokens: int, window: int | None) -> str | None:
+    """A note when the context window will end the run before ``max_new_tokens``."""
+    if window is None or n_prompt + max_new_tokens <= window:
+        return None
+    return (f"the context window ({window:,} positions) leaves room for {window - n_prompt:,} new tokens; "
+            "the run stops there (finish_reason context_window)")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.commands.cli import build_parser, main, resolve_drafter_defaults
+from specscope.core.commands.cli import build_parser, main
+from specscope.core.commands.run import resolve_drafter_defaults
 from specscope.launcher import main as launcher_main
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 

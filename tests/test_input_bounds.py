@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specscope.core.commands import cli as cli_module
+from specscope.core.commands import run as run_module
 from specscope.core.engine.drafters.eagle import EagleLoadError, load_head, read_head_config
 from specscope.core.user_files import MAX_PROMPT_FILE_BYTES
 from tests.cli_helpers import char_device, cli, fifo, one_sentence, sessions
@@ -250,7 +250,7 @@ def test_eagle_config_that_is_a_named_pipe_does_not_hang(tmp_path) -> None:
 def test_ctrl_c_while_loading_is_one_line_and_exit_130(target, capsys, monkeypatch) -> None:
     """A real SIGINT, delivered when the loader says it is loading the weights, through Python's own
     handler (the one a terminal's Ctrl-C reaches before any decoding installs specscope's)."""
-    real_progress = cli_module._progress
+    real_progress = run_module._progress
 
     def progress(quiet: bool):
         report = real_progress(quiet)
@@ -262,7 +262,7 @@ def test_ctrl_c_while_loading_is_one_line_and_exit_130(target, capsys, monkeypat
 
         return interrupting
 
-    monkeypatch.setattr(cli_module, "_progress", progress)
+    monkeypatch.setattr(run_module, "_progress", progress)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
         before = sessions()
