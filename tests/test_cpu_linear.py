@@ -10,7 +10,7 @@ from specscope.core.controls import Controls
 from specscope.core.engine import cpu_linear
 from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.speculative import DecodeOptions, Decoder
-from specscope.core.memory.residency import format_residency, model_residency
+from specscope.core.memory.residency import format_residency, model_residency, prepacked_bytes
 from specscope.core.records import ControlValues
 from tests.models import perturbed, tiny_model
 
@@ -35,10 +35,10 @@ def test_packing_swaps_every_float32_linear_in_place_and_unpacking_restores_them
         assert type(module) is cpu_linear.PrepackedLinear
         assert (id(module), id(module.weight)) == before[name]  # the same objects: references stay valid
     weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in after.values())
-    assert cpu_linear.prepacked_bytes(model) >= weight_bytes
+    assert prepacked_bytes(model) >= weight_bytes
     cpu_linear.unpack_linears(model)
     assert all(type(m) is nn.Linear for m in _linears(model))
-    assert cpu_linear.prepacked_bytes(model) == 0
+    assert prepacked_bytes(model) == 0
 
 
 @needs_onednn
@@ -115,7 +115,7 @@ def test_residency_counts_the_packed_copies_in_host_memory() -> None:
     dense = model_residency(model, "cpu")
     cpu_linear.prepack_linears(model)
     packed = model_residency(model, "cpu")
-    assert packed.prepacked_bytes == cpu_linear.prepacked_bytes(model) > 0
+    assert packed.prepacked_bytes == prepacked_bytes(model) > 0
     assert packed.bytes_by_device["cpu"] == dense.bytes_by_device["cpu"] + packed.prepacked_bytes
     assert packed.total_bytes == dense.total_bytes + packed.prepacked_bytes
     assert not packed.warnings  # host copies of a CPU model are where it was asked to be
@@ -167,7 +167,7 @@ def test_a_copied_model_packs_its_own_weights(packed_calls) -> None:
     clone = copy.deepcopy(model)  # oneDNN's packed tensors cannot be copied themselves
     assert clone.lm_head.weight is not model.lm_head.weight
     assert clone.lm_head.packed_weight is not model.lm_head.packed_weight
-    assert cpu_linear.prepacked_bytes(clone) == cpu_linear.prepacked_bytes(model)
+    assert prepacked_bytes(clone) == prepacked_bytes(model)
     ids = torch.tensor([[1, 2, 3]])
     with torch.inference_mode():
         torch.testing.assert_close(clone(ids).logits, model(ids).logits, rtol=0, atol=0)
@@ -239,4 +239,4 @@ def test_a_packing_failure_leaves_the_model_as_loaded_and_says_why(monkeypatch) 
     why = cpu_linear.prepack_linears(model)
     assert why == ("multi-token passes on CPU use PyTorch's default kernels: packing the weights failed "
                    "(could not create a primitive descriptor)")
-    assert all(type(m) is nn.Linear for m in _linears(model)) and cpu_linear.prepacked_bytes(model) == 0
+    assert all(type(m) is nn.Linear for m in _linears(model)) and prepacked_bytes(model) == 0
