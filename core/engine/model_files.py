@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,22 +95,18 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
 
     if not (directory / "config.json").is_file():
         raise ModelLoadError(f"no config.json in {directory}: not a transformers model directory")
-    message = ""
-    try:
-        config = AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
-                                            local_files_only=True)
-    except Exception as exc:
+
+    def refusal(exc: Exception) -> str:
         if "trust_remote_code" in str(exc):
-            message = (f"{directory} needs custom code from the model's repository to load; pass "
-                       "--trust-remote-code only if you trust it")
-        elif "does not recognize this architecture" in str(exc) or "model type" in str(exc):
-            message = (f"transformers does not know the architecture named in {directory / 'config.json'}; "
-                       f"specscope needs a causal language model that transformers can load\n"
-                       f"{library_detail(exc)}")
-        else:
-            message = f"the model config in {directory} cannot be read\n{library_detail(exc)}"
-    if message:
-        raise ModelLoadError(message)
+            return (f"{directory} needs custom code from the model's repository to load; pass "
+                    "--trust-remote-code only if you trust it")
+        if "does not recognize this architecture" in str(exc) or "model type" in str(exc):
+            return (f"transformers does not know the architecture named in {directory / 'config.json'}; "
+                    f"specscope needs a causal language model that transformers can load\n{library_detail(exc)}")
+        return f"the model config in {directory} cannot be read\n{library_detail(exc)}"
+
+    config = read_or_refuse(lambda: AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
+                                                               local_files_only=True), refusal)
     model_type = getattr(config, "model_type", "")
     remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not remote:
@@ -119,21 +116,30 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
 
 
 def read_tokenizer(directory: Path, trust_remote_code: bool, role: str) -> Any:
+    """The folder's tokenizer, read offline (``role`` names the model in the sentence when it cannot be)."""
     from transformers import AutoTokenizer
 
     files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
     if not any((directory / f).is_file() for f in files):
         raise ModelLoadError(f"no tokenizer for the {role} in {directory} (expected tokenizer.json)")
+
+    def refusal(exc: Exception) -> str:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"could not load the {role}'s tokenizer from {directory} ({first[:160]})"
+
+    return read_or_refuse(lambda: AutoTokenizer.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
+                                                                local_files_only=True), refusal)
+
+
+def read_or_refuse(read: Callable[[], Any], refusal: Callable[[Exception], str]) -> Any:
+    """``read()``, or a ModelLoadError with ``refusal(exc)``: raised after the handler, so the library's
+    exception (and the objects its traceback holds) is not chained to ours."""
     message = ""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
-                                                  local_files_only=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"could not load the {role}'s tokenizer from {directory} ({first[:160]})"
-    if message:
-        raise ModelLoadError(message)
-    return tokenizer
+        return read()
+    except Exception as exc:  # a library's errors come in many classes; each is one sentence for the user
+        message = refusal(exc)
+    raise ModelLoadError(message)
 
 
 def library_detail(exc: BaseException) -> str:
