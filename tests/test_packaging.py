@@ -147,7 +147,7 @@ def test_wheel_contains_the_package_and_its_resources(built_wheel: Path) -> None
         return [n for n in names if n.startswith(prefix) and n.endswith(suffix)]
 
     assert "specscope/launcher.py" in names
-    assert "specscope/core/speculative.py" in names and "specscope/core/drafters/base.py" in names
+    assert "specscope/core/engine/speculative.py" in names and "specscope/core/engine/drafters/base.py" in names
     assert "specscope/app/main.py" in names and under("specscope/app/widgets/", ".py")
     prompts = {Path(n).name for n in under("specscope/resources/prompts/", ".json")}
     assert prompts == {p.name for p in (ROOT / "resources" / "prompts").glob("*.json")}
