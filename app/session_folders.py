@@ -10,7 +10,6 @@ from pathlib import Path
 from specscope.core.trace.autosave import prune_sessions  # noqa: F401  (where the app finds it)
 from specscope.core.trace.layout import SESSION_FOLDER_TRACE, trace_paths
 
-DEFAULT_KEEP_SESSIONS = 20
 PROMPT_CHARS = 40
 
 

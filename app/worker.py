@@ -28,8 +28,8 @@ from specscope.core.records import ControlValues
 
 if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at run time loads torch
     from specscope.app.pair_choice import PairChoice
-    from specscope.core.engine.models import PairSpec
     from specscope.core.engine.pair import ModelPair
+    from specscope.core.engine.pair_spec import PairSpec
     from specscope.core.session import Sink
     from specscope.core.trace.autosave import SessionRecorder
 

@@ -10,6 +10,9 @@ from specscope.core.drafter_catalogue import adaptive_k_default, default_k
 from specscope.core.records import ControlValues
 
 K_MIN, K_MAX = 1, 16
+# New tokens a session decodes unless told otherwise: SessionOptions, the app's run panel and its saved setting.
+# (The CLI's run and attach default to 128 and verify to 48: shorter checks, documented in README.)
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 class InvalidControl(ValueError):

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.controls import K_MAX, Controls
+from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, Controls
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
@@ -50,7 +50,7 @@ Sink = Callable[[Event, Estimate | None], None]
 
 @dataclass
 class SessionOptions:
-    max_new_tokens: int = 256
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     seed: int | None = None
     plain: bool = False
     record_tokens: bool = True

@@ -15,7 +15,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-MIB = 1024 * 1024
+from specscope.core.units import MIB
+
 # A prompt file or a prompts set: 4 MiB of text is about a million tokens, far beyond any context window
 # (131,072 new tokens is the CLI's bound); a 60 MB prompts file took 7.4 GB of memory to tokenize.
 MAX_PROMPT_FILE_BYTES = 4 * MIB

@@ -19,8 +19,9 @@ import torch
 
 from specscope.core.commands import bench
 from specscope.core.engine.drafters.base import Drafter, Proposal
-from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
+from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues
 

@@ -22,7 +22,8 @@ import torch
 
 from specscope.core.commands.bench import BenchPrompt, Method, run_transformers
 from specscope.core.controls import Controls
-from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.engine.models import load_pair
+from specscope.core.engine.pair_spec import PairSpec
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.prompts import load_prompt_sets
 from specscope.core.records import ControlValues

@@ -211,7 +211,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from specscope.core.commands.bench import choose_bench_prompts
-    from specscope.core.engine.models import PairSpec, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import PairSpec
 
     pair = load_pair(PairSpec(target="demo", drafter="lookup"))
     model = pair.target.model

@@ -49,7 +49,8 @@ def record(path: Path, spec: str, limit: int, max_new_tokens: int) -> None:
     import torch
 
     from specscope.core.commands.bench import choose_bench_prompts
-    from specscope.core.engine.models import PairSpec, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import PairSpec
     from specscope.core.engine.speculative import DecodeOptions, Decoder
 
     torch.set_num_threads(1)

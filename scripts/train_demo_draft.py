@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from specscope.core.units import format_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "resources" / "demo_draft"
 PROMPTS_DIR = ROOT / "resources" / "prompts"
@@ -395,7 +397,7 @@ def save(draft: Any, args: argparse.Namespace, info: dict[str, Any]) -> None:
     draft.config.save_pretrained(out)
     (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
-    log(f"saved the draft to {out} ({size / 1e6:.1f} MB)")
+    log(f"saved the draft to {out} ({format_bytes(size)})")
 
 
 # ---- measurement ---------------------------------------------------------------------------------------

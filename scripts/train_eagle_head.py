@@ -11,7 +11,7 @@ the target's hidden states at every position (the EAGLE-3 features: a low, a mid
 its logits (the labels: the target's own next token). A tenth of the prompts are held out; the bench
 prompts in ``resources/prompts`` are never used.
 
-Head: :class:`specscope.core.engine.drafters.eagle.Eagle3Head` (the serving engines' layout). The draft
+Head: :class:`specscope.core.engine.drafters.eagle_head.Eagle3Head` (the serving engines' layout). The draft
 vocabulary is the most frequent target tokens in the generated training text. Training uses
 "training-time test" (EAGLE-3): the head is unrolled ``--ttt-steps`` steps, step j > 1 reading the head's
 own previous hidden state instead of the target's features and attending to the real-feature keys up to
@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from specscope.core.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "resources" / "demo_eagle"
@@ -354,7 +356,7 @@ def choose_draft_vocab(examples: list[dict[str, Any]], vocab: int, size: int) ->
 
 
 def build_head(target: Any, layers: list[int], draft_ids: torch.Tensor, intermediate: int, seed: int) -> Any:
-    from specscope.core.engine.drafters.eagle import Eagle3Config, Eagle3Head
+    from specscope.core.engine.drafters.eagle_head import Eagle3Config, Eagle3Head
 
     tc = target.config
     rope = getattr(tc, "rope_parameters", None) or {}
@@ -511,7 +513,7 @@ def evaluate(head: Any, batches: list[dict[str, torch.Tensor]], steps: int) -> l
 
 
 def train(args: argparse.Namespace) -> None:
-    from specscope.core.engine.drafters.eagle import save_head
+    from specscope.core.engine.drafters.eagle_files import save_head
 
     t_start = time.time()
     model, _ = load_target(args.threads)
@@ -619,14 +621,14 @@ def train(args: argparse.Namespace) -> None:
         "minutes": round((time.time() - t_start) / 60, 1),
     }
     (out_dir / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
-    log(f"wrote {out_dir} ({sum(f.stat().st_size for f in out_dir.iterdir()) / 1e6:.1f} MB)")
+    log(f"wrote {out_dir} ({format_bytes(sum(f.stat().st_size for f in out_dir.iterdir()))})")
 
 
 @torch.no_grad()
 def evaluate_head(args: argparse.Namespace) -> None:
     """A saved head's agreement on the held-out answers, or on the training answers from ``--eval-from`` on:
     answers generated after a head was trained are text it never saw, a larger held-out set for that head."""
-    from specscope.core.engine.drafters.eagle import load_head
+    from specscope.core.engine.drafters.eagle_files import load_head
 
     model, _ = load_target(args.threads)
     data = torch.load(args.data)

@@ -11,15 +11,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specscope.core.controls import Controls
-from specscope.core.engine.drafters.eagle import (
-    Eagle3Config,
-    Eagle3Head,
-    EagleDrafter,
-    EagleLoadError,
-    load_head,
-    save_head,
-)
-from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
+from specscope.core.engine.drafters.eagle import EagleDrafter
+from specscope.core.engine.drafters.eagle_files import load_head, save_head
+from specscope.core.engine.drafters.eagle_head import Eagle3Config, Eagle3Head, EagleLoadError
+from specscope.core.engine.models import load_pair
+from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues
 from tests.models import save_model_dir, tiny_model, word_tokenizer

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specscope.core.commands import run as run_module
-from specscope.core.engine.drafters.eagle import EagleLoadError, load_head, read_head_config
+from specscope.core.engine.drafters.eagle_files import load_head, read_head_config
+from specscope.core.engine.drafters.eagle_head import EagleLoadError
 from specscope.core.user_files import MAX_PROMPT_FILE_BYTES
 from tests.cli_helpers import char_device, cli, fifo, one_sentence, sessions
 from tests.faults import full_disk, leftovers
@@ -195,7 +196,8 @@ def test_bench_with_a_full_out_folder_saves_to_the_data_folder(target, capsys, t
 
 def eagle_head_dir(tmp_path: Path) -> Path:
     """A one-layer EAGLE-3 head fitting the tiny target (64 ids, hidden 32, 2 layers)."""
-    from specscope.core.engine.drafters.eagle import Eagle3Config, Eagle3Head, save_head
+    from specscope.core.engine.drafters.eagle_files import save_head
+    from specscope.core.engine.drafters.eagle_head import Eagle3Config, Eagle3Head
 
     cfg = Eagle3Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
                        vocab_size=64, draft_vocab_size=40, aux_layer_ids=[0, 1, 1])

@@ -1,14 +1,17 @@
-"""The NVML probe on a fake NVML: unavailable states, per-field failures, a lost GPU, counters, mapping."""
+"""The NVML probe on a fake NVML: unavailable states, per-field failures, a lost GPU, counters, mapping, and the
+process's one NVML context (started once, shut down at exit)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 
-from specscope.core.memory.nvml import NvmlProbe, counter_delta, visible_device_uuids
+from specscope.core.memory import nvml
+from specscope.core.memory.nvml import NvmlContext, NvmlProbe, counter_delta, visible_device_uuids
 from tests.fake_nvml import (
     NVML_VALUE_TYPE_UNSIGNED_INT,
     FakeDevice,
@@ -28,6 +31,34 @@ def two_gpus() -> FakeNvml:
                    rx_counter=1_000, tx_counter=500),
         FakeDevice(UUIDS[1], total=40 * GIB, used=1 * GIB, processes=[(me + 7, GIB)]),
     ])
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts before the process's NVML context exists (it is made on first use)."""
+    monkeypatch.setattr(nvml, "_process_context", None)
+
+
+class ExitHooks:
+    """Stands in for ``atexit.register``: keeps what would run at interpreter exit, runs it on ``exit()``."""
+
+    def __init__(self) -> None:
+        self.registered: list[Callable[[], None]] = []
+
+    def __call__(self, fn: Callable[[], None]) -> None:
+        self.registered.append(fn)
+
+    def exit(self) -> None:
+        for fn in reversed(self.registered):  # atexit runs last-registered first
+            fn()
+
+
+def fake_as_pynvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> ExitHooks:
+    """The fake answers ``import pynvml``, and the process context's exit hook is kept for the test."""
+    hooks = ExitHooks()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(nvml, "_process_context", NvmlContext(register_exit=hooks))
+    return hooks
 
 
 # ---- unavailable ---------------------------------------------------------------------------------------
@@ -190,3 +221,76 @@ def test_mig_device_resolved_by_uuid() -> None:
 def test_nothing_visible_is_unavailable() -> None:
     probe = NvmlProbe(two_gpus(), cuda_visible_devices="")
     assert not probe.available and "CUDA_VISIBLE_DEVICES" in probe.reason
+
+
+# ---- one NVML context per process ---------------------------------------------------------------------
+def test_many_probes_share_one_init_and_one_shutdown_at_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = two_gpus()
+    hooks = fake_as_pynvml(monkeypatch, fake)
+    probes = [NvmlProbe(cuda_visible_devices=None) for _ in range(5)]
+    assert all(len(p.read()) == 2 for p in probes)
+    assert fake.calls["init"] == 1 and fake.calls["shutdown"] == 0  # nothing shut down while the process runs
+    assert len(hooks.registered) == 1
+    hooks.exit()
+    assert fake.calls["shutdown"] == 1
+    hooks.exit()  # a second shutdown (e.g. called by hand first) does nothing
+    assert fake.calls["shutdown"] == 1
+
+
+def test_many_sessions_start_nvml_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each session's memory sampler reads NVML; the process starts it once and shuts it down at exit."""
+    import torch
+
+    from specscope.core.controls import Controls
+    from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+    from specscope.core.engine.pair import LoadedModel, ModelPair
+    from specscope.core.records import ControlValues
+    from specscope.core.session import Session, SessionOptions
+    from tests.models import tiny_model, word_tokenizer
+
+    fake = two_gpus()
+    hooks = fake_as_pynvml(monkeypatch, fake)
+    model = tiny_model(3)
+    cpu = torch.device("cpu")
+    for _ in range(3):
+        pair = ModelPair(target=LoadedModel(model, "tiny", cpu, torch.float32), tokenizer=word_tokenizer(),
+                         drafter=PromptLookupDrafter(), drafter_kind="lookup", vocab_size=64)
+        session = Session(pair, Controls(ControlValues(k=2)), SessionOptions(max_new_tokens=4, baseline_every=0))
+        session.run([3, 4, 5, 3, 4])
+        assert session.sampler is not None and session.sampler.nvml.available
+    assert fake.calls["init"] == 1 and fake.calls["shutdown"] == 0
+    hooks.exit()
+    assert fake.calls["shutdown"] == 1
+
+
+def test_unavailable_is_a_state_decided_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([FakeDevice(UUIDS[0])], init_error=NVMLError_DriverNotLoaded)
+    hooks = fake_as_pynvml(monkeypatch, fake)
+    probes = [NvmlProbe() for _ in range(4)]
+    assert all(not p.available and "driver is not loaded" in p.reason and p.read() == [] for p in probes)
+    assert fake.calls["init"] == 1
+    assert hooks.registered == []  # never started: nothing to shut down
+    hooks.exit()
+    assert fake.calls["shutdown"] == 0
+
+
+def test_a_use_after_shutdown_starts_nvml_again() -> None:
+    fake = two_gpus()
+    hooks = ExitHooks()
+    context = NvmlContext(fake, register_exit=hooks)
+    assert len(NvmlProbe(context, cuda_visible_devices=None).read()) == 2
+    context.shutdown()
+    assert fake.calls["shutdown"] == 1
+    assert len(NvmlProbe(context, cuda_visible_devices=None).read()) == 2
+    assert fake.calls["init"] == 2 and len(hooks.registered) == 1  # the exit hook is registered once
+    hooks.exit()
+    assert fake.calls["shutdown"] == 2
+
+
+def test_the_shutdown_is_registered_with_atexit(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = two_gpus()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    registered: list[Callable[[], None]] = []
+    monkeypatch.setattr(nvml.atexit, "register", registered.append)
+    assert NvmlProbe(cuda_visible_devices=None).available
+    assert registered == [nvml.process_context().shutdown]

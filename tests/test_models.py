@@ -13,19 +13,15 @@ import torch
 from transformers import LlamaForCausalLM
 
 from specscope.core.commands.pair_arguments import add_pair_arguments, spec_from_args
-from specscope.core.engine import cpu_linear
+from specscope.core.engine import cpu_linear, placement
 from specscope.core.engine import models as loading
 from specscope.core.engine.drafters.early_exit import EarlyExitDrafter
 from specscope.core.engine.drafters.lookup import PromptLookupDrafter
 from specscope.core.engine.drafters.model import ModelDrafter
-from specscope.core.engine.models import (
-    IncompatibleTokenizers,
-    ModelLoadError,
-    PairSpec,
-    check_tokenizers,
-    estimate_memory,
-    load_pair,
-)
+from specscope.core.engine.model_files import IncompatibleTokenizers, check_tokenizers
+from specscope.core.engine.models import load_pair
+from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
+from specscope.core.engine.placement import estimate_memory
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
@@ -271,11 +267,11 @@ def test_memory_estimate_counts_parameters_from_the_config(tied) -> None:
 
 
 def test_warns_when_the_pair_will_not_fit(pair_dirs, monkeypatch) -> None:
-    monkeypatch.setattr(loading, "available_bytes", lambda device: 1000)
+    monkeypatch.setattr(placement, "available_bytes", lambda device: 1000)
     seen: list[str] = []
     pair = load_pair(PairSpec(str(pair_dirs["target"]), str(pair_dirs["draft"])),
                      progress=lambda m, f: seen.append(m))
-    assert len(pair.target.warnings) == 1 and "only 0.0 GB is free" in pair.target.warnings[0]
+    assert len(pair.target.warnings) == 1 and "only 1000 B is free" in pair.target.warnings[0]
     assert any(m.startswith("Warning: the pair needs about") for m in seen)
 
 

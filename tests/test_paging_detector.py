@@ -8,6 +8,7 @@ import pytest
 
 from specscope.core.memory.detector import PagingDetector, flag_trace
 from specscope.core.records import ControlValues, IterationRecord
+from specscope.core.units import GIB, MIB
 
 GPU_OK = {"gpu0_total_bytes": 80e9, "gpu0_free_bytes": 30e9, "gpu0_used_bytes": 50e9,
           "pcie0_rx_bytes_per_s": 2e6, "host_major_faults_per_s": 0.0,
@@ -55,8 +56,8 @@ def test_slow_draft_patch_with_memory_evidence() -> None:
     trace = normal_trace(30, rng)
     for r in trace:
         assert det.observe(r) == []
-    paging = dict(GPU_OK, draft_weights_cpu_bytes=412e6, draft_offloaded_bytes=412e6,
-                  pcie0_rx_bytes_per_s=11.3e9)
+    paging = dict(GPU_OK, draft_weights_cpu_bytes=412 * MIB, draft_offloaded_bytes=412 * MIB,
+                  pcie0_rx_bytes_per_s=11.3 * GIB)
     patch = [record(30 + j, 44.0, 21.0, memory=paging) for j in range(20)]  # longer than the window
     flags = [det.observe(r) for r in patch]
     assert all(len(f) == 1 for f in flags)  # flagged patch never became the baseline
@@ -65,8 +66,8 @@ def test_slow_draft_patch_with_memory_evidence() -> None:
     assert "→ 44 ms)" in sentence
     ratio = float(sentence.split()[2].rstrip("x"))
     assert 10 < ratio < 20
-    assert "weights partly on cpu (412 MB)" in sentence
-    assert "PCIe RX 11.3 GB/s during the step" in sentence
+    assert "weights partly on cpu (412 MiB)" in sentence
+    assert "PCIe RX 11.3 GiB/s during the step" in sentence
     assert sentence.endswith("— likely paging over PCIe.")
     for r in normal_trace(10, rng, start=50):
         assert det.observe(r) == []  # back to normal, nothing flagged
@@ -89,15 +90,15 @@ def test_plain_mode_flags_the_target_step_and_missing_memory_is_said() -> None:
     assert sentence.startswith("target step 5.0x its recent median (10 ms → 50 ms): slow, no memory sample")
 
 
-FULL_GPU = {"gpu0_total_bytes": 80e9, "gpu0_free_bytes": 0.0}
-META = {"target_weights_cuda0_bytes": 5e9, "target_weights_meta_bytes": 1.5e9}
+FULL_GPU = {"gpu0_total_bytes": 80 * GIB, "gpu0_free_bytes": 0.0}
+META = {"target_weights_cuda0_bytes": 5 * GIB, "target_weights_meta_bytes": 1.5 * GIB}
 
 
 @pytest.mark.parametrize("memory, words", [
-    (FULL_GPU, "GPU 0 free memory near zero (0 B of 80 GB)"),
+    (FULL_GPU, "GPU 0 free memory near zero (0 B of 80 GiB)"),
     (FULL_GPU, "likely device memory pressure"),
     ({"host_major_faults_per_s": 900.0}, "major page faults rising (900/s) — likely host memory paging."),
-    (META, "weights partly on meta (1.5 GB) — likely paging over PCIe."),
+    (META, "weights partly on meta (1.5 GiB) — likely paging over PCIe."),
 ])
 def test_each_kind_of_evidence_is_named(memory: dict[str, float], words: str) -> None:
     det = PagingDetector()

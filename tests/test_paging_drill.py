@@ -10,13 +10,16 @@ import torch
 from specscope.core.commands.cli import main as cli_main
 from specscope.core.controls import Controls
 from specscope.core.engine.drafters.model import ModelDrafter
-from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair, parse_max_memory
+from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
+from specscope.core.engine.placement import parse_max_memory
 from specscope.core.memory.detector import streaming_sentence
 from specscope.core.memory.drill import DrillError, DrillSpec, PagingDrill, parse_drill
 from specscope.core.memory.residency import model_residency
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
+from specscope.core.units import GIB, MIB
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 VOCAB = 256
@@ -165,16 +168,16 @@ def test_a_model_loaded_under_a_memory_cap_is_flagged_from_iteration_0(tmp_path)
 
 
 def test_streaming_rule_names_the_place_and_needs_a_slow_step() -> None:
-    memory = {"draft_offload_read_bytes": 2 * 42e6, "draft_step_read_bytes": 156e6,
-              "draft_bandwidth_bytes_per_s": 10e9, "draft_weights_disk_bytes": 42e6,
-              "draft_weights_cpu_bytes": 113e6, "draft_layers_count": 3, "draft_layers_disk_count": 3,
+    memory = {"draft_offload_read_bytes": 2 * 42 * MIB, "draft_step_read_bytes": 156 * MIB,
+              "draft_bandwidth_bytes_per_s": 10 * GIB, "draft_weights_disk_bytes": 42 * MIB,
+              "draft_weights_cpu_bytes": 113 * MIB, "draft_layers_count": 3, "draft_layers_disk_count": 3,
               "io_read_bytes": 0.0}
     slow = streaming_sentence("draft", 200.0, 2, 16.0, memory)
-    assert slow.startswith("draft: 3 of 3 layers on disk, 42 MB read during the step (12.5x its recent median")
-    assert "runs at 780 MB/s effective against 10 GB/s measured: weights are being streamed from disk" in slow
-    assert streaming_sentence("draft", 15.0, 2, 16.0, memory) == ""  # 10.4 GB/s: streaming is not hurting
+    assert slow.startswith("draft: 3 of 3 layers on disk, 42 MiB read during the step (12.5x its recent median")
+    assert "runs at 780 MiB/s effective against 10 GiB/s measured: weights are being streamed from disk" in slow
+    assert streaming_sentence("draft", 15.0, 2, 16.0, memory) == ""  # 10.2 GiB/s: streaming is not hurting
     assert streaming_sentence("draft", 200.0, 2, 16.0, {**memory, "draft_offload_read_bytes": 0.0}) == ""
-    host = {**memory, "draft_weights_disk_bytes": 0.0, "draft_weights_cuda0_bytes": 113e6,
+    host = {**memory, "draft_weights_disk_bytes": 0.0, "draft_weights_cuda0_bytes": 113 * MIB,
             "draft_layers_cpu_count": 3}
     assert "3 of 3 layers on cpu" in streaming_sentence("draft", 200.0, 2, None, host)
     assert "streamed from host memory" in streaming_sentence("draft", 200.0, 2, None, host)

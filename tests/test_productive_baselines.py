@@ -67,7 +67,7 @@ def test_a_greedy_run_with_baselines_every_two_iterations_is_plain_decoding_and_
 
 
 def test_an_eagle_head_gets_the_features_of_plain_steps() -> None:
-    from specscope.core.engine.drafters.eagle import load_head, save_head
+    from specscope.core.engine.drafters.eagle_files import load_head, save_head
     from tests.test_eagle import LAYERS, PROMPTS, RecordingDrafter, head_config, random_head
 
     target = tiny_model(0, vocab_size=V, layers=LAYERS, logit_scale=3.0)

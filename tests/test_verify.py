@@ -17,7 +17,8 @@ from specscope.core.commands.verify import (
     total_variation,
     verify_pair,
 )
-from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.engine.models import load_pair
+from specscope.core.engine.pair_spec import PairSpec
 from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_sets
 from specscope.core.records import ControlValues
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.app.run_controller import RunState
-from specscope.core.controls import K_MAX, K_MIN
+from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, K_MIN
 from specscope.core.drafter_catalogue import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues
 
@@ -154,7 +154,7 @@ class ControlPanel(QWidget):
         rform = QFormLayout(run_box)
         self.max_new = QSpinBox()
         self.max_new.setRange(1, 1_000_000)
-        self.max_new.setValue(256)
+        self.max_new.setValue(DEFAULT_MAX_NEW_TOKENS)
         rform.addRow("max new tokens", self.max_new)
         self.seed = QSpinBox()
         self.seed.setRange(-1, 2**31 - 1)

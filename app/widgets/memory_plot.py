@@ -1,6 +1,6 @@
 """Plot 3: memory residency per iteration — whatever byte counters the sampler joined to the records
 (device used/free, each model's weights and KV cache, host RSS) on the left axis in GiB, transfer rates
-(PCIe RX/TX) on the right in MB/s — with paging-detector flags as shaded bands (hover for the sentence)."""
+(PCIe RX/TX) on the right in MiB/s — with paging-detector flags as shaded bands (hover for the sentence)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from specscope.app.run_data import FlagBand, RunData
 from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
 from specscope.app.widgets.flag_bands import FlagBandsItem, ShadedBand
 from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle
-
-GIB = float(1 << 30)
+from specscope.core.units import GIB, MIB
 
 
 def series_label(key: str) -> str:
@@ -63,7 +62,7 @@ def band_tooltip(band: FlagBand) -> str:
 
 
 class MemoryPlot(LivePlot):
-    title_text = "Memory residency (GiB; rates MB/s right)"
+    title_text = "Memory residency (GiB; rates MiB/s right)"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -73,7 +72,7 @@ class MemoryPlot(LivePlot):
         pi.showAxis("right")
         pi.scene().addItem(self.right)
         pi.getAxis("right").linkToView(self.right)
-        pi.getAxis("right").setLabel("MB/s")
+        pi.getAxis("right").setLabel("MiB/s")
         self.right.setXLink(pi)
         pi.vb.sigResized.connect(self._sync_views)
         self.right_follower = RangeFollower(self.right, x=False)
@@ -82,7 +81,7 @@ class MemoryPlot(LivePlot):
         self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
         self.band_item.setZValue(-10)
         pi.addItem(self.band_item, ignoreBounds=True)
-        pi.hideAxis("right")  # shown once a rate series (PCIe MB/s) exists: on CPU there is none
+        pi.hideAxis("right")  # shown once a rate series (PCIe MiB/s) exists: on CPU there is none
 
     def empty_text(self, data: RunData | None) -> str | None:
         if data is not None and len(data) and not any(plotted(k) for k in data.memory):
@@ -127,7 +126,7 @@ class MemoryPlot(LivePlot):
         right: list[np.ndarray] = []
         for key in keys:
             y = data.memory[key].view()
-            scaled = y * (1e-6 if is_rate(key) else 1.0 / GIB)
+            scaled = y / (MIB if is_rate(key) else GIB)
             self._series(key).setData(x, scaled, connect="finite")
             (right if is_rate(key) else left).append(scaled)
         self.follower.observe(*left)

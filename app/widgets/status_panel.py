@@ -7,15 +7,9 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
 from specscope.app.run_data import RunData
+from specscope.core.units import format_bytes
 
 MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _f(x: float | None, spec: str, none: str = "—") -> str:
@@ -28,7 +22,7 @@ def memory_text(data: RunData) -> str:
         if arr is not None and len(arr):
             v = float(arr.view()[-1])
             if v == v:  # not NaN
-                return f"{key.removesuffix('_bytes').replace('_', ' ')} {fmt_bytes(v)}"
+                return f"{key.removesuffix('_bytes').replace('_', ' ')} {format_bytes(v)}"
     return "memory —"
 
 

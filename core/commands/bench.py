@@ -836,7 +836,8 @@ def resolved_drafter(args: argparse.Namespace) -> str:
 def main(args: argparse.Namespace) -> int:
     args.drafter = resolved_drafter(args)
     from specscope.core.commands.pair_arguments import suffix_fields
-    from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
 
     try:
         chosen = choose_bench_prompts(args.prompts, args.limit)

@@ -14,7 +14,7 @@ from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, defaul
 from specscope.core.engine.drafters import suffix as suffix_defaults
 
 if TYPE_CHECKING:
-    from specscope.core.engine.models import PairSpec
+    from specscope.core.engine.pair_spec import PairSpec
 
 LOOKUP_MAX_NGRAM = 64  # the lookup index keeps one table per n-gram size: each costs a pass over the context
 LOOKUP_MAX_TOKENS = 1_024
@@ -84,7 +84,8 @@ def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def spec_from_args(args: argparse.Namespace) -> PairSpec:
     """The pair the options name; ModelLoadError (one sentence) when they name none."""
-    from specscope.core.engine.models import ModelLoadError, PairSpec, parse_device_map, parse_max_memory
+    from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
+    from specscope.core.engine.placement import parse_device_map, parse_max_memory
 
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")

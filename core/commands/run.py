@@ -162,7 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _quiet_libraries()
 
     from specscope.core.commands.pair_arguments import spec_from_args
-    from specscope.core.engine.models import ModelLoadError, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import ModelLoadError
     from specscope.core.gc_freeze import loaded_objects_frozen
     from specscope.core.session import Session, SessionOptions
 

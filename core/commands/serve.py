@@ -47,7 +47,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.commands.run import _progress, _quiet_libraries
-    from specscope.core.engine.models import ModelLoadError, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import ModelLoadError
     from specscope.core.remote.server import WorkerServer
 
     if args.quiet:

@@ -479,7 +479,8 @@ def select_prompts(choice: str, limit: int = 0) -> list[Prompt]:
 
 def main(args: argparse.Namespace) -> int:
     from specscope.core.commands.pair_arguments import spec_from_args
-    from specscope.core.engine.models import ModelLoadError, load_pair
+    from specscope.core.engine.models import load_pair
+    from specscope.core.engine.pair_spec import ModelLoadError
 
     def progress(message: str, fraction: float) -> None:
         progress_line(f"[{fraction:4.0%}] {message}")

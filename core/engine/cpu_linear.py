@@ -32,11 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
+from specscope.core.units import MIB, format_bytes
+
 # The row count the layout is chosen for. Any value >= 2 gave the same blocked layout performance for 1-16
 # rows; a layout packed for 1 row falls back to a slow path for 2 or more (measured, docs/bench-cpu-linear.md).
 PACK_FOR_ROWS = 8
 # Host memory left free after packing, beyond the copies themselves.
-_HEADROOM_BYTES = 512 * 1024**2
+_HEADROOM_BYTES = 512 * MIB
 # Packed copies by the weight they were packed from, while that weight lives.
 _packed_by_weight: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
@@ -118,7 +120,7 @@ def prepack_linears(model: nn.Module, free_bytes: int | None = None) -> str | No
         free_bytes = _free_host_bytes()
     if free_bytes is not None and free_bytes < need + _HEADROOM_BYTES:
         return (f"multi-token passes on CPU use PyTorch's default kernels: packing the weights for them needs "
-                f"{need / 1024**3:.1f} GiB more host memory and {free_bytes / 1024**3:.1f} GiB is free")
+                f"{format_bytes(need)} more host memory and {format_bytes(free_bytes)} is free")
     try:
         for linear in _eligible(model):
             # A weight shared with a model packed earlier shares its copy.

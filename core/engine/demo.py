@@ -388,7 +388,9 @@ def load_demo_pair(
         n_layers = draft_model.config.num_hidden_layers
         description += f" with its distilled {n_layers}-layer draft (shares the target's embeddings and head)"
     elif drafter == "eagle":
-        from specscope.core.engine.drafters.eagle import EagleDrafter, EagleLoadError, load_head
+        from specscope.core.engine.drafters.eagle import EagleDrafter
+        from specscope.core.engine.drafters.eagle_files import load_head
+        from specscope.core.engine.drafters.eagle_head import EagleLoadError
 
         _report(progress, "Loading the demo EAGLE-3 head", 0.7)
         try:

@@ -4,20 +4,14 @@ Order matters: everything cheap (paths, configs, tokenizers, the tokenizer check
 before any weights are read, so a pair that cannot be speculated is refused in about a second. Any failure
 ends in one :class:`ModelLoadError` sentence, and nothing loaded so far stays referenced.
 
-Vocabulary widths (padded embeddings). Many checkpoints pad the embedding and LM head to a round number of
-rows (a multiple of 64 or 128), so the logits are wider than the tokenizer. Rows past the tokenizer are no
-token at all, so the pair runs with ``ModelPair.vocab_size`` = the tokenizer's width (highest id + 1) and the
-loop and the drafters cut every logits row to that width before any arg-max, softmax or sampling: a padded
-row can never be chosen, and p and q live on the same support. Two models whose logit widths differ are
-therefore fine as long as their tokenizers agree; a tokenizer wider than a model's logits is refused (that
-model could never score its top ids).
+The pieces live apart: the spec and its checks in ``pair_spec``, what a model folder holds (config,
+tokenizer, weights' format, the pairing checks) in ``model_files``, device, dtype, memory estimate and
+accelerate's placement in ``placement``; this module puts them in order and loads the weights.
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,73 +19,33 @@ from typing import Any
 
 import torch
 
-from specscope.core.drafter_catalogue import DRAFTER_KINDS
-from specscope.core.engine.drafters import suffix as suffix_defaults
 from specscope.core.engine.drafters.base import Drafter
+from specscope.core.engine.model_files import (
+    check_tokenizers,
+    check_vocab_width,
+    check_weights,
+    library_detail,
+    logit_width,
+    read_config,
+    read_tokenizer,
+    resolve_model_dir,
+    tokenizer_width,
+)
 from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.engine.pair_spec import ModelLoadError, PairSpec, validate_spec
+from specscope.core.engine.placement import (
+    MemoryEstimate,
+    estimate_memory,
+    memory_warnings,
+    parse_device,
+    placement_kwargs,
+    residency_warnings,
+    resolve_dtype,
+)
 from specscope.core.memory.residency import compute_device
+from specscope.core.units import format_bytes
 
 Progress = Callable[[str, float], None]
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-_DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-}
-_PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
-GB = 1024**3
-
-
-class ModelLoadError(Exception):
-    """A pair could not be loaded; the message is one sentence meant for the user."""
-
-
-class IncompatibleTokenizers(ModelLoadError):
-    """The target and draft tokenizers do not give the same id for every token."""
-
-
-@dataclass
-class PairSpec:
-    target: str  # a model directory, a hub id, or "demo"
-    draft: str | None = None
-    drafter: str = "model"  # one of kinds.DRAFTER_KINDS
-    target_device: str = "cpu"
-    draft_device: str | None = None  # None = the target's device
-    target_dtype: str = "auto"
-    draft_dtype: str = "auto"
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    local_files_only: bool = True
-    lookup_max_ngram: int = 3
-    lookup_num_tokens: int = 10
-    # Suffix decoding, named as vLLM names them (``suffix_decoding_*``); see core/engine/drafters/suffix.py.
-    suffix_max_tree_depth: int = suffix_defaults.DEFAULT_MAX_TREE_DEPTH
-    suffix_max_spec_factor: float = suffix_defaults.DEFAULT_MAX_SPEC_FACTOR
-    suffix_min_token_prob: float = suffix_defaults.DEFAULT_MIN_TOKEN_PROB
-    suffix_max_cached_requests: int = suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS
-    early_exit_layers: int | None = None  # None = a quarter of the target's layers
-    # Placement through transformers/accelerate (``from_pretrained(device_map=..., max_memory=...,
-    # offload_folder=...)``): None keeps the whole model on its device; "auto" lets accelerate place modules
-    # on the device, host memory and disk under ``max_memory``; a device name puts the model there.
-    target_device_map: str | None = None
-    draft_device_map: str | None = None
-    target_max_memory: dict[int | str, int] | None = None  # accelerate's form: {0: bytes, "cpu": bytes}
-    draft_max_memory: dict[int | str, int] | None = None
-    target_offload_folder: str | None = None
-    draft_offload_folder: str | None = None
-    # Float32 linears on CPU get a oneDNN copy packed for passes of 2+ tokens (core/cpu_linear); False keeps
-    # PyTorch's default kernels for every pass.
-    prepack_cpu: bool = True
-
-
-@dataclass
-class MemoryEstimate:
-    params: int
-    weight_bytes: int
-    kv_bytes_per_token: int
-
-    def total_bytes(self, context_tokens: int) -> int:
-        return self.weight_bytes + self.kv_bytes_per_token * context_tokens
 
 
 @dataclass
@@ -107,352 +61,11 @@ class _Source:
     warnings: list[str] = field(default_factory=list)
 
 
-# ---- small pieces ------------------------------------------------------------------------------------
 def _report(progress: Progress | None, message: str, fraction: float) -> None:
     if progress is not None:
         progress(message, fraction)
 
 
-def hf_hub_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment at call time (HF_HUB_CACHE, then HF_HOME)."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("HF_HOME")
-    if home:
-        return Path(home).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(xdg).expanduser() / "huggingface" / "hub"
-
-
-def parse_device(text: str) -> torch.device:
-    """cpu, cuda, cuda:N or mps, checked against what this machine has."""
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise ModelLoadError(f"unknown device {text!r}: use cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ModelLoadError(f"device {text} was asked for but CUDA is not available on this machine")
-        index = device.index if device.index is not None else 0
-        if index >= torch.cuda.device_count():
-            raise ModelLoadError(f"device {text} does not exist: this machine has "
-                                 f"{torch.cuda.device_count()} CUDA device(s)")
-        return torch.device("cuda", index)
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ModelLoadError(f"device {text} was asked for but MPS is not available on this machine")
-        return device
-    if device.type != "cpu":
-        raise ModelLoadError(f"unsupported device {text!r}: use cpu, cuda, cuda:N or mps")
-    return device
-
-
-def resolve_dtype(text: str, device: torch.device, config: Any | None = None) -> torch.dtype:
-    """A named dtype, or "auto": the checkpoint's own dtype on a GPU, float32 on the CPU.
-
-    Half-precision matrix products are slow (or missing) on many CPUs, so "auto" does not pick them there;
-    on MPS bfloat16 falls back to float16, which every Apple GPU supports.
-    """
-    name = text.strip().lower()
-    if name != "auto":
-        if name not in _DTYPES:
-            raise ModelLoadError(f"unknown dtype {text!r}: use auto, float32, float16 or bfloat16")
-        return _DTYPES[name]
-    if device.type == "cpu":
-        return torch.float32
-    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    if isinstance(stored, str):
-        stored = _DTYPES.get(stored.lower())
-    if not isinstance(stored, torch.dtype) or stored not in (torch.float16, torch.bfloat16, torch.float32):
-        stored = torch.float16
-    if device.type == "mps" and stored == torch.bfloat16:
-        return torch.float16
-    return stored
-
-
-def resolve_model_dir(name: str, local_files_only: bool = True, allow_pickle: bool = False,
-                      trust_remote_code: bool = False) -> Path:
-    """A local model directory for ``name``: an existing path, or a hub id found in the local HF cache."""
-    path = Path(name).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{name} is a file, not a model directory")
-        return path.resolve()
-    looks_like_path = name.startswith((".", "/", "~")) or os.sep + os.sep in name or name.count("/") > 1
-    if looks_like_path or not _HUB_ID.match(name):
-        raise ModelLoadError(f"no model directory at {name}")
-    from huggingface_hub import snapshot_download
-
-    cache = hf_hub_cache_dir()
-    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
-    if allow_pickle:
-        patterns += ["*.bin", "*.pt"]
-    if trust_remote_code:
-        patterns += ["*.py"]
-    try:
-        found = snapshot_download(name, cache_dir=str(cache), local_files_only=local_files_only,
-                                  allow_patterns=patterns)
-    except Exception as exc:  # hub errors come in many classes; all mean "not available"
-        kind = type(exc).__name__
-        if local_files_only:
-            message = (f"{name} is neither a local directory nor in the Hugging Face cache at {cache}; "
-                       f"download it first (hf download {name}) or allow network access")
-        else:
-            message = f"could not get {name} from the Hugging Face hub ({kind}: {str(exc).splitlines()[0]})"
-    else:
-        return Path(found)
-    raise ModelLoadError(message)
-
-
-def _check_weights(directory: Path, allow_pickle: bool) -> None:
-    names = {p.name for p in directory.iterdir()}
-    if any(n.endswith(".safetensors") or n == "model.safetensors.index.json" for n in names):
-        return
-    pickled = sorted(n for n in names if n in _PICKLE_WEIGHTS or n.endswith((".bin", ".pt")))
-    if pickled:
-        if allow_pickle:
-            return
-        raise ModelLoadError(f"{directory} has only pickle weights ({pickled[0]}); pickle can run code while "
-                             "loading, so pass --allow-pickle if you trust this model")
-    raise ModelLoadError(f"no weights in {directory} (expected model.safetensors)")
-
-
-def read_config(directory: Path, trust_remote_code: bool) -> Any:
-    """The model's config, checked to be a causal LM transformers knows (or opted-in remote code)."""
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    if not (directory / "config.json").is_file():
-        raise ModelLoadError(f"no config.json in {directory}: not a transformers model directory")
-    message = ""
-    try:
-        config = AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
-                                            local_files_only=True)
-    except Exception as exc:
-        if "trust_remote_code" in str(exc):
-            message = (f"{directory} needs custom code from the model's repository to load; pass "
-                       "--trust-remote-code only if you trust it")
-        elif "does not recognize this architecture" in str(exc) or "model type" in str(exc):
-            message = (f"transformers does not know the architecture named in {directory / 'config.json'}; "
-                       f"specscope needs a causal language model that transformers can load\n"
-                       f"{library_detail(exc)}")
-        else:
-            message = f"the model config in {directory} cannot be read\n{library_detail(exc)}"
-    if message:
-        raise ModelLoadError(message)
-    model_type = getattr(config, "model_type", "")
-    remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not remote:
-        raise ModelLoadError(f"unsupported architecture {model_type!r} in {directory}: specscope needs a "
-                             "causal language model that transformers can load")
-    return config
-
-
-def read_tokenizer(directory: Path, trust_remote_code: bool, role: str) -> Any:
-    from transformers import AutoTokenizer
-
-    files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-    if not any((directory / f).is_file() for f in files):
-        raise ModelLoadError(f"no tokenizer for the {role} in {directory} (expected tokenizer.json)")
-    message = ""
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=trust_remote_code,
-                                                  local_files_only=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"could not load the {role}'s tokenizer from {directory} ({first[:160]})"
-    if message:
-        raise ModelLoadError(message)
-    return tokenizer
-
-
-# ---- tokenizers -------------------------------------------------------------------------------------
-def tokenizer_width(tokenizer: Any) -> int:
-    """Highest token id + 1 (added and special tokens included): the width logits are cut to."""
-    vocab = tokenizer.get_vocab()
-    return max(max(vocab.values()) + 1, len(tokenizer)) if vocab else len(tokenizer)
-
-
-def check_tokenizers(target_tok: Any, draft_tok: Any) -> None:
-    """Refuse a pair whose tokenizers do not map every token to the same id (added/special tokens too).
-
-    Only the id mapping matters: the target's tokenizer encodes, and the draft reads the same ids, so
-    normalisation or pre-tokenisation settings may differ. Raises :class:`IncompatibleTokenizers` naming the
-    first differing id and how many more differ.
-    """
-    by_id_t = {i: t for t, i in target_tok.get_vocab().items()}
-    by_id_d = {i: t for t, i in draft_tok.get_vocab().items()}
-    if by_id_t == by_id_d:
-        return
-    differing = sorted(i for i in by_id_t.keys() | by_id_d.keys() if by_id_t.get(i) != by_id_d.get(i))
-    first = differing[0]
-
-    def show(tok: str | None, where: str) -> str:
-        return f"missing from the {where}" if tok is None else f"{tok!r} in the {where}"
-
-    more = f" (and {len(differing) - 1:,} more)" if len(differing) > 1 else ""
-    raise IncompatibleTokenizers(
-        f"tokenizers differ: id {first} is {show(by_id_t.get(first), 'target')} but "
-        f"{show(by_id_d.get(first), 'draft')}{more}"
-    )
-
-
-def _logit_width(config: Any) -> int:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(getattr(text, "vocab_size", 0) or 0)
-
-
-def check_vocab_width(width: int, logit_width: int, role: str) -> None:
-    if logit_width and width > logit_width:
-        raise ModelLoadError(f"the tokenizer has {width:,} token ids but the {role}'s logits have only "
-                             f"{logit_width:,} columns: they do not belong together")
-
-
-# ---- memory -----------------------------------------------------------------------------------------
-def estimate_memory(config: Any, dtype: torch.dtype) -> MemoryEstimate:
-    """Parameters from the config's dimensions (dense or mixture-of-experts decoder) × bytes per element."""
-    c = config.get_text_config() if hasattr(config, "get_text_config") else config
-    hidden = int(getattr(c, "hidden_size", 0) or getattr(c, "n_embd", 0) or 0)
-    layers = int(getattr(c, "num_hidden_layers", 0) or getattr(c, "n_layer", 0) or 0)
-    vocab = int(getattr(c, "vocab_size", 0) or 0)
-    heads = int(getattr(c, "num_attention_heads", 0) or getattr(c, "n_head", 0) or 1)
-    kv_heads = int(getattr(c, "num_key_value_heads", 0) or heads)
-    head_dim = int(getattr(c, "head_dim", 0) or hidden // heads)
-    inter = int(getattr(c, "intermediate_size", 0) or getattr(c, "n_inner", 0) or 4 * hidden)
-    experts = int(getattr(c, "num_local_experts", 0) or getattr(c, "num_experts", 0) or 0)
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    if experts:
-        expert_inter = int(getattr(c, "moe_intermediate_size", 0) or inter)
-        mlp = experts * 3 * hidden * expert_inter + hidden * experts
-    else:
-        mlp = 3 * hidden * inter
-    embeddings = vocab * hidden * (1 if getattr(c, "tie_word_embeddings", False) else 2)
-    params = embeddings + layers * (attention + mlp + 2 * hidden) + hidden
-    size = torch.tensor([], dtype=dtype).element_size()
-    return MemoryEstimate(params=params, weight_bytes=params * size,
-                          kv_bytes_per_token=2 * layers * kv_heads * head_dim * size)
-
-
-def available_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` now (host RAM for cpu, unified memory for mps); None if unknown."""
-    try:
-        if device.type == "cuda":
-            return int(torch.cuda.mem_get_info(device)[0])
-        if device.type == "mps" and hasattr(torch.mps, "recommended_max_memory"):
-            return int(torch.mps.recommended_max_memory() - torch.mps.current_allocated_memory())
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:
-        return None
-
-
-def memory_warnings(needs: list[tuple[str, torch.device, MemoryEstimate]],
-                    context_tokens: int = 4096) -> list[str]:
-    """One sentence per device the pair is unlikely to fit on (weights + KV for ``context_tokens``)."""
-    per_device: dict[torch.device, list[tuple[str, MemoryEstimate]]] = {}
-    for role, device, est in needs:
-        per_device.setdefault(device, []).append((role, est))
-    out: list[str] = []
-    for device, items in per_device.items():
-        total = sum(est.total_bytes(context_tokens) for _, est in items)
-        free = available_bytes(device)
-        if free is None or total <= free:
-            continue
-        parts = " + ".join(f"{role} {est.weight_bytes / GB:.1f} GB" for role, est in items)
-        out.append(f"the pair needs about {total / GB:.1f} GB on {device} ({parts} of weights, plus KV "
-                   f"cache for {context_tokens:,} tokens) but only {free / GB:.1f} GB is free: loading may "
-                   "fail or page")
-    return out
-
-
-# ---- placement -------------------------------------------------------------------------------------
-def parse_device_map(text: str | None, role: str) -> str | None:
-    """None, "auto", or a device name checked against this machine."""
-    if text is None or not text.strip():
-        return None
-    value = text.strip()
-    if value.lower() == "auto":
-        return "auto"
-    try:
-        return str(parse_device(value))
-    except ModelLoadError as exc:
-        raise ModelLoadError(f"bad {role} device map {text!r}: use auto or a device ({exc})") from None
-
-
-MAX_MEMORY_BYTES = 1024**6  # 1 EiB: beyond it a size is a typo (or "inf")
-
-
-def parse_max_memory(text: str | None, role: str) -> dict[int | str, int] | None:
-    """``DEV=SIZE,...`` (``cpu=250MB,cuda:0=10GiB,disk=2GB``) as accelerate's ``max_memory`` dict."""
-    if text is None or not text.strip():
-        return None
-    from accelerate.utils import convert_file_size_to_int
-
-    out: dict[int | str, int] = {}
-    for part in text.split(","):
-        device, sep, size = part.partition("=")
-        device, size = device.strip().lower(), size.strip()
-        if not sep or not device or not size:
-            raise ModelLoadError(f"bad {role} max memory {text!r}: write DEV=SIZE,... e.g. cpu=250MB,cuda:0=10GiB")
-        key: int | str
-        if device in ("cpu", "disk", "mps"):
-            key = device
-        elif re.fullmatch(r"(cuda:)?\d+", device):
-            key = int(device.removeprefix("cuda:"))
-        elif device == "cuda":
-            key = 0
-        else:
-            raise ModelLoadError(f"bad {role} max memory {text!r}: {device!r} is not cpu, disk, mps or cuda:N")
-        try:
-            nbytes = convert_file_size_to_int(size)
-        except (ValueError, TypeError, OverflowError):  # OverflowError: "infGB" (int of an infinite float)
-            nbytes = -1
-        if not isinstance(nbytes, int) or nbytes <= 0:
-            raise ModelLoadError(f"bad {role} max memory {text!r}: {size!r} is not a size like 250MB or 10GiB")
-        if nbytes > MAX_MEMORY_BYTES:
-            raise ModelLoadError(f"bad {role} max memory {text!r}: {size!r} is more than the "
-                                 f"{MAX_MEMORY_BYTES // 1024**5:,} PiB any machine has")
-        out[key] = nbytes
-    return out
-
-
-def _check_placement(device_map: str | None, max_memory: dict[int | str, int] | None,
-                     offload_folder: str | None, role: str) -> None:
-    if max_memory is not None and device_map != "auto":
-        raise ModelLoadError(f"the {role}'s max memory only applies with device map auto "
-                             f"(add --{'draft-' if role == 'draft' else ''}device-map auto)")
-    if offload_folder is not None:
-        folder = Path(offload_folder).expanduser()
-        if folder.exists() and not folder.is_dir():
-            raise ModelLoadError(f"the {role}'s offload folder {offload_folder} is a file, not a folder")
-        if device_map != "auto":
-            raise ModelLoadError(f"the {role}'s offload folder only applies with device map auto")
-
-
-def placement_kwargs(device_map: str | None, max_memory: dict[int | str, int] | None,
-                     offload_folder: str | None, device: torch.device) -> dict[str, Any]:
-    """``from_pretrained`` placement arguments: the whole model on ``device`` unless the map is auto."""
-    if device_map != "auto":
-        return {"device_map": {"": str(device)}}
-    kwargs: dict[str, Any] = {"device_map": "auto"}
-    if max_memory is not None:
-        kwargs["max_memory"] = max_memory
-    if offload_folder is not None:
-        Path(offload_folder).expanduser().mkdir(parents=True, exist_ok=True)
-        kwargs["offload_folder"] = str(Path(offload_folder).expanduser())
-    return kwargs
-
-
-def residency_warnings(model: Any, device: torch.device, role: str) -> list[str]:
-    """One sentence per way the loaded model is not wholly on its compute device (offload, disk, meta)."""
-    from specscope.core.memory.residency import model_residency
-
-    return model_residency(model, device, role).warnings
-
-
-# ---- loading ----------------------------------------------------------------------------------------
 def _free() -> None:
     """Collect what was dropped and hand cached device memory back."""
     gc.collect()
@@ -467,7 +80,7 @@ def _open_source(name: str, device_text: str, dtype_text: str, spec: PairSpec, r
     device = parse_device(device_map if device_map not in (None, "auto") else device_text)
     directory = resolve_model_dir(name, spec.local_files_only, spec.allow_pickle, spec.trust_remote_code)
     config = read_config(directory, spec.trust_remote_code)
-    _check_weights(directory, spec.allow_pickle)
+    check_weights(directory, spec.allow_pickle)
     tokenizer = read_tokenizer(directory, spec.trust_remote_code, role)
     dtype = resolve_dtype(dtype_text, device, config)
     return _Source(name=name, directory=directory, config=config, tokenizer=tokenizer, device=device,
@@ -513,14 +126,6 @@ def _load_weights(src: _Source, spec: PairSpec, est: MemoryEstimate, role: str) 
                        source=str(src.directory), n_params=n_params, warnings=warnings)
 
 
-def library_detail(exc: BaseException) -> str:
-    """The library's own words, whole, for a second line under our sentence (its first line; no advice
-    to disable safety checks is ours)."""
-    text = str(exc).strip()
-    first = text.splitlines()[0].strip() if text else ""
-    return f"detail ({type(exc).__name__}): {first or 'no message'}"
-
-
 def _pickle_detail(exc: BaseException) -> str:
     """What the unpickler refused (e.g. ``Unsupported global: GLOBAL posix.system``), without PyTorch's
     advice on how to load the file unsafely."""
@@ -543,7 +148,7 @@ def _is_pickle_refusal(exc: BaseException) -> bool:
 
 def _oom_message(role: str, src: _Source, est: MemoryEstimate, exc: BaseException) -> str:
     del exc
-    return (f"out of memory loading the {role} on {src.device} (about {est.weight_bytes / GB:.1f} GB of "
+    return (f"out of memory loading the {role} on {src.device} (about {format_bytes(est.weight_bytes)} of "
             "weights): try a smaller dtype, another device or a smaller model")
 
 
@@ -575,7 +180,8 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
     if spec.drafter == "suffix":
         return suffix_drafter(spec)
     if spec.drafter == "eagle":
-        from specscope.core.engine.drafters.eagle import EagleDrafter, load_head
+        from specscope.core.engine.drafters.eagle import EagleDrafter
+        from specscope.core.engine.drafters.eagle_files import load_head
 
         assert spec.draft is not None
         device = parse_device(spec.draft_device) if spec.draft_device else target.device
@@ -600,41 +206,6 @@ def suffix_drafter(spec: PairSpec) -> Drafter:
 def _eagle_dtype(text: str, target_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The head runs in the target's dtype unless --draft-dtype names another."""
     return target_dtype if text == "auto" else resolve_dtype(text, device)
-
-
-def _validate(spec: PairSpec) -> None:
-    if spec.drafter not in DRAFTER_KINDS:
-        raise ModelLoadError(f"unknown drafter {spec.drafter!r}: choose one of {', '.join(DRAFTER_KINDS)}")
-    if spec.drafter == "model" and not spec.draft and spec.target != "demo":
-        raise ModelLoadError("the model drafter needs a draft model (give --draft, or choose --drafter "
-                             "lookup or early-exit)")
-    if spec.drafter == "eagle" and not spec.draft and spec.target != "demo":
-        raise ModelLoadError("the eagle drafter needs an EAGLE-3 head directory (give --draft DIR with its "
-                             "config.json and safetensors)")
-    if spec.target == "demo" and spec.draft:
-        raise ModelLoadError(f"--draft {spec.draft} does not apply to the demo, which brings its own draft for "
-                             "each drafter: drop --draft, or give the target with --target to pair it with "
-                             "your own draft")
-    if spec.drafter == "eagle" and spec.draft and not Path(spec.draft).expanduser().is_dir():
-        raise ModelLoadError(f"the EAGLE-3 head directory {spec.draft} does not exist or is not a folder "
-                             "(--draft names a folder with config.json and safetensors)")
-    if spec.lookup_max_ngram < 1 or spec.lookup_num_tokens < 1:
-        raise ModelLoadError("prompt lookup needs a max n-gram and a proposal length of at least 1")
-    if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
-        raise ModelLoadError("early exit needs at least 1 layer")
-    if spec.drafter == "suffix":
-        from specscope.core.engine.drafters.suffix import check_suffix_parameters
-
-        try:
-            check_suffix_parameters(spec.suffix_max_tree_depth, spec.suffix_max_spec_factor,
-                                    spec.suffix_min_token_prob, spec.suffix_max_cached_requests)
-        except ValueError as e:
-            raise ModelLoadError(f"suffix decoding: {e}") from None
-    _check_placement(spec.target_device_map, spec.target_max_memory, spec.target_offload_folder, "target")
-    _check_placement(spec.draft_device_map, spec.draft_max_memory, spec.draft_offload_folder, "draft")
-    if spec.target == "demo" and (spec.draft_device_map or spec.draft_max_memory or spec.draft_offload_folder):
-        raise ModelLoadError("the demo draft is built from the target's own modules, so draft placement does not "
-                             "apply to it: place the target, or drill the draft (--drill START:END:draft)")
 
 
 def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
@@ -663,7 +234,7 @@ def _load_demo(spec: PairSpec, progress: Progress | None) -> ModelPair:
 
 def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: int = 4096) -> ModelPair:
     """Resolve, check and load a pair; every failure is one ModelLoadError and leaves nothing loaded."""
-    _validate(spec)
+    validate_spec(spec)
     pair = _load_demo(spec, progress) if spec.target == "demo" else _load_files(spec, progress, context_tokens)
     if spec.prepack_cpu:
         _prepack(pair, progress)
@@ -672,7 +243,7 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
 
 
 def _prepack(pair: ModelPair, progress: Progress | None) -> None:
-    """Pack the CPU float32 linears of the target and the draft for multi-token passes (core/cpu_linear)."""
+    """Pack the CPU float32 linears of the target and the draft for multi-token passes (engine/cpu_linear.py)."""
     from specscope.core.engine import cpu_linear
 
     for role, loaded in (("target", pair.target), ("draft", pair.draft)):
@@ -689,7 +260,7 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
     _report(progress, f"Reading {spec.target}", 0.0)
     tsrc = _open_source(spec.target, spec.target_device, spec.target_dtype, spec, "target")
     width = tokenizer_width(tsrc.tokenizer)
-    check_vocab_width(width, _logit_width(tsrc.config), "target")
+    check_vocab_width(width, logit_width(tsrc.config), "target")
     dsrc: _Source | None = None
     if spec.drafter == "model":
         assert spec.draft is not None
@@ -697,7 +268,7 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
         draft_device = spec.draft_device or spec.target_device
         dsrc = _open_source(spec.draft, draft_device, spec.draft_dtype, spec, "draft")
         check_tokenizers(tsrc.tokenizer, dsrc.tokenizer)
-        check_vocab_width(width, _logit_width(dsrc.config), "draft")
+        check_vocab_width(width, logit_width(dsrc.config), "draft")
     target_est = estimate_memory(tsrc.config, tsrc.dtype)
     needs = [("target", tsrc.device, target_est)]
     if dsrc is not None:

@@ -9,7 +9,7 @@ explore, probe and switch. ``HeuristicKPolicy`` is transformers' schedule, for c
 from __future__ import annotations
 
 from specscope.core.measure.measurement import Measurement
-from specscope.core.records import IterationRecord
+from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 
 class CostModelKPolicy:
@@ -140,7 +140,7 @@ class HeuristicKPolicy:
         return max(self.k_min, min(self.k, self.k_max, k_max))
 
     def observe(self, record: IterationRecord) -> None:
-        if record.mode != "speculative":
+        if record.mode != SPECULATIVE_MODE:
             return
         if record.n_accepted == record.n_drafted:
             self.k = min(self.k + 2, self.k_max)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from specscope.core.controls import K_MAX
 from specscope.core.measure.measurement import KeyedPositionCounts, Measurement
-from specscope.core.records import IterationRecord
+from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 
 class LookupLengthPolicy:
@@ -62,7 +62,7 @@ class LookupLengthPolicy:
         return max(1, min(self.k_max, k_max))
 
     def observe(self, record: IterationRecord) -> None:
-        if self._pending is not None and record.mode == "speculative" and record.n_drafted > 0:
+        if self._pending is not None and record.mode == SPECULATIVE_MODE and record.n_drafted > 0:
             self.counts.add(self._pending, record)
             # the probe schedule of this match size: after an acceptance look again at the next match; after
             # a rejection of the first proposal wait twice as long as the last time

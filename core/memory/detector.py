@@ -12,8 +12,8 @@ joins to each record the bytes accelerate's offload hooks streamed during the dr
 (``{model}_offload_read_bytes``), each model's weight bytes one pass reads (``{model}_step_read_bytes``) and
 its compute device's measured bandwidth (``{model}_bandwidth_bytes_per_s``). A step that streamed a real
 share of its weights and ran well below the measured bandwidth (or well above its recent median) is flagged
-from the first iteration, with the cause: "target: 18 of 30 layers on disk, 255 MB read during the step —
-runs at 0.9 GB/s effective against 9.8 GB/s measured: weights are being streamed from disk". Slowdowns
+from the first iteration, with the cause: "target: 18 of 30 layers on disk, 243 MiB read during the step —
+runs at 861 MiB/s effective against 9.13 GiB/s measured: weights are being streamed from disk". Slowdowns
 without that trail (the OS swapping, a driver evicting) are left to the relative rule above.
 """
 
@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specscope.core.memory.residency import format_bytes
-from specscope.core.records import IterationRecord
+from specscope.core.records import PLAIN_MODE, SPECULATIVE_MODE, IterationRecord
+from specscope.core.units import format_bytes, format_rate
 
 # Evidence thresholds. Decode-time PCIe traffic is normally a few MB/s (token ids, launches); weights
 # streamed from host memory move hundreds of MB to GB per second.
@@ -73,9 +73,9 @@ class PagingDetector:
     def observe(self, record: IterationRecord) -> list[str]:
         flags: list[str] = []
         draft = record.draft_step_ms
-        if draft is not None and record.mode == "speculative":
+        if draft is not None and record.mode == SPECULATIVE_MODE:
             flags += self._check("draft", "draft step", draft, 1, record, passes=record.n_drafted)
-        if record.mode == "plain":
+        if record.mode == PLAIN_MODE:
             flags += self._check("target", "target step", record.verify_ms, 1, record)
         elif record.n_drafted or record.verify_ms > 0:
             flags += self._check("target", "target verify", record.verify_ms, record.n_drafted + 1, record)
@@ -116,10 +116,6 @@ def _fmt_ms(ms: float) -> str:
     return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
-def _fmt_rate(bytes_per_s: float) -> str:
-    return f"{format_bytes(bytes_per_s)}/s"
-
-
 def memory_evidence(model: str, memory: dict[str, float]) -> tuple[list[str], str]:
     """(evidence phrases, likely cause) from a joined memory sample; ([], "") when memory looks fine."""
     evidence: list[str] = []
@@ -141,7 +137,7 @@ def memory_evidence(model: str, memory: dict[str, float]) -> tuple[list[str], st
         causes.append("pcie")
     for key, value in sorted(memory.items()):
         if key.startswith("pcie") and key.endswith("_rx_bytes_per_s") and value >= PCIE_RX_HIGH_BYTES_PER_S:
-            evidence.append(f"PCIe RX {_fmt_rate(value)} during the step")
+            evidence.append(f"PCIe RX {format_rate(value)} during the step")
             causes.append("pcie")
             break
     for key, free in sorted(memory.items()):
@@ -217,7 +213,7 @@ def streaming_sentence(model: str, ms: float, passes: int, expected_ms: float | 
         head += f" ({ms / expected_ms:.1f}x its recent median, {_fmt_ms(expected_ms)} → {_fmt_ms(ms)})"
     if below_bandwidth:
         source = "from disk" if where == "disk" else "from host memory"
-        tail = (f"{model} runs at {_fmt_rate(effective)} effective against {_fmt_rate(bandwidth)} measured: "
+        tail = (f"{model} runs at {format_rate(effective)} effective against {format_rate(bandwidth)} measured: "
                 f"weights are being streamed {source}")
     else:
         tail = "weights are being streamed " + ("from disk" if where == "disk" else "from host memory")
@@ -228,7 +224,7 @@ def streaming_sentence(model: str, ms: float, passes: int, expected_ms: float | 
         extra.append(f"{memory['io_major_faults_count']:.0f} major faults")
     rx = max((v for k, v in memory.items() if k.startswith("pcie") and k.endswith("_rx_bytes_per_s")), default=0.0)
     if rx >= PCIE_RX_HIGH_BYTES_PER_S:
-        extra.append(f"PCIe RX {_fmt_rate(rx)}")
+        extra.append(f"PCIe RX {format_rate(rx)}")
     return f"{head} — {tail}" + (f" ({', '.join(extra)})." if extra else ".")
 
 

@@ -3,10 +3,15 @@
 Everything here degrades instead of failing: no ``pynvml``, no driver or no GPU puts the probe in an
 *unavailable* state with a one-line reason; an error on one call (NotSupported, FunctionNotFound, a lost
 GPU) only blanks that field (``None``). The NVML module is injectable so tests can pass a fake one.
+
+NVML is a process-wide library: the process holds one :class:`NvmlContext` (``process_context()``), started
+on first use and shut down at interpreter exit, as nvitop does, however many sessions and probes come and go.
+A probe only enumerates devices through it; "unavailable" is a state the context reaches once.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -15,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from specscope.core.units import KIB
 
-KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s (NVML's KB is 1024 bytes)
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,18 +94,107 @@ def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class NvmlContext:
+    """One NVML session: ``nvmlInit`` on first use, ``nvmlShutdown`` at exit; thread-safe.
+
+    ``module()`` is the started module, or None when NVML is unavailable (``reason`` says why, decided once).
+    The shutdown is registered with ``register_exit`` (``atexit.register``) when NVML first starts; a use
+    after ``shutdown`` starts it again, as nvitop's ``libnvml`` does.
+    """
+
+    def __init__(self, module: Any = None, register_exit: Callable[[Callable[[], None]], object] | None = None):
+        """``module``: a pynvml-like module (default: import pynvml on first use); ``register_exit``: where the
+        shutdown is registered (default ``atexit.register``; tests keep it to run it themselves)."""
+        self._module = module
+        self._register_exit = register_exit or atexit.register
+        self._lock = threading.Lock()
+        self._tried = False
+        self._started = False
+        self._exit_registered = False
+        self._reason = ""
+
+    def module(self) -> Any | None:
+        """The started NVML module, or None when NVML is unavailable."""
+        with self._lock:
+            if not self._tried:
+                self._tried = True
+                try:
+                    self._reason = self._start()
+                except Exception as e:  # a broken binding must not take the profiler down
+                    self._reason = f"NVML failed to start: {type(e).__name__}: {e}"
+            return None if self._reason else self._module
+
+    @property
+    def reason(self) -> str:
+        """Why NVML is unavailable ("" when it started)."""
+        self.module()
+        return self._reason
+
+    def _start(self) -> str:
+        if self._module is None:
+            try:
+                import pynvml  # type: ignore[import-untyped]
+            except ImportError:
+                return "nvidia-ml-py (pynvml) is not installed"
+            self._module = pynvml
+        m = self._module
+        try:
+            m.nvmlInit()
+        except m.NVMLError as e:
+            if isinstance(e, getattr(m, "NVMLError_LibraryNotFound", ())):
+                return "NVML library not found (no NVIDIA driver installed)"
+            if isinstance(e, getattr(m, "NVMLError_DriverNotLoaded", ())):
+                return "NVIDIA driver is not loaded"
+            return f"NVML could not start: {e}"
+        self._started = True
+        if not self._exit_registered:
+            self._exit_registered = True
+            self._register_exit(self.shutdown)
+        return ""
+
+    def shutdown(self) -> None:
+        """``nvmlShutdown`` if NVML was started (idempotent); the next use starts it again."""
+        with self._lock:
+            if self._started:
+                with contextlib.suppress(Exception):
+                    self._module.nvmlShutdown()
+            self._started = False
+            self._tried = False
+            self._reason = ""
+
+
+_process_context: NvmlContext | None = None
+_process_lock = threading.Lock()
+
+
+def process_context() -> NvmlContext:
+    """The process's NVML context over pynvml, made on first call (nothing is started until it is used)."""
+    global _process_context
+    with _process_lock:
+        if _process_context is None:
+            _process_context = NvmlContext()
+        return _process_context
+
+
 class NvmlProbe:
-    """Lazily initialised, thread-safe NVML reader. ``available`` is False, with ``reason``, if unusable."""
+    """Thread-safe reader of the visible devices. ``available`` is False, with ``reason``, if unusable."""
 
     def __init__(self, module: Any = None, cuda_visible_devices: str | bool | None = True):
-        """``module``: a pynvml-like module (default: import pynvml on first use).
+        """``module``: None for the process's NVML context, an :class:`NvmlContext`, or a pynvml-like module
+        (tests pass a fake one; it gets a context of its own).
 
         ``cuda_visible_devices``: True reads the environment variable; a string or None overrides it.
         """
-        self._module = module
+        if module is None:
+            self._context = process_context()
+        elif isinstance(module, NvmlContext):
+            self._context = module
+        else:
+            self._context = NvmlContext(module)
+        self._module: Any = None
         self._env = cuda_visible_devices
         self._lock = threading.Lock()
-        self._initialised = False
+        self._enumerated = False
         self._reason = ""
         self._handles: list[tuple[str, Any]] = []  # (uuid, handle) in torch index order
         self._lost: set[int] = set()
@@ -130,30 +224,20 @@ class NvmlProbe:
 
     def _ensure(self) -> None:
         with self._lock:
-            if self._initialised:
+            if self._enumerated:
                 return
-            self._initialised = True
+            self._enumerated = True
             try:
-                self._reason = self._initialise()
+                self._reason = self._find_devices()
             except Exception as e:  # a broken binding must not take the profiler down
                 self._reason = f"NVML failed to start: {type(e).__name__}: {e}"
 
-    def _initialise(self) -> str:
-        if self._module is None:
-            try:
-                import pynvml  # type: ignore[import-untyped]
-            except ImportError:
-                return "nvidia-ml-py (pynvml) is not installed"
-            self._module = pynvml
-        m = self._module
-        try:
-            m.nvmlInit()
-        except m.NVMLError as e:
-            if isinstance(e, getattr(m, "NVMLError_LibraryNotFound", ())):
-                return "NVML library not found (no NVIDIA driver installed)"
-            if isinstance(e, getattr(m, "NVMLError_DriverNotLoaded", ())):
-                return "NVIDIA driver is not loaded"
-            return f"NVML could not start: {e}"
+    def _find_devices(self) -> str:
+        """Find this process's devices through the context; the reason NVML is unusable, or ""."""
+        m = self._context.module()
+        if m is None:
+            return self._context.reason
+        self._module = m
         try:
             count = int(m.nvmlDeviceGetCount())
         except m.NVMLError as e:
@@ -253,20 +337,9 @@ class NvmlProbe:
         throughput = m.nvmlDeviceGetPcieThroughput
         rx = self._call(r, "pcie rx", lambda: throughput(handle, m.NVML_PCIE_UTIL_RX_BYTES))
         tx = self._call(r, "pcie tx", lambda: throughput(handle, m.NVML_PCIE_UTIL_TX_BYTES))
+        # nvmlDeviceGetPcieThroughput reports KB/s, and NVML's KB is 1024 bytes
         r.pcie_rx_bytes_per_s = float(rx) * KIB if rx is not None else None
         r.pcie_tx_bytes_per_s = float(tx) * KIB if tx is not None else None
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._initialised and not self._reason and self._module is not None:
-                with contextlib.suppress(Exception):
-                    self._module.nvmlShutdown()
-            self._initialised = False
-            self._reason = ""
-            self._handles = []
-            self._lost.clear()
-            self._no_counters.clear()
-            self._no_v2.clear()
 
 
 def _field_value(m: Any, v: Any) -> tuple[int, int] | None:

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from specscope.core.units import format_bytes
+
 
 @dataclass
 class Residency:
@@ -250,15 +252,6 @@ def kv_cache_bytes(cache: object | None) -> int:
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
     return total
-
-
-def format_bytes(n: float) -> str:
-    """Decimal units, three significant figures: "412 MB", "1.23 GB", "980 kB"."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            v = n / scale
-            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
-    return f"{int(n)} B"
 
 
 def format_residency(name: str, residency: Residency) -> str:
