@@ -238,7 +238,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     measurement: Measurement | None = getattr(policy, "measurement", None)
     opts = DecodeOptions(
         max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
-        baseline_every=32 if measured else 0, baseline_steps=1,
+        baseline_every=32 if measured else 0, baseline_steps=1, baseline_first=measured,
         explore_k=VerifyExploration(measurement, min(8, K_MAX)) if measured and measurement else None,
     )
     for event in decoder.stream(prompt.ids, controls, opts, plain=plain):

@@ -23,7 +23,8 @@ Definitions (docs/cost-model.md has the derivations):
   E(k) <= k+1: every iteration costs at least one pass of length k+1 >= one plain step.
 - Measured speed-up is a paired ratio over blocks: the speculative iterations between two runs of plain
   iterations (baselines, which commit their tokens) form a block; its ratio is the block's tokens/ms times
-  the bracketing plain steps' median. The estimate is the Hodges-Lehmann centre of the blocks' log ratios
+  the bracketing plain steps' median (one side only for the run's first block, before any baseline, and its
+  last, which the run's end closes). The estimate is the Hodges-Lehmann centre of the blocks' log ratios
   (one outlying block barely moves it), with its distribution-free interval. Fewer than ``MIN_BLOCKS``
   blocks give no number, only a reason. A block with an iteration flagged "machine busy" is left out once
   ``MIN_BLOCKS`` quiet blocks exist (a stall of another program's making is not the speed-up).
@@ -381,6 +382,7 @@ class Measurement:
         self._explore_ms = 0.0  # explored iterations, and what they emitted
         self._explore_tokens = 0
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
+        self._baseline_seen = False  # a plain step (or a legacy baseline record) came in this run
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._block: _Block | None = None
         self._closing: _Block | None = None  # ended by the plain run under way, closed when that run ends
@@ -409,6 +411,7 @@ class Measurement:
                 for n, ms in event.verify_ms_by_len.items():
                     self.fit.add(int(n), ms)
                 self._plain_steps.extend(event.step_ms)
+                self._baseline_seen = True
                 self._closing, self._block = self._closing or self._block, None
                 self._end_plain_run()
             elif isinstance(event, RunStarted):
@@ -457,6 +460,7 @@ class Measurement:
             self.fit.add(r.n_drafted + 1, r.verify_ms)
         if r.mode == PLAIN_MODE:
             if not self._plain_run:
+                self._baseline_seen = True
                 self._baseline_ms += r.iteration_ms
                 self._baseline_tokens += r.n_emitted
                 if self._block is not None:
@@ -492,6 +496,10 @@ class Measurement:
         elif r.mode == SPECULATIVE_MODE:
             self._spec_ms += r.iteration_ms
             self._spec_tokens += r.n_emitted
+        if r.mode == SPECULATIVE_MODE and self._block is None and not self._baseline_seen:
+            # speculative iterations before the run's first baseline: a block closed by the plain steps after it
+            # (one-sided, like the run's last block), so the first baseline already pays for a ratio
+            self._block = _Block([], len(self._segments) - 1)
         if r.mode == SPECULATIVE_MODE and self._block is not None:
             self._block.tokens += r.n_emitted
             self._block.ms += r.iteration_ms
@@ -541,6 +549,13 @@ class Measurement:
         """The snapshot after the last event (None before any iteration)."""
         with self._lock:
             return self._estimate
+
+    def provisional_speedup(self) -> float | None:
+        """The median of the run's block ratios so far, from one block on: a rough figure for spacing baselines
+        before the measured speed-up (``MIN_BLOCKS`` blocks) exists; never shown. None before any block."""
+        with self._lock:
+            used = self._used(self._ratios, self._busy_ratios)
+            return float(median(used)) if used else None
 
     def window_records(self) -> list[IterationRecord]:
         with self._lock:
