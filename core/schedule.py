@@ -6,8 +6,9 @@ than speculation at the user's k would have, and that is what these two bound.
 
 - :class:`BaselineSchedule` decides when a baseline (``steps`` plain steps, one by default) runs. The run opens
   with ``min_gap`` speculative iterations and no baseline before them (the measurement makes them a block
-  closed by the first baseline). From the first rough speed-up S on (the median of the blocks so far, else
-  the cost model's prediction), each plain step costs (1 − 1/S) of a plain step more than speculation would
+  closed by the first baseline). From the first rough speed-up S on (speculation's rate over the recent
+  window against the plain step, known once a length-1 pass was timed: a baseline, or prompt lookup's own
+  pass that proposed nothing), each plain step costs (1 − 1/S) of a plain step more than speculation would
   have, against g iterations of c = L / S plain-step times each (L: tokens per speculative iteration), so a
   share ``budget`` of the wall time allows a baseline every g = b·((1 − 1/S)/budget − 1)/c iterations. Until
   the measured speed-up exists (``MIN_BLOCKS`` blocks) the baselines are spread so that it exists by the
@@ -59,15 +60,15 @@ class BaselineSchedule:
         self.budget, self.early_budget, self.min_blocks = budget, early_budget, min_blocks
 
     def speedup(self) -> float | None:
-        """The speed-up the spacing prices plain steps at: measured, else the blocks' median so far, else the
-        cost model's prediction at the k in use (None: nothing known yet)."""
+        """The speed-up the spacing prices plain steps at: speculation's over the recent window against the
+        plain step, else the measured one (None: no plain step timed yet)."""
         est = self.measurement.estimate()
         if est is None:
             return None
-        if est.run_measured is not None:
-            return est.run_measured.value
         rough = self.measurement.provisional_speedup()
-        return rough if rough is not None else est.predicted_speedup
+        if rough is not None:
+            return rough
+        return est.run_measured.value if est.run_measured is not None else None
 
     def next_gap(self, since: int = 0, remaining_tokens: int | None = None) -> int:
         """Speculative iterations from the last baseline (or the run's start) to the next one, asked ``since``

@@ -13,7 +13,7 @@ The session also runs the paging drill (``drill.PagingDrill``): asked for throug
 in the options, applied between iterations, announced as a :class:`DrillEvent` in the stream. For each
 iteration it joins the evidence a paging step leaves: the bytes accelerate's offload hooks streamed in the
 draft and the verify phase (``memory.offload_meter``), and this process's storage reads and major faults
-over the iteration (``/proc/self/io``, ``getrusage``).
+since the iteration before ended (``/proc/self/io``, ``getrusage``; read once per iteration).
 """
 
 from __future__ import annotations
@@ -285,7 +285,10 @@ class Session:
                     self.drill_events.append(change)
                     self._emit(change)
                     yield change
-                self._io_before = io_and_faults()
+                if change is not None or not self._io_before:
+                    # otherwise the last iteration's reading is this one's start (one /proc read an iteration,
+                    # not two): what the bookkeeping between them reads counts to the next iteration
+                    self._io_before = io_and_faults()
                 try:
                     event = next(events)
                 except StopIteration:

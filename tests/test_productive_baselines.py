@@ -203,9 +203,9 @@ def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets
 
 
 def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_was_timed() -> None:
-    """Prompt lookup times a pass of length 1 itself (a match before any such pass proposes nothing): the cost
-    model's prediction prices the first baseline, and where speculation pays ×3 it is put off; a run that does
-    not pay gets its first baseline after ``min_gap`` speculative iterations."""
+    """Prompt lookup times a pass of length 1 itself (a match before any such pass proposes nothing): the recent
+    window's rate against it prices the first baseline, and where speculation pays ×3 it is put off; a run that
+    does not pay gets its first baseline after ``min_gap`` speculative iterations."""
     def gap_after(accepted: int, ms: float) -> int:
         m = Measurement()
         m.feed(_lookup_rec(0, 0, 0, 10.0))  # nothing proposed: a length-1 pass, the plain step's cost
@@ -265,3 +265,42 @@ def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:
     assert explore.affordable(3, 3)  # nothing extra predicted: within both budgets
     assert not explore.affordable(3, 4)  # one more proposal, 2 ms: 15 + 2 ms pass 4% of 400 ms
     assert VerifyExploration(m, 16, every=1, joint_budget=0.5).affordable(3, 4)
+
+
+def _cli_json(tdir: object, ddir: object, *extra: str) -> dict:
+    import contextlib
+    import io
+    import json
+
+    from specscope.core.cli import main
+
+    argv = ["run", "--target", str(tdir), "--draft", str(ddir), "--prompt", "w5 w6 w7", "--no-chat-template",
+            "--max-new-tokens", "64", "--k", "3", "--json", "--quiet", *extra]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return json.loads(out.getvalue())["metrics"]
+
+
+def test_run_json_gives_the_measurements_own_cost_and_it_is_only_bookkeeping_with_the_measurement_off(
+        tmp_path, monkeypatch) -> None:
+    """``--json`` carries the overhead share and its parts. With baselines and exploration off nothing of it is
+    the measurement's doing beyond the time between iterations (records, joins, autosave), which a run has
+    either way: no plain step, no explored iteration, no time charged to either."""
+    from tests.models import save_model_dir, word_tokenizer
+
+    monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
+    target = tiny_model(5, vocab_size=64, logit_scale=3.0)
+    tdir = save_model_dir(tmp_path / "target", target, word_tokenizer())
+    ddir = save_model_dir(tmp_path / "draft", perturbed(target, 0.05), word_tokenizer())
+    off = _cli_json(tdir, ddir, "--baseline-every", "0", "--explore-every", "0")
+    parts = off["measurement_overhead_ms"]
+    assert off["plain_iterations"] == 0 and off["exploration_iterations"] == 0
+    assert parts["baselines"] == 0.0 and parts["exploration"] == 0.0
+    assert off["measurement_overhead"] == pytest.approx(parts["bookkeeping"] / parts["wall"])
+    assert parts["bookkeeping"] == pytest.approx(max(0.0, parts["wall"] - parts["decode"]))
+    on = _cli_json(tdir, ddir, "--baseline-every", "2")
+    assert on["plain_iterations"] > 0 and on["measurement_overhead"] is not None
+    share = on["measurement_overhead_ms"]
+    spent = share["bookkeeping"] + share["baselines"] + share["exploration"]
+    assert on["measurement_overhead"] == pytest.approx(spent / share["wall"])
