@@ -6,7 +6,7 @@ autosave recorder and, in the app, the GUI thread draining the buffer, updating 
 redrawing the plots while the worker decodes. Two paths, interleaved A B, B A, ...:
 
 - ``cli``: what ``specscope run`` does — a ``Session`` with the autosave recorder as its sink, consumed in a
-  plain loop with the loaded objects frozen (core/cli.py ``cmd_run``);
+  plain loop with the loaded objects frozen (core/commands/cli.py ``cmd_run``);
 - ``app``: the real window, offscreen, started with its Run action (``MainWindow.start_run``); the worker
   thread runs the session, the GUI timer drains and draws.
 
@@ -45,10 +45,10 @@ def span_rate(records: list[Any], cpu_s: float) -> tuple[int, float, float]:
 
 
 def cli_run(values: Any, max_new: int, folder: Path) -> tuple[int, float, float]:
-    from specscope.core.autosave import start_recorder
-    from specscope.core.collector import loaded_objects_frozen
     from specscope.core.controls import Controls
+    from specscope.core.gc_freeze import loaded_objects_frozen
     from specscope.core.session import Session, SessionOptions
+    from specscope.core.trace.autosave import start_recorder
     from tests.app_helpers import make_pair
 
     pair = make_pair("partial")

@@ -1,7 +1,7 @@
 """What the cheaper baselines cost the measured speed-up's interval: the default schedule against the one before
 issue 25's last round, on the same demo prompt, interleaved, in one process (one model load).
 
-- ``new``: the default session (core/schedule.py): one plain step a baseline, none before the first block,
+- ``new``: the default session (core/measure/schedule.py): one plain step a baseline, none before the first block,
   spaced by what a plain step costs at the recent speed-up;
 - ``old``: the previous schedule, emulated with the same loop: a baseline of 2 plain steps before the first
   speculative iteration and every 6 speculative iterations until 5 blocks give the measured speed-up, then
@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from scripts.bench_overhead import PROMPTS
-from specscope.core.collector import loaded_objects_frozen
 from specscope.core.controls import Controls
-from specscope.core.kinds import adaptive_k_default, default_k
-from specscope.core.measurement import Measurement
-from specscope.core.models import PairSpec, load_pair
+from specscope.core.drafter_catalogue import adaptive_k_default, default_k
+from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.gc_freeze import loaded_objects_frozen
+from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.schedule import VerifyExploration
 from specscope.core.records import ControlValues, IterationRecord
-from specscope.core.schedule import VerifyExploration
 from specscope.core.session import Session, SessionOptions
 
 

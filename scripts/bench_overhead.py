@@ -46,7 +46,7 @@ PROMPTS = {
 
 def one_run(drafter: str, measured: bool, max_new: int, threads: int) -> dict:
     from specscope.core.records import IterationRecord
-    from specscope.core.trace import read_trace
+    from specscope.core.trace.files import read_trace
 
     folder = Path(tempfile.mkdtemp(prefix="specscope-overhead-"))
     trace = folder / "run.csv"
