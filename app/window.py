@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -161,6 +162,12 @@ def full_screen_keys() -> list[QKeySequence]:
     return keys
 
 
+# While a run is live, the token view, status and plot titles are brought up to date at most this often (10 Hz):
+# on the tiny pair at every 33 ms tick they took 5 of the app's 10 ms of CPU per iteration, and the GUI thread
+# shares the interpreter lock with the decode (scripts/bench_app_rate.py, docs/bench-overhead.md).
+LIVE_VIEW_PERIOD_S = 0.1
+
+
 class MainWindow(QMainWindow):
     pair_ready = Signal()
     pair_failed = Signal(str)
@@ -267,6 +274,8 @@ class MainWindow(QMainWindow):
         c.message.connect(self.status.show_message)
         c.error.connect(self.show_error)
         c.data_reset.connect(self._clear_views)
+        self._unshown: list[IterationRecord] = []  # ingested, not in the token view yet (see _show_tokens)
+        self._views_shown_at = -1e9
         c.records_added.connect(self._show_records)
         c.frame.connect(self._on_frame)
         c.baseline_requested.connect(self._on_baseline_requested)
@@ -508,24 +517,42 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"specscope — {what}")
 
     def _clear_views(self) -> None:
+        self._unshown.clear()
         self.token_view.clear_tokens()
         self.legend.set_counts({})
         self.plots.reset()
         self._render_numbers()
 
     def _show_records(self, records: list[IterationRecord]) -> None:
-        self.token_view.append_records(records)
-        self.legend.set_counts(self.token_view.counts)
+        self._unshown.extend(records)
+        if not self.state.active:
+            self._show_tokens()
+
+    def _show_tokens(self) -> None:
+        """Append the records not shown yet to the token view (while a run is live, at most every
+        ``LIVE_VIEW_PERIOD_S``: each append lays out and repaints the text, the GUI thread's largest cost per
+        record, and that thread shares the interpreter lock with the decode)."""
+        self._views_shown_at = time.monotonic()
+        if self._unshown:
+            records, self._unshown = self._unshown, []
+            self.token_view.append_records(records)
+            self.legend.set_counts(self.token_view.counts)
 
     def _on_frame(self, time_left: bool) -> None:
-        """End of a controller tick: status every tick, one plot in turn when the tick left time for it."""
+        """End of a controller tick. While a run is live: tokens, status and titles every
+        ``LIVE_VIEW_PERIOD_S``, one plot in turn when the tick left time for it; otherwise everything now."""
         data = self.data
         if self.state.active:
+            if time.monotonic() - self._views_shown_at < LIVE_VIEW_PERIOD_S:
+                return
+            self._show_tokens()
             if time_left and self.plots.stale(data):
                 self.plots.refresh_one(data)
-        elif self.plots.stale(data):
-            self.plots.refresh(data)
-        self.plots.refresh_titles(data)  # the titles agree with the status bar every frame
+        else:
+            self._show_tokens()
+            if self.plots.stale(data):
+                self.plots.refresh(data)
+        self.plots.refresh_titles(data)  # the titles agree with the status bar
         self._render_numbers()
 
     def _render_numbers(self) -> None:
@@ -548,6 +575,7 @@ class MainWindow(QMainWindow):
                                     band.end if band else None)
 
     def redraw_all(self) -> None:
+        self._show_tokens()
         self.plots.refresh(self.data)
         self._render_numbers()
 

@@ -13,7 +13,7 @@ The session also runs the paging drill (``drill.PagingDrill``): asked for throug
 in the options, applied between iterations, announced as a :class:`DrillEvent` in the stream. For each
 iteration it joins the evidence a paging step leaves: the bytes accelerate's offload hooks streamed in the
 draft and the verify phase (``memory.offload_meter``), and this process's storage reads and major faults
-over the iteration (``/proc/self/io``, ``getrusage``).
+since the iteration before ended (``/proc/self/io``, ``getrusage``; read once per iteration).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from specscope.core.measure.adaptive import CostModelKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
 from specscope.core.measure.busy import BusyDetector
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.schedule import BaselineSchedule, VerifyExploration
+from specscope.core.measure.schedule import BASELINE_EARLY_BUDGET, BASELINE_MAX_GAP, BaselineSchedule, VerifyExploration
 from specscope.core.measure.snapshot import Estimate
 from specscope.core.memory.bandwidth import device_bandwidth
 from specscope.core.memory.detector import PagingDetector, is_streaming_flag
@@ -54,13 +54,13 @@ class SessionOptions:
     seed: int | None = None
     plain: bool = False
     record_tokens: bool = True
-    # A baseline is a few real plain iterations on the live context: short blocks of plain and speculative
-    # decoding, interleaved, make the measured speed-up a paired ratio robust to the machine drifting. The
-    # first ones come every ``baseline_every`` speculative iterations; once the speed-up is known they are
-    # spaced so their cost stays within ``baseline_budget`` of the wall time (core/measure/schedule.py). 0 = only
-    # when asked (controls.request_baseline).
+    # A baseline is a real plain iteration on the live context (``baseline_steps`` of them): blocks of
+    # speculative decoding between them make the measured speed-up a paired ratio robust to the machine
+    # drifting. The first comes after ``baseline_every`` speculative iterations, the next ones at least as far
+    # apart and, once a first speed-up is known, spaced so their cost stays within ``baseline_budget`` of the
+    # wall time (core/measure/schedule.py). 0 = only when asked (controls.request_baseline).
     baseline_every: int = 6
-    baseline_steps: int = 2
+    baseline_steps: int = 1
     baseline_budget: float = 0.03
     # Now and then a real iteration at a k whose verify pass length was never timed (the curve over k needs
     # it); at most one in ``explore_every`` speculative iterations. 0 = never.
@@ -139,8 +139,13 @@ class Session:
     def decode_options(self) -> DecodeOptions:
         o = self.options
         schedule = (BaselineSchedule(self.measurement, max(1, o.baseline_steps), min_gap=o.baseline_every,
-                                     max_gap=max(o.baseline_every, 48), budget=o.baseline_budget)
+                                     max_gap=max(o.baseline_every, BASELINE_MAX_GAP), budget=o.baseline_budget,
+                                     early_budget=max(o.baseline_budget, BASELINE_EARLY_BUDGET))
                     if o.baseline_every > 0 else None)
+        # the cost-model policy scores nothing before a plain step is timed: give it one first (lookup's policy
+        # times its own plain step, a match before any length-1 pass proposes nothing)
+        first = (self.controls.values.adaptive_k and not o.plain
+                 and isinstance(self.k_policy, CostModelKPolicy))
         explore = VerifyExploration(self.measurement, K_MAX, every=o.explore_every) if o.explore_every > 0 else None
         return DecodeOptions(
             max_new_tokens=o.max_new_tokens,
@@ -149,7 +154,8 @@ class Session:
             record_tokens=o.record_tokens,
             baseline_every=o.baseline_every,
             baseline_steps=o.baseline_steps,
-            baseline_gap=schedule.next_gap if schedule is not None else None,
+            baseline_first=first,
+            baseline_due=schedule.due if schedule is not None else None,
             explore_k=explore,
             context_window=self.pair.context_window,
         )
@@ -281,7 +287,10 @@ class Session:
                     self.drill_events.append(change)
                     self._emit(change)
                     yield change
-                self._io_before = io_and_faults()
+                if change is not None or not self._io_before:
+                    # otherwise the last iteration's reading is this one's start (one /proc read an iteration,
+                    # not two): what the bookkeeping between them reads counts to the next iteration
+                    self._io_before = io_and_faults()
                 try:
                     event = next(events)
                 except StopIteration:

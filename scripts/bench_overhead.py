@@ -9,7 +9,11 @@ by the budget; occasional exploration of unmeasured pass lengths) and with both 
   number the issue's 1.05 target is about (the same tokens are decoded either way: greedy outputs are checked
   identical);
 - the measurement's own overhead share as the run reports it (``measurement_overhead`` in ``--json``);
-- the measured speed-up and the width of its interval (hi / lo) with the measurement on.
+- the measured speed-up and the width of its interval (hi / lo) with the measurement on;
+- the decode CPU ratio: the process CPU time inside iterations (each record's ``cpu_ms``, read from the run's
+  trace), measured over off. Other programs on a shared machine stretch wall time far more than CPU time,
+  so this says what the measurement's own work costs when the span ratio drowns in their noise (it leaves
+  out the bookkeeping between iterations, which the overhead share reports).
 
     .venv/bin/python scripts/bench_overhead.py [--drafters model,lookup,eagle] [--rounds 2] [--max-new-tokens 128]
         [--threads 2] [--out docs/bench-overhead.md]
@@ -21,10 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,22 +45,27 @@ PROMPTS = {
 
 
 def one_run(drafter: str, measured: bool, max_new: int, threads: int) -> dict:
+    from specscope.core.records import IterationRecord
+    from specscope.core.trace.files import read_trace
+
+    folder = Path(tempfile.mkdtemp(prefix="specscope-overhead-"))
+    trace = folder / "run.csv"
     cmd = [sys.executable, "-m", "specscope", "run", "--demo", "--drafter", drafter, "--json", "--quiet",
-           "--max-new-tokens", str(max_new), "--prompt", PROMPTS[drafter]]
+           "--max-new-tokens", str(max_new), "--prompt", PROMPTS[drafter], "--trace", str(trace)]
     if not measured:
         cmd += ["--baseline-every", "0", "--explore-every", "0"]
-    env = {"OMP_NUM_THREADS": str(threads), "PATH": "/usr/bin:/bin"}
-    import os
-
-    env = {**os.environ, **env}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout
     js = json.loads(out)
     m = js["metrics"]
+    records = [e for e in read_trace(trace).events if isinstance(e, IterationRecord)]
+    shutil.rmtree(folder, ignore_errors=True)
     return {"tokens": js["token_ids"], "span_ms": m["measurement_overhead_ms"]["wall"],
             "overhead": m["measurement_overhead"], "measured": m["measured_speedup"],
             "lo": m["measured_speedup_lo"], "hi": m["measured_speedup_hi"],
             "plain_iterations": m["plain_iterations"], "iterations": m["iterations"],
-            "explored": m["exploration_iterations"]}
+            "explored": m["exploration_iterations"], "cpu_ms": sum(r.cpu_ms or 0.0 for r in records),
+            "modes": "".join("P" if r.mode == "plain" else "x" if r.explore else "." for r in records)}
 
 
 def main() -> int:
@@ -74,20 +86,23 @@ def main() -> int:
             rows[d].append((got[True], got[False]))
             on, off = got[True], got[False]
             print(f"round {r} {d}: span on {on['span_ms']:.0f} ms, off {off['span_ms']:.0f} ms, ratio "
-                  f"{on['span_ms'] / off['span_ms']:.3f}, overhead {on['overhead']:.3f}, identical "
-                  f"{on['tokens'] == off['tokens']}", flush=True)
+                  f"{on['span_ms'] / off['span_ms']:.3f}, decode CPU ratio {on['cpu_ms'] / off['cpu_ms']:.3f}, "
+                  f"overhead {on['overhead']:.3f}, identical {on['tokens'] == off['tokens']}, load "
+                  f"{os.getloadavg()[0]:.1f}; on: {on['modes']}", flush=True)
     lines = [
         "# Measurement overhead (scripts/bench_overhead.py)",
         "",
         f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {args.threads} threads, {args.rounds} interleaved "
-        f"rounds, {args.max_new_tokens} new tokens, demo pair, greedy; {time.time() - started:.0f} s in all.",
+        f"rounds, {args.max_new_tokens} new tokens, demo pair, greedy; {time.time() - started:.0f} s in all; load "
+        f"average {os.getloadavg()[0]:.1f} at the end.",
         "",
-        "| drafter | span on / off (median, min–max) | overhead share reported | measured speed-up (interval) | "
-        "hi/lo | plain steps / iterations | explored | outputs identical |",
-        "|---|---|---|---|---|---|---|---|",
+        "| drafter | span on / off (median, min–max) | decode CPU on / off (median, min–max) | overhead share "
+        "reported | measured speed-up (interval) | hi/lo | plain steps / iterations | explored | outputs identical |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for d, pairs in rows.items():
         ratios = [on["span_ms"] / off["span_ms"] for on, off in pairs]
+        cpu = [on["cpu_ms"] / off["cpu_ms"] for on, off in pairs]
         shares = [on["overhead"] for on, _ in pairs if on["overhead"] is not None]
         last = pairs[-1][0]
         interval = (f"×{last['measured']:.2f} ({last['lo']:.2f}–{last['hi']:.2f})" if last["measured"] is not None
@@ -95,6 +110,7 @@ def main() -> int:
         spread = f"{last['hi'] / last['lo']:.2f}" if last["measured"] is not None else "—"
         lines.append(
             f"| {d} | {statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
+            f"{statistics.median(cpu):.3f} ({min(cpu):.3f}–{max(cpu):.3f}) | "
             f"{100 * statistics.median(shares):.1f}% | {interval} | {spread} | "
             f"{last['plain_iterations']} / {last['iterations']} | {last['explored']} | "
             f"{all(on['tokens'] == off['tokens'] for on, off in pairs)} |")

@@ -114,6 +114,22 @@ def test_reports(rows: list[bench.RunRow], tmp_path):
     assert len(table) == len(rows) and set(bench.CSV_FIELDS) == set(table[0])
 
 
+def test_the_report_names_the_decode_rate_the_wall_rate_and_the_measurements_own_cost(rows: list[bench.RunRow]):
+    ours = [r for r in rows if not r.method.startswith("hf-")]
+    assert ours and all(r.snapshot is not None for r in ours)
+    for r in ours:
+        assert r.measurement_overhead is not None and 0.0 <= r.measurement_overhead < 1.0
+        assert r.decode_tokens_per_s is not None and r.wall_tokens_per_s is not None
+        # the wall span holds every iteration and the time between them: never a higher rate (clock rounding aside)
+        assert r.wall_tokens_per_s <= r.decode_tokens_per_s * 1.001
+    assert all(r.snapshot is None and r.measurement_overhead is None for r in rows if r.method.startswith("hf-"))
+    text = bench.markdown_report(rows, [], "tiny random pair", "cmd", 2, 12)
+    section = text[text.index("Decode rate, wall rate and the measurement's own cost"):]
+    section = section[:section.index("\n#")] if "\n#" in section else section
+    assert "| method | decode tok/s | wall tok/s | measurement overhead |" in section
+    assert "| k=3 |" in section and "| plain |" in section and "hf-" not in section
+
+
 def test_costs_and_needed_alpha_come_from_the_runs_estimate(rows: list[bench.RunRow]):
     k3 = [r for r in rows if r.method == "k=3"]
     assert k3 and all(r.cost_k == 3 and r.estimate is not None for r in k3)

@@ -403,7 +403,8 @@ def test_autosave_stopped_by_a_full_disk_is_said_at_once_and_in_json(dirs, monke
         return real(*a, **{**kw, "flush_interval_s": 0.0})
 
     monkeypatch.setattr(autosave, "SessionRecorder", small_flushes)
-    full_disk(monkeypatch, free=30_000)  # the session file fits (about 16 kB), the event log soon does not
+    # the session file fits (about 12 kB); the event log (about 20 kB over this 12-iteration run) soon does not
+    full_disk(monkeypatch, free=24_000)
     rc = main(["run", "--target", str(dirs["target"]), "--drafter", "lookup", "--prompt", "w5 w6",
                "--no-chat-template", "--max-new-tokens", "80", "--json"])
     captured = capsys.readouterr()

@@ -118,7 +118,9 @@ def reference(events: list[Event]) -> Reference:
         run = [e for e in events[first:last + 1] if isinstance(e, IterationRecord)]
         # the baseline after it counts once it is complete: a speculative iteration or the end follows it
         closed = (next_spec is not None and after) or (next_spec is None and ended)
-        if not before or len(run) < 2 or not closed:
+        # the speculative iterations before the run's first plain iteration are a block with a baseline after it
+        first_block = not plain_between(0, first)
+        if (not before and not (first_block and after)) or len(run) < 2 or not closed:
             continue
         ratio = sum(r.n_emitted for r in run) / sum(r.iteration_ms for r in run) * median(before + after)
         (busy if any(f.startswith(BUSY_PREFIX) for r in run for f in r.flags) else quiet).append(ratio)

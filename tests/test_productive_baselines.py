@@ -105,7 +105,8 @@ def test_sampling_with_a_plain_step_first_keeps_the_targets_joint_distribution()
     counts = np.zeros((V8, V8))
     for seed in range(RUNS):
         res = dec.run(prompt, Controls(controls), DecodeOptions(max_new_tokens=2, seed=seed, record_tokens=False,
-                                                                baseline_every=1, baseline_steps=1))
+                                                                baseline_every=1, baseline_steps=1,
+                                                                baseline_first=True))
         assert res.iterations[0].mode == "plain" and res.iterations[1].mode == "speculative"
         counts[res.token_ids[0], res.token_ids[1]] += 1
     assert chi_square_pvalue(counts, _exact_first_two(target, prompt, controls)) > 1e-3
@@ -174,3 +175,132 @@ def test_exploration_stays_within_its_share_of_the_wall_time() -> None:
     short, long = run_of(10), run_of(60)  # about 1 s and 6 s of wall time
     assert not VerifyExploration(short, 16, every=1).affordable(2, 4)  # 100 ms > 2% of 1 s
     assert VerifyExploration(long, 16, every=1).affordable(2, 4)  # 100 ms < 2% of 6 s
+
+
+def _lookup_rec(i: int, drafted: int, accepted: int, ms: float) -> IterationRecord:
+    return IterationRecord(i, "speculative", "lookup", ControlValues(k=3), [], drafted, accepted, accepted + 1,
+                           0.0, ms, 0.0, ms, 0, 0, 0.0, 0.0)
+
+
+def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets_two_blocks() -> None:
+    """Baselines every 3 speculative iterations, one plain step each, none before the first: every plain step
+    closes one block and opens the next, the first block is closed by the first baseline and the last by the
+    run's end. n plain steps give n + 1 blocks."""
+    inner = tiny_model(0, vocab_size=V, logit_scale=3.0)
+    decoder = Decoder(inner, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
+    m = Measurement()
+    opts = DecodeOptions(max_new_tokens=60, baseline_every=3, baseline_steps=1)
+    for event in decoder.stream([1, 2, 3], Controls(ControlValues(k=2)), opts):
+        m.feed(event)
+    result = decoder.result
+    assert result is not None and result.token_ids == _plain(inner, [1, 2, 3], 60)
+    modes = "".join("P" if r.mode == "plain" else "s" for r in result.iterations)
+    assert modes.startswith("sssP") and "PP" not in modes
+    m.feed(RunFinished(result.finish_reason, len(result.iterations), 60, result.elapsed_s, decoder.prefill_ms))
+    est = m.estimate()
+    last_block = len(modes) - 1 - modes.rindex("P")
+    assert est is not None and est.blocks == modes.count("P") + (1 if last_block >= 2 else 0)
+
+
+def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_was_timed() -> None:
+    """Prompt lookup times a pass of length 1 itself (a match before any such pass proposes nothing): the recent
+    window's rate against it prices the first baseline, and where speculation pays ×3 it is put off; a run that
+    does not pay gets its first baseline after ``min_gap`` speculative iterations."""
+    def gap_after(accepted: int, ms: float) -> int:
+        m = Measurement()
+        m.feed(_lookup_rec(0, 0, 0, 10.0))  # nothing proposed: a length-1 pass, the plain step's cost
+        for i in range(1, 7):
+            m.feed(_lookup_rec(i, 3, accepted, ms))
+        return BaselineSchedule(m, min_gap=6).next_gap(6, 1000)
+
+    assert gap_after(3, 12.0) > 6  # 4 tokens in 12 ms against 10 ms a token
+    assert gap_after(0, 12.0) == 6  # 1 token in 12 ms: speculation loses, a plain step costs nothing extra
+
+
+def _one_block(speedup: float) -> Measurement:
+    """The run's first block (6 speculative iterations of 2 tokens, before any baseline), closed by one plain
+    step of 10 ms: one block whose ratio is ``speedup``."""
+    m = Measurement()
+    for i in range(6):
+        m.feed(_rec(i, "speculative", 2 * 10.0 / speedup, 2))
+    m.feed(_rec(6, "plain", 10.0, 1))
+    m.feed(_rec(7, "speculative", 2 * 10.0 / speedup, 2))
+    return m
+
+
+def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_run_when_that_is_affordable() -> None:
+    m = _one_block(1.5)
+    est = m.estimate()
+    assert est is not None and est.blocks == 1 and m.provisional_speedup() == pytest.approx(1.5)
+    schedule = BaselineSchedule(m, min_gap=2, budget=0.03, early_budget=0.045)
+    # x1.5 at 2 tokens an iteration (1.33 plain-step times): a plain step costs 1/3 of a step more than
+    # speculation, so the 3% budget allows one every (0.33 / 0.03 - 1) / 1.33 = 7.6 iterations, 4.5% every 4.8
+    assert schedule.next_gap(1) == 8  # no horizon: the budget's spacing
+    assert schedule.next_gap(1, 400) == 8  # 200 iterations left: 3 more baselines come at that spacing anyway
+    # 40 tokens left (21 iterations from the last baseline): 3 more baselines every 5 give 5 blocks by the end,
+    # within 4.5%
+    assert schedule.next_gap(1, 40) == 5
+    # 12 tokens left: 5 blocks would need a baseline every 2 iterations, dearer than 4.5%: the 3% spacing
+    assert schedule.next_gap(1, 12) == 8
+    assert schedule.due(8, 12) and not schedule.due(7, 12)
+
+
+def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:
+    """Baselines and exploration together stay within 4% of the wall time: a run whose plain steps cost 4% has
+    nothing left to explore with, however cheap the exploration."""
+    m = Measurement()
+    t = 0.0
+    for i in range(40):
+        mode = "plain" if i in (10, 30) else "speculative"
+        r = _rec(i, mode, 10.0, 1 if mode == "plain" else 4)
+        if mode == "speculative":  # 3 proposals at 2 ms each, a 4-token pass of 4 ms
+            r.draft_ms, r.verify_ms = 6.0, 4.0
+        r.t_start_s, r.t_end_s = t, t + r.iteration_ms / 1000.0
+        t = r.t_end_s
+        m.feed(r)
+    est = m.estimate()
+    assert est is not None and est.cost is not None
+    assert est.cost.baseline_ms / est.cost.wall_ms == pytest.approx(2 * 7.5 / 400)  # 3.75% of the wall
+    explore = VerifyExploration(m, 16, every=1)
+    assert explore.affordable(3, 3)  # nothing extra predicted: within both budgets
+    assert not explore.affordable(3, 4)  # one more proposal, 2 ms: 15 + 2 ms pass 4% of 400 ms
+    assert VerifyExploration(m, 16, every=1, joint_budget=0.5).affordable(3, 4)
+
+
+def _cli_json(tdir: object, ddir: object, *extra: str) -> dict:
+    import contextlib
+    import io
+    import json
+
+    from specscope.core.commands.cli import main
+
+    argv = ["run", "--target", str(tdir), "--draft", str(ddir), "--prompt", "w5 w6 w7", "--no-chat-template",
+            "--max-new-tokens", "64", "--k", "3", "--json", "--quiet", *extra]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return json.loads(out.getvalue())["metrics"]
+
+
+def test_run_json_gives_the_measurements_own_cost_and_it_is_only_bookkeeping_with_the_measurement_off(
+        tmp_path, monkeypatch) -> None:
+    """``--json`` carries the overhead share and its parts. With baselines and exploration off nothing of it is
+    the measurement's doing beyond the time between iterations (records, joins, autosave), which a run has
+    either way: no plain step, no explored iteration, no time charged to either."""
+    from tests.models import save_model_dir, word_tokenizer
+
+    monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
+    target = tiny_model(5, vocab_size=64, logit_scale=3.0)
+    tdir = save_model_dir(tmp_path / "target", target, word_tokenizer())
+    ddir = save_model_dir(tmp_path / "draft", perturbed(target, 0.05), word_tokenizer())
+    off = _cli_json(tdir, ddir, "--baseline-every", "0", "--explore-every", "0")
+    parts = off["measurement_overhead_ms"]
+    assert off["plain_iterations"] == 0 and off["exploration_iterations"] == 0
+    assert parts["baselines"] == 0.0 and parts["exploration"] == 0.0
+    assert off["measurement_overhead"] == pytest.approx(parts["bookkeeping"] / parts["wall"])
+    assert parts["bookkeeping"] == pytest.approx(max(0.0, parts["wall"] - parts["decode"]))
+    on = _cli_json(tdir, ddir, "--baseline-every", "2")
+    assert on["plain_iterations"] > 0 and on["measurement_overhead"] is not None
+    share = on["measurement_overhead_ms"]
+    spent = share["bookkeeping"] + share["baselines"] + share["exploration"]
+    assert on["measurement_overhead"] == pytest.approx(spent / share["wall"])

@@ -129,6 +129,23 @@ class RunRow:
     # the costs the prediction used and the α it would need (speculative specscope runs only).
     estimate: Estimate | None = field(repr=False, default=None)
     cost_k: int = 0
+    # The run's own snapshot (specscope runs, plain included): its decode rate (tokens over the time inside
+    # iterations), its wall rate (tokens over the span from the first iteration's start to the last one's end)
+    # and the measurement's own share of that wall time.
+    snapshot: Estimate | None = field(repr=False, default=None)
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return self.snapshot.tokens_per_s if self.snapshot is not None else None
+
+    @property
+    def wall_tokens_per_s(self) -> float | None:
+        return self.snapshot.wall_tokens_per_s if self.snapshot is not None else None
+
+    @property
+    def measurement_overhead(self) -> float | None:
+        cost = self.snapshot.cost if self.snapshot is not None else None
+        return cost.share if cost is not None else None
 
     @property
     def tokens_per_s(self) -> float:
@@ -248,15 +265,15 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     # then, and an occasional iteration at an unmeasured length, all of them real (they commit their tokens, and
     # their time counts). Lookup's policy measures both from its own passes: no baselines.
     measured = method.kind == "adaptive" and not isinstance(policy, LookupLengthPolicy)
-    measurement: Measurement | None = getattr(policy, "measurement", None)
+    # this runner is the session here: the measurement's one feeder, for the policy's numbers and the row's own
+    measurement: Measurement = getattr(policy, "measurement", None) or Measurement()
     opts = DecodeOptions(
         max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
-        baseline_every=32 if measured else 0, baseline_steps=1,
-        explore_k=VerifyExploration(measurement, min(8, K_MAX)) if measured and measurement else None,
+        baseline_every=32 if measured else 0, baseline_steps=1, baseline_first=measured,
+        explore_k=VerifyExploration(measurement, min(8, K_MAX)) if measured else None,
     )
     for event in decoder.stream(prompt.ids, controls, opts, plain=plain):
-        if measurement is not None:  # this runner is the session here: the measurement's one feeder
-            measurement.feed(event)
+        measurement.feed(event)
     result = decoder.result
     assert result is not None
     records = result.iterations
@@ -264,7 +281,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     row = RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
                  tokens=len(result.token_ids), seconds=(decoder.prefill_ms + decode_ms) / 1000.0,
                  token_ids=list(result.token_ids), target_passes=len(records), decode_ms=decode_ms,
-                 records=list(records))
+                 records=list(records), snapshot=measurement.estimate())
     if not plain:
         fill_acceptance(row, records)
     return row
@@ -513,9 +530,10 @@ def summarize_methods(rows: Sequence[RunRow], kind: str | None = None) -> list[M
 
 
 CSV_FIELDS = ("threads", "round", "prompt_id", "prompt_kind", "method", "tokens", "seconds", "tokens_per_s",
-              "ratio_to_plain", "target_passes", "tokens_per_pass", "alpha", "acceptance_rate", "mean_k",
-              "predicted_speedup", "measured_decode_speedup", "matches_plain", "ratio_to_hf_lookup",
-              "plain_step_ms", "draft_ms", "verify_ms", "break_even_alpha")
+              "decode_tokens_per_s", "wall_tokens_per_s", "measurement_overhead", "ratio_to_plain", "target_passes",
+              "tokens_per_pass", "alpha", "acceptance_rate", "mean_k", "predicted_speedup",
+              "measured_decode_speedup", "matches_plain", "ratio_to_hf_lookup", "plain_step_ms", "draft_ms",
+              "verify_ms", "break_even_alpha")
 
 
 def write_csv(rows: Sequence[RunRow], path: Path) -> None:
@@ -608,6 +626,7 @@ def _method_sections(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], kin
             f"| {_f(s.tokens_per_pass)} | {_f(s.mean_k, 1)} | {_f(s.predicted_median)} "
             f"| {_f(s.measured_decode.value if s.measured_decode else None)} | {s.identical} |"
         )
+    lines += _rate_lines(rows, heading)
     if len(kinds) > 1:
         lines += ["", f"{heading} × plain (paired ratio) by prompt kind", "",
                   "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
@@ -632,6 +651,28 @@ def _method_sections(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], kin
         detail = f": {m.detail}" if m.detail else ""
         lines.append(f"- {m.method}, {m.prompt_id}, round {m.round + 1}: first difference at token "
                      f"{m.position}{detail}")
+    return lines
+
+
+def _rate_lines(rows: Sequence[RunRow], heading: str) -> list[str]:
+    """Per specscope method, from each run's own snapshot: tokens/s as the decode rate and as the wall rate, and
+    the measurement's own share of the wall time (medians over runs)."""
+    measured = [r for r in rows if r.snapshot is not None]
+    if not measured:
+        return []
+    lines = ["", f"{heading} Decode rate, wall rate and the measurement's own cost", "",
+             "Decode rate = tokens over the time inside iterations; wall rate = tokens over the span from the first "
+             "iteration's start to the last one's end (what the user waits); measurement overhead = the share of "
+             "that wall time spent between iterations and on plain baseline steps and exploration beyond what "
+             "speculation would have taken (the run's own snapshot, as `specscope run` reports it). Medians over "
+             "runs; the prefill is in neither.", "",
+             "| method | decode tok/s | wall tok/s | measurement overhead |", "|---|---|---|---|"]
+    for name in dict.fromkeys(r.method for r in measured):
+        rs = [r for r in measured if r.method == name]
+        share = _median([r.measurement_overhead for r in rs])
+        lines.append(f"| {name} | {_f(_median([r.decode_tokens_per_s for r in rs]), 1)} "
+                     f"| {_f(_median([r.wall_tokens_per_s for r in rs]), 1)} "
+                     f"| {'—' if share is None else f'{100 * share:.1f}%'} |")
     return lines
 
 

@@ -77,12 +77,14 @@ class DecodeOptions:
     seed: int | None = None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     record_tokens: bool = True  # per-token p, q and top-5; off only to measure instrumentation overhead
-    # A baseline is ``baseline_steps`` real plain iterations (they commit their tokens): one before the first
-    # speculative iteration, then after every ``baseline_every`` speculative iterations, or after as many as
-    # ``baseline_gap()`` says (the session spaces them to keep their cost within a budget). 0 = on request only.
+    # A baseline is ``baseline_steps`` real plain iterations (they commit their tokens), due after every
+    # ``baseline_every`` speculative iterations (0 = on request only); one before the first speculative
+    # iteration too with ``baseline_first``. ``baseline_due(since, tokens_left)``, asked once one is due, may put
+    # it off (the session spaces baselines to keep their cost within a budget, core/measure/schedule.py).
     baseline_every: int = 0
-    baseline_steps: int = 3
-    baseline_gap: Callable[[], int] | None = None
+    baseline_steps: int = 1
+    baseline_first: bool = False
+    baseline_due: Callable[[int, int], bool] | None = None
     # Before a speculative iteration: the k to run it at instead, to time a verify pass length never measured
     # (None = the k in use). The session bounds how often.
     explore_k: Callable[[int], int | None] | None = None
@@ -243,7 +245,7 @@ class Decoder:
         baseline_left = 0  # plain steps still to run in the baseline under way
         since_baseline = 0  # speculative iterations since the last baseline
         gap = opts.baseline_every
-        first_baseline_due = bool(opts.baseline_every)  # one before the first speculative iteration
+        first_baseline_due = bool(opts.baseline_every and opts.baseline_first)  # before the first iteration
         try:
             self._prefill(prompt_ids)
             iteration = 0
@@ -258,15 +260,16 @@ class Decoder:
                     first_baseline_due = bool(opts.baseline_every)
                 last_values = values
                 if not plain and baseline_left == 0 and (
-                    controls.take_baseline_request() or first_baseline_due or (gap and since_baseline >= gap)
+                    controls.take_baseline_request() or first_baseline_due
+                    or (gap and since_baseline >= gap and (
+                        opts.baseline_due is None
+                        or opts.baseline_due(since_baseline, opts.max_new_tokens - (len(ids) - n_prompt))))
                 ):
                     baseline_left, since_baseline, first_baseline_due = max(1, opts.baseline_steps), 0, False
                 if plain or baseline_left:
                     rec = self._plain_step(ids, n_prompt, iteration, values, gen, opts, baseline=not plain)
                     if baseline_left:
                         baseline_left -= 1
-                        if baseline_left == 0 and opts.baseline_gap is not None:
-                            gap = max(1, opts.baseline_gap())
                 else:
                     rec = self._speculative_step(ids, n_prompt, iteration, values, gen, opts)
                     since_baseline += 1

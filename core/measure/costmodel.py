@@ -57,6 +57,22 @@ def expected_tokens_from_positions(conditional: Sequence[float], k: int) -> floa
     return total
 
 
+def expected_tokens_by_k(conditional: Sequence[float], k_max: int) -> list[float]:
+    """:func:`expected_tokens_from_positions` for every k from 0 to ``k_max`` in one pass (the same sums, in the
+    same order, so each value is the same float)."""
+    _check_k(k_max)
+    if k_max and not conditional:
+        raise ValueError("conditional acceptance needs at least one position")
+    out, total, run = [1.0], 1.0, 1.0
+    for i in range(k_max):
+        c = conditional[min(i, len(conditional) - 1)]
+        _check_alpha(c)
+        run *= c
+        total += run
+        out.append(total)
+    return out
+
+
 def iteration_cost_ms(k: int, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0) -> float:
     """Time of one iteration: k draft steps, one verify pass, one rollback."""
     _check_k(k)

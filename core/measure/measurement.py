@@ -23,7 +23,8 @@ Definitions (docs/cost-model.md has the derivations):
   E(k) <= k+1: every iteration costs at least one pass of length k+1 >= one plain step.
 - Measured speed-up is a paired ratio over blocks: the speculative iterations between two runs of plain
   iterations (baselines, which commit their tokens) form a block; its ratio is the block's tokens/ms times
-  the bracketing plain steps' median. The estimate is the Hodges-Lehmann centre of the blocks' log ratios
+  the bracketing plain steps' median (one side only for the run's first block, before any baseline, and its
+  last, which the run's end closes). The estimate is the Hodges-Lehmann centre of the blocks' log ratios
   (one outlying block barely moves it), with its distribution-free interval. Fewer than ``MIN_BLOCKS``
   blocks give no number, only a reason. A block with an iteration flagged "machine busy" is left out once
   ``MIN_BLOCKS`` quiet blocks exist (a stall of another program's making is not the speed-up).
@@ -34,6 +35,7 @@ Definitions (docs/cost-model.md has the derivations):
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections import deque
@@ -171,16 +173,20 @@ class VerifyCostFit:
         self.kept = kept_per_length
         self._passes: dict[int, deque[float]] = {}
         self._fitted: dict[int, float] | None = None
+        self._lengths: list[int] = []  # the knots' lengths, sorted (with ``_fitted``)
+        self.version = 0  # changes with every pass added: what a cache of anything read from the fit keys on
 
     def add(self, length: int, ms: float) -> None:
         if length < 1 or not math.isfinite(ms) or ms < 0:
             return
         self._passes.setdefault(length, deque(maxlen=self.kept)).append(ms)
         self._fitted = None
+        self.version += 1
 
     def clear(self) -> None:
         self._passes.clear()
         self._fitted = None
+        self.version += 1
 
     @property
     def points(self) -> dict[int, float]:
@@ -189,11 +195,13 @@ class VerifyCostFit:
             medians = {n: float(median(v)) for n, v in self._passes.items() if v}
             counts = {n: float(len(v)) for n, v in self._passes.items() if v}
             self._fitted = monotone_fit(medians, counts) if medians else {}
+            self._lengths = sorted(self._fitted)
         return self._fitted
 
     @property
     def max_length(self) -> int:
-        return max(self.points, default=0)
+        self.points  # noqa: B018 (fits the knots when a pass came since)
+        return self._lengths[-1] if self._lengths else 0
 
     def passes(self, length: int) -> int:
         """How many passes of this length the fit keeps."""
@@ -212,15 +220,15 @@ class VerifyCostFit:
     def __call__(self, length: int) -> float | None:
         """ms for a pass of this length; None past the longest measured length (or before any data)."""
         pts = self.points
-        if not pts or length > max(pts) or length < 1:
+        lengths = self._lengths
+        if not pts or length > lengths[-1] or length < 1:
             return None
         if length in pts:
             return pts[length]
-        lengths = sorted(pts)
         if length < lengths[0]:
             return pts[lengths[0]]  # shorter than any measured pass: at most the shortest's cost
-        hi = next(n for n in lengths if n > length)
-        lo = max(n for n in lengths if n < length)
+        i = bisect.bisect_right(lengths, length)
+        hi, lo = lengths[i], lengths[i - 1]
         return pts[lo] + (pts[hi] - pts[lo]) * (length - lo) / (hi - lo)
 
 
@@ -366,6 +374,10 @@ class Measurement:
         self.fit = VerifyCostFit()
         self.counts = PositionCounts(POSITION_DECAY)  # the curve's acceptance: since the last sampling change
         self._recent: deque[IterationRecord] = deque(maxlen=self.window)
+        self._window_accepted = self._window_judged = 0  # over ``_recent``, kept as it slides
+        self._window_version = 0  # changes whenever ``_recent`` does (what the cost and curve caches key on)
+        self._timing_cache: tuple[tuple[object, ...], tuple[float | None, float | None, float | None]] | None = None
+        self._curve_cache: tuple[tuple[object, ...], tuple[CurvePoint, ...]] | None = None
         self._positions: list[list[int]] = []  # [reached, accepted, drafted] per position, since sampling change
         self._accepted = self._judged = self._spec_iterations = 0
         self._emitted = 0
@@ -381,6 +393,7 @@ class Measurement:
         self._explore_ms = 0.0  # explored iterations, and what they emitted
         self._explore_tokens = 0
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
+        self._baseline_seen = False  # a plain step (or a legacy baseline record) came in this run
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._block: _Block | None = None
         self._closing: _Block | None = None  # ended by the plain run under way, closed when that run ends
@@ -409,6 +422,7 @@ class Measurement:
                 for n, ms in event.verify_ms_by_len.items():
                     self.fit.add(int(n), ms)
                 self._plain_steps.extend(event.step_ms)
+                self._baseline_seen = True
                 self._closing, self._block = self._closing or self._block, None
                 self._end_plain_run()
             elif isinstance(event, RunStarted):
@@ -457,6 +471,7 @@ class Measurement:
             self.fit.add(r.n_drafted + 1, r.verify_ms)
         if r.mode == PLAIN_MODE:
             if not self._plain_run:
+                self._baseline_seen = True
                 self._baseline_ms += r.iteration_ms
                 self._baseline_tokens += r.n_emitted
                 if self._block is not None:
@@ -469,7 +484,14 @@ class Measurement:
         if r.mode not in JUDGING_MODES:
             return
         self._last_judging = r
+        if len(self._recent) == self._recent.maxlen:
+            gone = self._recent[0]
+            self._window_accepted -= gone.n_accepted
+            self._window_judged -= checked_proposals(gone)
         self._recent.append(r)
+        self._window_accepted += r.n_accepted
+        self._window_judged += checked_proposals(r)
+        self._window_version += 1
         self.counts.add(r)
         self._spec_iterations += 1
         judged = checked_proposals(r)
@@ -492,6 +514,10 @@ class Measurement:
         elif r.mode == SPECULATIVE_MODE:
             self._spec_ms += r.iteration_ms
             self._spec_tokens += r.n_emitted
+        if r.mode == SPECULATIVE_MODE and self._block is None and not self._baseline_seen:
+            # speculative iterations before the run's first baseline: a block closed by the plain steps after it
+            # (one-sided, like the run's last block), so the first baseline already pays for a ratio
+            self._block = _Block([], len(self._segments) - 1)
         if r.mode == SPECULATIVE_MODE and self._block is not None:
             self._block.tokens += r.n_emitted
             self._block.ms += r.iteration_ms
@@ -542,6 +568,18 @@ class Measurement:
         with self._lock:
             return self._estimate
 
+    def provisional_speedup(self) -> float | None:
+        """Speculation's rate over the recent window (tokens / ms of its speculative iterations) times the plain
+        step (the fit at length 1): a rough figure for what a plain step costs right now, to space baselines
+        before and beside the measured speed-up (a run whose answer starts in prose and then copies changes
+        its speed-up mid-run); never shown. None before a length-1 pass was timed."""
+        with self._lock:
+            plain = self.fit.points.get(1)
+            spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
+            ms = sum(r.iteration_ms for r in spec)
+            tokens = sum(r.n_emitted for r in spec)
+            return tokens / ms * plain if plain and ms > 0 and tokens else None
+
     def window_records(self) -> list[IterationRecord]:
         with self._lock:
             return list(self._recent)
@@ -576,15 +614,19 @@ class Measurement:
 
     # ---- internals (lock held) ---------------------------------------------------------------------------
     def _costs_locked(self, drafter: str) -> Costs:
-        recent = [r for r in self._recent if r.mode == SPECULATIVE_MODE]  # attached passes have no split
-        per_token = draft_cost_per_token(drafter)
-        draft_step = draft_iter = None
-        if per_token:
-            steps = [r.draft_ms / r.n_drafted for r in recent if r.n_drafted]
-            draft_step = float(median(steps)) if steps else None
-        elif recent:
-            draft_iter = float(median(r.draft_ms for r in recent))
-        fixed = float(median(max(0.0, r.iteration_ms - r.draft_ms - r.verify_ms) for r in recent)) if recent else None
+        key = (self._window_version, drafter)
+        if self._timing_cache is None or self._timing_cache[0] != key:  # the window's medians: once per change
+            recent = [r for r in self._recent if r.mode == SPECULATIVE_MODE]  # attached passes have no split
+            draft_step = draft_iter = None
+            if draft_cost_per_token(drafter):
+                steps = [r.draft_ms / r.n_drafted for r in recent if r.n_drafted]
+                draft_step = float(median(steps)) if steps else None
+            elif recent:
+                draft_iter = float(median(r.draft_ms for r in recent))
+            fixed = (float(median(max(0.0, r.iteration_ms - r.draft_ms - r.verify_ms) for r in recent))
+                     if recent else None)
+            self._timing_cache = (key, (draft_step, draft_iter, fixed))
+        draft_step, draft_iter, fixed = self._timing_cache[1]
         points = dict(self.fit.points)
         return Costs(points.get(1), draft_step, draft_iter, fixed, points)
 
@@ -599,6 +641,8 @@ class Measurement:
         else:
             alpha = self.counts.pooled
             cond = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
+        # E(k) for every k at once (the same sums as expected_tokens_from_positions, k by k)
+        tokens_by_k = costmodel.expected_tokens_by_k(cond, max(ks, default=0)) if alpha is not None and cond else []
         for k in ks:
             if plain is None or plain <= 0:
                 out.append(CurvePoint(k, None, "no plain step measured yet"))
@@ -614,7 +658,7 @@ class Measurement:
                 out.append(CurvePoint(k, None, "no proposal judged yet"))
                 continue
             else:
-                tokens = costmodel.expected_tokens_from_positions(cond, k)
+                tokens = tokens_by_k[k] if k < len(tokens_by_k) else costmodel.expected_tokens_from_positions(cond, k)
                 if costs.draft_step_ms is not None:
                     draft = k * costs.draft_step_ms
                 elif costs.draft_iteration_ms is not None:
@@ -657,13 +701,16 @@ class Measurement:
         k = r.controls.k
         drafter = r.drafter
         costs = self._costs_locked(drafter)
-        curve = self._curve_locked(costs, range(0, self.k_max + 1))
+        # the curve reads the costs, the fit and the acceptance counts: rebuilt only when one of them changed
+        key = (self._window_version, drafter, id(self.fit), self.fit.version, id(self.counts), self._spec_iterations)
+        if self._curve_cache is None or self._curve_cache[0] != key:
+            self._curve_cache = (key, tuple(self._curve_locked(costs, range(0, self.k_max + 1))))
+        curve = self._curve_cache[1]
         known = [p for p in curve if p.speedup is not None]
         best = max(known, key=lambda p: (p.speedup or 0.0, -p.k)) if known else None
         predicted = next((p.speedup for p in curve if p.k == k), None)
-        recent = list(self._recent)
-        judged_w = sum(checked_proposals(x) for x in recent)
-        alpha_w = sum(x.n_accepted for x in recent) / judged_w if judged_w else None
+        judged_w = self._window_judged
+        alpha_w = self._window_accepted / judged_w if judged_w else None
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
         run_used = self._used(self._ratios, self._busy_ratios)
         run_measured, _ = self._ratio(self._ratios, self._busy_ratios)
@@ -689,7 +736,7 @@ class Measurement:
         est = Estimate(
             iteration=last.iteration, k=k, drafter=drafter, iterations=self._iterations,
             alpha=self._accepted / self._judged if self._judged else None, judged=self._judged,
-            alpha_window=alpha_w, judged_window=judged_w, window=len(recent),
+            alpha_window=alpha_w, judged_window=judged_w, window=len(self._recent),
             mean_acceptance_length=(1.0 + self._accepted / self._spec_iterations) if self._spec_iterations else None,
             tokens_per_iteration=self._emitted / self._iterations if self._iterations else None,
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,

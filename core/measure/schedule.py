@@ -4,60 +4,105 @@ Nothing here throws work away: a baseline is a few real plain iterations and an 
 speculative iteration at another k; both commit their tokens. What they cost is the time they run slower
 than speculation at the user's k would have, and that is what these two bound.
 
-- :class:`BaselineSchedule` spaces baselines ``min_gap`` speculative iterations apart until the measured
-  speed-up is known, then as far apart as keeps the baselines' share of wall time under ``budget``: b plain
-  steps cost b·(1 − 1/S) plain-step times more than speculation at speed-up S would have, against a period of
-  g iterations of c plain-step times each, so g ≥ b·((1 − 1/S)/budget − 1)/c. Where speculation does not
-  pay (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``.
+- :class:`BaselineSchedule` decides when a baseline (``steps`` plain steps, one by default) runs. The run opens
+  with ``min_gap`` speculative iterations and no baseline before them (the measurement makes them a block
+  closed by the first baseline). From the first rough speed-up S on (speculation's rate over the recent
+  window against the plain step, known once a length-1 pass was timed: a baseline, or prompt lookup's own
+  pass that proposed nothing), each plain step costs (1 − 1/S) of a plain step more than speculation would
+  have, against g iterations of c = L / S plain-step times each (L: tokens per speculative iteration), so a
+  share ``budget`` of the wall time allows a baseline every g = b·((1 − 1/S)/budget − 1)/c iterations. Until
+  the measured speed-up exists (``MIN_BLOCKS`` blocks) the baselines are spread so that it exists by the
+  run's last token, if that costs at most ``early_budget``; a run too short for that keeps the ``budget``
+  spacing and says "not enough data" (5 blocks need 4 plain steps, 4·(1 − 1/S) plain-step times: at ×3 that
+  is 6% of a 128-token run, 3% of a 256-token one). Where speculation does not pay (S ≤ 1) a plain step costs nothing
+  extra and the gap stays at ``min_gap``.
 - :class:`VerifyExploration` runs an occasional speculative iteration at a k whose verify pass length
   (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
   to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
   iterations, at most ``attempts`` tries per length (a lookup drafter may not find that many tokens to
   propose), and only while what exploring has cost, plus what the next one is predicted to cost (the extra
   draft steps and verify tokens at the measured costs), stays within ``budget`` of the run's wall time so
-  far. A dear draft model explores little; free proposals (lookup, suffix) explore every length.
+  far, and what the baselines and exploring cost together stays within ``joint_budget`` (the measured
+  speed-up comes first in a short run). A dear draft model explores little; free proposals (lookup, suffix)
+  explore every length.
 """
 
 from __future__ import annotations
 
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.measurement import MIN_BLOCKS, Measurement
 
 BASELINE_MIN_GAP = 6
 BASELINE_MAX_GAP = 48
-BASELINE_BUDGET = 0.03  # the baselines' share of wall time once the speed-up is known
+BASELINE_BUDGET = 0.03  # the baselines' share of wall time once the measured speed-up exists
+BASELINE_EARLY_BUDGET = 0.045  # the most they may take to give a measured speed-up within the run
 EXPLORE_EVERY = 16
 EXPLORE_ATTEMPTS = 2
 EXPLORE_BUDGET = 0.02  # exploration's share of the wall time
+JOINT_BUDGET = 0.04  # baselines and exploration together
+
+
+def budget_gap(budget: float, steps: int, speedup: float, iteration_cost: float) -> float:
+    """Speculative iterations between baselines of ``steps`` plain steps that keep their share of the wall time
+    at ``budget``, at speed-up ``speedup`` and ``iteration_cost`` plain-step times per speculative iteration."""
+    return steps * ((1.0 - 1.0 / speedup) / budget - 1.0) / iteration_cost
 
 
 class BaselineSchedule:
-    def __init__(self, measurement: Measurement, steps: int, min_gap: int = BASELINE_MIN_GAP,
-                 max_gap: int = BASELINE_MAX_GAP, budget: float = BASELINE_BUDGET):
-        if min_gap < 1 or max_gap < min_gap or not 0.0 < budget < 1.0 or steps < 1:
-            raise ValueError("need steps >= 1, 1 <= min_gap <= max_gap and 0 < budget < 1")
+    def __init__(self, measurement: Measurement, steps: int = 1, min_gap: int = BASELINE_MIN_GAP,
+                 max_gap: int = BASELINE_MAX_GAP, budget: float = BASELINE_BUDGET,
+                 early_budget: float = BASELINE_EARLY_BUDGET, min_blocks: int = MIN_BLOCKS):
+        if (min_gap < 1 or max_gap < min_gap or not 0.0 < budget < 1.0 or not budget <= early_budget < 1.0
+                or steps < 1 or min_blocks < 1):
+            raise ValueError("need steps >= 1, 1 <= min_gap <= max_gap, 0 < budget <= early_budget < 1 and "
+                             "min_blocks >= 1")
         self.measurement = measurement
-        self.steps, self.min_gap, self.max_gap, self.budget = steps, min_gap, max_gap, budget
+        self.steps, self.min_gap, self.max_gap = steps, min_gap, max_gap
+        self.budget, self.early_budget, self.min_blocks = budget, early_budget, min_blocks
 
-    def next_gap(self) -> int:
-        """Speculative iterations until the next baseline."""
+    def speedup(self) -> float | None:
+        """The speed-up the spacing prices plain steps at: speculation's over the recent window against the
+        plain step, else the measured one (None: no plain step timed yet)."""
         est = self.measurement.estimate()
-        if est is None or est.run_measured is None or est.mean_acceptance_length is None:
-            return self.min_gap  # dense until the first measured speed-up
-        s = est.run_measured.value
+        if est is None:
+            return None
+        rough = self.measurement.provisional_speedup()
+        if rough is not None:
+            return rough
+        return est.run_measured.value if est.run_measured is not None else None
+
+    def next_gap(self, since: int = 0, remaining_tokens: int | None = None) -> int:
+        """Speculative iterations from the last baseline (or the run's start) to the next one, asked ``since``
+        speculative iterations after it with ``remaining_tokens`` still to decode (None: unknown)."""
+        est = self.measurement.estimate()
+        s = self.speedup()
+        if s is None or est is None or not est.mean_acceptance_length:
+            return self.min_gap  # nothing known yet: the first block, to get a first estimate
         if s <= 1.0:
-            return self.min_gap
-        cost_in_plain_steps = est.mean_acceptance_length / s  # one iteration, in plain-step times
-        gap = self.steps * ((1.0 - 1.0 / s) / self.budget - 1.0) / cost_in_plain_steps
+            return self.min_gap  # a plain step is the faster way to decode: baselines cost nothing
+        cost = est.mean_acceptance_length / s  # one speculative iteration, in plain-step times
+        gap = budget_gap(self.budget, self.steps, s, cost)
+        more = self.min_blocks - est.blocks - 1  # baselines still needed for a measured speed-up
+        if est.run_measured is None and more > 0 and remaining_tokens is not None:
+            stretch = since + remaining_tokens / est.mean_acceptance_length  # iterations from the last baseline
+            planned = stretch / (more + 1)  # ``more`` baselines split it into more + 1 blocks
+            if planned >= budget_gap(self.early_budget, self.steps, s, cost):  # affordable: interval in the run
+                gap = min(gap, planned)
         return int(min(self.max_gap, max(self.min_gap, round(gap))))
+
+    def due(self, since: int, remaining_tokens: int | None = None) -> bool:
+        """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start)."""
+        return since >= self.next_gap(since, remaining_tokens)
 
 
 class VerifyExploration:
     def __init__(self, measurement: Measurement, k_max: int, every: int = EXPLORE_EVERY,
-                 attempts: int = EXPLORE_ATTEMPTS, budget: float | None = EXPLORE_BUDGET):
+                 attempts: int = EXPLORE_ATTEMPTS, budget: float | None = EXPLORE_BUDGET,
+                 joint_budget: float = JOINT_BUDGET):
         if every < 1 or attempts < 1 or k_max < 1 or (budget is not None and budget <= 0):
             raise ValueError("need every >= 1, attempts >= 1, k_max >= 1 and a budget > 0 (or None: no budget)")
         self.measurement = measurement
         self.k_max, self.every, self.attempts, self.budget = k_max, every, attempts, budget
+        self.joint_budget = joint_budget
         self._since = 0
         self._tried: dict[int, int] = {}
 
@@ -81,7 +126,9 @@ class VerifyExploration:
         slope = (points[longest] - points[min(points)]) / (longest - min(points)) if len(points) > 1 else 0.0
         extra = max(0, other - k)
         predicted = extra * ((c.draft_step_ms or 0.0) + max(slope, 0.0))
-        return est.cost.exploration_ms + predicted <= self.budget * est.cost.wall_ms
+        spent = est.cost.exploration_ms + predicted
+        return (spent <= self.budget * est.cost.wall_ms
+                and spent + est.cost.baseline_ms <= self.joint_budget * est.cost.wall_ms)
 
     def __call__(self, k: int) -> int | None:
         """The k to run this iteration at instead of ``k`` (None: run at ``k``)."""
