@@ -459,7 +459,7 @@ def measure(args: argparse.Namespace) -> None:
     from specscope.core.controls import Controls
     from specscope.core.engine.demo import load_demo_pair
     from specscope.core.engine.speculative import DecodeOptions, Decoder
-    from specscope.core.measure.measurement import run_summary
+    from specscope.core.measure.summary import run_summary
     from specscope.core.records import ControlValues
 
     torch.set_num_threads(args.threads)

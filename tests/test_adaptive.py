@@ -10,8 +10,10 @@ from specscope.core.controls import Controls
 from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.measure.adaptive import CostModelKPolicy, HeuristicKPolicy
-from specscope.core.measure.measurement import Measurement, PositionCounts, monotone_fit
+from specscope.core.measure.estimators import PositionCounts
+from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.schedule import VerifyExploration
+from specscope.core.measure.statistics import monotone_fit
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from tests.loop_helpers import run_fed, show
 from tests.models import perturbed, tiny_model

@@ -10,7 +10,8 @@ from specscope.core.controls import Controls
 from specscope.core.engine.drafters.lookup import PromptLookupDrafter
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
-from specscope.core.measure.measurement import KeyedPositionCounts, Measurement
+from specscope.core.measure.estimators import KeyedPositionCounts
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from tests.loop_helpers import run_fed, show
 from tests.models import tiny_model

@@ -28,8 +28,9 @@ from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
-from specscope.core.measure.measurement import feed_all, replay, run_summary
+from specscope.core.measure.measurement import feed_all, replay
 from specscope.core.measure.snapshot import Estimate
+from specscope.core.measure.summary import run_summary
 from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions

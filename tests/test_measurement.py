@@ -21,14 +21,11 @@ from specscope.core.engine.drafters.base import Drafter, Proposal
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import ControlChange, RunFinished
 from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
-from specscope.core.measure.measurement import (
-    MIN_BLOCKS,
-    Measurement,
-    VerifyCostFit,
-    paired_ratio,
-    run_summary,
-)
+from specscope.core.measure.estimators import VerifyCostFit
+from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.snapshot import Estimate
+from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
+from specscope.core.measure.summary import run_summary
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
 from tests.models import tiny_model
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from specscope.core.attach.client import AttachOptions, AttachResult, attach
 from specscope.core.attach.summary import summarize_attached
-from specscope.core.measure.measurement import MIN_BLOCKS, paired_ratio
+from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
 
 
 @dataclass

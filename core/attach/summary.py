@@ -16,6 +16,7 @@ from typing import Any
 
 from specscope.core.attach.passes import PROMPT_PASS_FLAG
 from specscope.core.measure import measurement
+from specscope.core.measure.summary import run_summary
 from specscope.core.records import IterationRecord
 
 
@@ -33,7 +34,7 @@ def summarize_attached(records: Sequence[IterationRecord]) -> dict[str, Any]:
     """The measurement's run summary over the decode passes, limited to what an engine lets us know
     (no draft/verify split, no cost fit); ``tokens`` counts the prompt pass's token too."""
     decode = decode_records(records)
-    full = measurement.run_summary(decode, estimate=measurement.replay(decode).estimate())
+    full = run_summary(decode, estimate=measurement.replay(decode).estimate())
     out = {key: full[key] for key in ATTACHED_KEYS}
     out["passes"] = len(decode)
     out["tokens"] = sum(r.n_emitted for r in records)

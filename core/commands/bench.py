@@ -47,8 +47,10 @@ from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder, KPolicy, synchronize
 from specscope.core.measure.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
-from specscope.core.measure.measurement import Estimate, Measurement, RatioInterval, paired_ratio, replay, run_summary
+from specscope.core.measure.measurement import Estimate, Measurement, RatioInterval, replay
 from specscope.core.measure.schedule import VerifyExploration
+from specscope.core.measure.statistics import paired_ratio
+from specscope.core.measure.summary import run_summary
 from specscope.core.prompts import Prompt
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.trace.cells import spreadsheet_safe

@@ -41,7 +41,7 @@ def report_run(args: argparse.Namespace, outcome: RunOutcome, description: dict[
     """Print the run (summary or ``--json``), write ``--trace``/``--chrome-trace``, say how it ended; the
     exit code."""
     from specscope.core.measure.busy import BUSY_PREFIX
-    from specscope.core.measure.measurement import run_summary
+    from specscope.core.measure.summary import run_summary
 
     records = outcome.records
     flags = [(r.iteration, f) for r in records for f in r.flags]

@@ -29,7 +29,8 @@ feeds the measurement) and ``speculative.ProposalLengthPolicy`` (``proposal_leng
 from __future__ import annotations
 
 from specscope.core.controls import K_MAX
-from specscope.core.measure.measurement import KeyedPositionCounts, Measurement
+from specscope.core.measure.estimators import KeyedPositionCounts
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 

@@ -35,36 +35,24 @@ Definitions (docs/cost-model.md has the derivations):
 
 from __future__ import annotations
 
-import bisect
-import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
-
-import numpy as np
 
 from specscope.core.controls import K_MAX
 from specscope.core.drafter_catalogue import draft_cost_per_token
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure import costmodel
 from specscope.core.measure.busy import BUSY_PREFIX
+from specscope.core.measure.estimators import POSITION_DECAY, PositionCounts, VerifyCostFit
 from specscope.core.measure.metrics import (
-    acceptance_rate,
-    accepted_histogram,
     checked_proposals,
-    conditional_position_acceptance,
-    inter_token_intervals_ms,
-    per_position_acceptance,
-    percentile,
-    time_to_first_token_ms,
 )
 from specscope.core.measure.snapshot import (
     CONFIDENCE,
     NOT_ENOUGH,
-    VERDICT_MAX_SPREAD,
     Costs,
     CurvePoint,
     Estimate,
@@ -73,6 +61,8 @@ from specscope.core.measure.snapshot import (
     RatioInterval,
     Segment,
 )
+from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
+from specscope.core.measure.verdict import with_verdict
 from specscope.core.records import (
     ATTACHED_MODE,
     JUDGING_MODES,
@@ -85,247 +75,19 @@ from specscope.core.records import (
 )
 
 __all__ = [
-    "CONFIDENCE", "NOT_ENOUGH", "Costs", "CurvePoint", "Estimate", "KeyedPositionCounts", "Measurement",
+    "CONFIDENCE", "NOT_ENOUGH", "Costs", "CurvePoint", "Estimate", "Measurement",
     "MeasurementCost", "PositionCounts", "PositionStat", "RatioInterval", "Segment", "VerifyCostFit",
-    "feed_all", "monotone_fit", "paired_ratio", "replay", "run_summary",
+    "feed_all", "paired_ratio", "replay",
 ]
 
-MIN_BLOCKS = 5  # blocks (adjacent plain/speculative pairs) before a measured speed-up is given (94% at most)
 MIN_BLOCK_ITERATIONS = 2  # a block cut shorter by a control change is dropped
-PASSES_KEPT_PER_LENGTH = 16  # recent verify passes per pass length kept for the fit
 WINDOW = 32  # iterations in the recent window (α window, step costs)
-POSITION_DECAY = 0.98  # per-iteration forgetting of per-position acceptance counts (~50 iterations)
 ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain steps (specscope attach "
                    "--plain-url or --plain-model measures plain requests beside them)")
 TRUSTED_PASSES = 3  # passes of one length before an optimistic score takes its cost as known
-POSITION_PRIOR_WEIGHT = 2.0  # pseudo-counts shrinking a position's acceptance toward the one before it
 
 
 # ---- small statistics ----------------------------------------------------------------------------------
-def signed_rank_cdf(n: int) -> np.ndarray:
-    """P(T <= t), t = 0..n(n+1)/2, for the Wilcoxon signed-rank statistic of n pairs (exact, by counting)."""
-    m = n * (n + 1) // 2
-    counts = np.zeros(m + 1)
-    counts[0] = 1.0
-    for rank in range(1, n + 1):  # each rank is in the positive set or not
-        counts[rank:] = counts[rank:] + counts[: m + 1 - rank].copy()
-    return np.cumsum(counts) / counts.sum()
-
-
-def hodges_lehmann_interval(x: Sequence[float] | np.ndarray,
-                            confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
-    """(centre, lo, hi, achieved confidence): the Hodges-Lehmann centre and its distribution-free interval.
-
-    The interval runs between order statistics of the Walsh averages chosen from the exact signed-rank
-    distribution (Tukey's interval, the one ``wilcoxon`` inverts): its coverage is at least ``confidence``
-    for any distribution symmetric about the centre, however few pairs there are — a bootstrap over 4-8
-    blocks under-covers. With n pairs the highest confidence available is 1 - 2 / 2^n (94% at n = 5).
-    """
-    v = np.sort(np.asarray(x, dtype=float))
-    n = len(v)
-    i, j = np.triu_indices(n)
-    walsh = np.sort((v[i] + v[j]) / 2.0)
-    centre = float(np.median(walsh))
-    cdf = signed_rank_cdf(n)
-    tail = (1.0 - confidence) / 2.0
-    below = np.nonzero(cdf <= tail)[0]
-    # [W_(k), W_(M+1-k)] covers with 1 - 2 P(T <= k-1): cut k-1 = the largest t with P(T <= t) <= tail from
-    # each end; with too few pairs for the confidence asked, the whole range is all there is.
-    cut = int(below[-1]) if len(below) else 0
-    achieved = 1.0 - 2.0 * float(cdf[cut])
-    return centre, float(walsh[cut]), float(walsh[len(walsh) - 1 - cut]), achieved
-
-
-def paired_ratio(ratios: Sequence[float], min_pairs: int = MIN_BLOCKS) -> RatioInterval | None:
-    """The centre and interval of paired ratios (speculative over plain, per block or per bench round).
-
-    Works on logs (a ratio of 2 and of 1/2 are equally far from 1): the Hodges-Lehmann centre, which one
-    outlying pair barely moves, with its distribution-free interval. None with fewer than ``min_pairs``.
-    """
-    logs = np.log([r for r in ratios if r > 0 and math.isfinite(r)])
-    n = len(logs)
-    if n < max(1, min_pairs):
-        return None
-    centre, lo, hi, achieved = hodges_lehmann_interval(logs)
-    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, achieved)
-
-
-def monotone_fit(values_by_length: dict[int, float], weights: dict[int, float] | None = None) -> dict[int, float]:
-    """Values made non-decreasing in length: pool-adjacent-violators, weighted (a longer pass never costs less)."""
-    lengths = sorted(values_by_length)
-    blocks: list[list[float]] = []  # [weighted sum, weight, number of lengths]
-    for n in lengths:
-        w = float(weights.get(n, 1.0)) if weights else 1.0
-        blocks.append([values_by_length[n] * w, w, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, w2, c = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += w2
-            blocks[-1][2] += c
-    fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[2]))]
-    return dict(zip(lengths, fitted, strict=True))
-
-
-class VerifyCostFit:
-    """Verify time by pass length, from every pass measured; monotone, robust, with no extrapolation."""
-
-    def __init__(self, kept_per_length: int = PASSES_KEPT_PER_LENGTH):
-        self.kept = kept_per_length
-        self._passes: dict[int, deque[float]] = {}
-        self._fitted: dict[int, float] | None = None
-        self._lengths: list[int] = []  # the knots' lengths, sorted (with ``_fitted``)
-        self.version = 0  # changes with every pass added: what a cache of anything read from the fit keys on
-
-    def add(self, length: int, ms: float) -> None:
-        if length < 1 or not math.isfinite(ms) or ms < 0:
-            return
-        self._passes.setdefault(length, deque(maxlen=self.kept)).append(ms)
-        self._fitted = None
-        self.version += 1
-
-    def clear(self) -> None:
-        self._passes.clear()
-        self._fitted = None
-        self.version += 1
-
-    @property
-    def points(self) -> dict[int, float]:
-        """Fitted knots: pass length -> ms (non-decreasing)."""
-        if self._fitted is None:
-            medians = {n: float(median(v)) for n, v in self._passes.items() if v}
-            counts = {n: float(len(v)) for n, v in self._passes.items() if v}
-            self._fitted = monotone_fit(medians, counts) if medians else {}
-            self._lengths = sorted(self._fitted)
-        return self._fitted
-
-    @property
-    def max_length(self) -> int:
-        self.points  # noqa: B018 (fits the knots when a pass came since)
-        return self._lengths[-1] if self._lengths else 0
-
-    def passes(self, length: int) -> int:
-        """How many passes of this length the fit keeps."""
-        return len(self._passes.get(length, ()))
-
-    def floor(self, length: int, min_passes: int) -> float | None:
-        """A lower bound on a pass of ``length``: the fit at the longest length up to it measured at least
-        ``min_passes`` times, else at the shortest length measured (the fit never falls with length). One
-        slow pass, or none, at a length then never hides what a longer pass may cost."""
-        pts = self.points
-        if not pts:
-            return None
-        trusted = [n for n in pts if n <= length and self.passes(n) >= min_passes]
-        return pts[max(trusted)] if trusted else pts[min(pts)]
-
-    def __call__(self, length: int) -> float | None:
-        """ms for a pass of this length; None past the longest measured length (or before any data)."""
-        pts = self.points
-        lengths = self._lengths
-        if not pts or length > lengths[-1] or length < 1:
-            return None
-        if length in pts:
-            return pts[length]
-        if length < lengths[0]:
-            return pts[lengths[0]]  # shorter than any measured pass: at most the shortest's cost
-        i = bisect.bisect_right(lengths, length)
-        hi, lo = lengths[i], lengths[i - 1]
-        return pts[lo] + (pts[hi] - pts[lo]) * (length - lo) / (hi - lo)
-
-
-class PositionCounts:
-    """Per-position acceptance counts with exponential forgetting.
-
-    Position i was *reached* when proposals 0..i-1 were accepted and i was drafted (so it was judged), and
-    *accepted* when i was accepted too. Counting only iterations that reached a position keeps the estimate
-    free of the k each iteration used.
-    """
-
-    def __init__(self, decay: float = 1.0):
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
-        self.decay = decay
-        self.reached: list[float] = []
-        self.accepted: list[float] = []
-
-    def add(self, record: IterationRecord) -> None:
-        if record.mode not in JUDGING_MODES or record.n_drafted == 0:
-            return
-        if self.decay < 1.0:
-            self.reached = [x * self.decay for x in self.reached]
-            self.accepted = [x * self.decay for x in self.accepted]
-        judged = checked_proposals(record)
-        while len(self.reached) < judged:
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        for i in range(judged):
-            self.reached[i] += 1.0
-            if i < record.n_accepted:
-                self.accepted[i] += 1.0
-
-    @property
-    def judged(self) -> float:
-        return sum(self.reached)
-
-    @property
-    def pooled(self) -> float | None:
-        """Accepted over judged, all positions together (the iid α)."""
-        judged = sum(self.reached)
-        return sum(self.accepted) / judged if judged > 0 else None
-
-    def depth(self, min_trials: float) -> int:
-        """How many leading positions were reached at least ``min_trials`` times."""
-        d = 0
-        while d < len(self.reached) and self.reached[d] >= min_trials:
-            d += 1
-        return d
-
-    def conditional(self, depth: int, prior: float, prior_weight: float = POSITION_PRIOR_WEIGHT) -> list[float]:
-        """P(accept i | 0..i-1 accepted) for i < depth, each shrunk toward the position before it
-        (position 0 toward ``prior``); a position never reached takes the value of the one before."""
-        out: list[float] = []
-        previous = prior
-        for i in range(depth):
-            reached = self.reached[i] if i < len(self.reached) else 0.0
-            accepted = self.accepted[i] if i < len(self.accepted) else 0.0
-            c = (accepted + prior_weight * previous) / (reached + prior_weight)
-            out.append(c)
-            previous = c
-        return out
-
-
-class KeyedPositionCounts:
-    """Per-position acceptance counts split by a key known when the proposals were made (prompt lookup: the
-    size of the n-gram that matched), with the counts of all keys together as each key's prior.
-
-    A key seen rarely borrows from the pooled counts at the same position, so one early rejection after a
-    1-gram match does not condemn every later 1-gram match, and positions reached only under other keys are
-    still estimated.
-    """
-
-    def __init__(self, decay: float = POSITION_DECAY, prior_weight: float = POSITION_PRIOR_WEIGHT):
-        self.decay = decay
-        self.prior_weight = prior_weight
-        self.pooled = PositionCounts(decay)
-        self.by_key: dict[int, PositionCounts] = {}
-
-    def add(self, key: int, record: IterationRecord) -> None:
-        self.pooled.add(record)
-        self.by_key.setdefault(key, PositionCounts(self.decay)).add(record)
-
-    def conditional(self, key: int, depth: int, prior: float) -> list[float]:
-        """P(accept i | 0..i-1 accepted, key) for i < depth: the key's counts shrunk toward the pooled
-        estimate at the same position (itself shrunk toward the position before it, position 0 toward
-        ``prior``)."""
-        pooled = self.pooled.conditional(depth, self.pooled.pooled if self.pooled.pooled is not None else prior)
-        own = self.by_key.get(key)
-        if own is None:
-            return pooled
-        out: list[float] = []
-        for i in range(depth):
-            reached = own.reached[i] if i < len(own.reached) else 0.0
-            accepted = own.accepted[i] if i < len(own.accepted) else 0.0
-            out.append((accepted + self.prior_weight * pooled[i]) / (reached + self.prior_weight))
-        return out
 
 
 # ---- the owner -----------------------------------------------------------------------------------------
@@ -748,39 +510,7 @@ class Measurement:
             wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
         )
-        return _with_verdict(est, len(self._busy_ratios), len(self._ratios))
-
-
-def _with_verdict(est: Estimate, busy_blocks: int, quiet_blocks: int) -> Estimate:
-    """The snapshot with its verdict: one sentence when speculation measurably loses and the data can carry
-    it, else the reason no verdict is given (or None when there is nothing to say)."""
-    from dataclasses import replace
-
-    m = est.measured
-    if m is None or m.hi >= 1.0:
-        return est
-    if est.adaptive and est.k == 0:
-        sentence = ("Adaptive k chose not to speculate (k = 0): the controller predicts plain decoding is "
-                    f"faster at {est.alpha_text()}; it drafts again when a probe finds acceptance rising")
-    elif busy_blocks > quiet_blocks:
-        sentence = (f"No verdict: not enough quiet data ({busy_blocks} of {busy_blocks + quiet_blocks} blocks "
-                    "ran while the machine was busy)")
-    elif m.spread > VERDICT_MAX_SPREAD:
-        sentence = f"No verdict yet: the interval {m.text()} is too wide to say ({m.n} blocks)"
-    else:
-        c = est.costs
-        parts = [f"Speculation is slower than plain decoding ({m.text()}, {est.measured_scope})"]
-        if c.plain_step_ms and c.draft_step_ms is not None:
-            parts.append(f"a draft step costs {100 * c.draft_step_ms / c.plain_step_ms:.0f}% of a target step")
-        be = est.break_even_alpha(est.k) if est.k else None
-        if be is not None and est.alpha is not None:
-            parts.append(f"break-even α at k={est.k} is {be:.2f}, measured {est.alpha_text()}")
-        if est.best_k and est.best_speedup is not None and est.best_speedup > 1.0:
-            parts.append(f"best k = {est.best_k} (predicted ×{est.best_speedup:.2f})")
-        elif est.best_k == 0:
-            parts.append("the cost model predicts plain decoding is fastest at every k")
-        sentence = "; ".join(parts)
-    return replace(est, verdict=sentence)
+        return with_verdict(est, len(self._busy_ratios), len(self._ratios))
 
 
 def feed_all(events: Iterable[Event],
@@ -799,72 +529,3 @@ def replay(events: Iterable[Event], window: int = WINDOW) -> Measurement:
     return m
 
 
-def _median_or_none(values: Iterable[float]) -> float | None:
-    vs = [v for v in values if math.isfinite(v)]  # an attached engine does not report the split (NaN)
-    return float(median(vs)) if vs else None
-
-
-def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
-                estimate: Estimate | None = None) -> dict[str, Any]:
-    """A whole run in one JSON-ready dict (CLI ``--json``, session.json, bench rows): the records' own counts
-    and distributions, and every rate and speed-up from the snapshot (the same numbers every surface shows)."""
-    spec = [r for r in records if r.mode in JUDGING_MODES]
-    intervals = inter_token_intervals_ms(records)
-    e = estimate
-    cost = e.cost if e else None
-    seg = e.segment if e else None
-    out: dict[str, Any] = {
-        "iterations": len(records),
-        "speculative_iterations": len(spec),
-        "plain_iterations": sum(1 for r in records if r.mode == PLAIN_MODE),
-        "exploration_iterations": sum(1 for r in records if r.explore),
-        "tokens": sum(r.n_emitted for r in records),
-        "drafted": sum(r.n_drafted for r in spec),
-        "accepted": sum(r.n_accepted for r in spec),
-        "judged": e.judged if e else 0,
-        "alpha": e.alpha if e else None,
-        "alpha_window": e.alpha_window if e else None,
-        "alpha_segment": seg.alpha if seg else None,
-        "segment": seg.label if seg else None,
-        "segments": e.segments if e else 0,
-        "acceptance_rate": acceptance_rate(records),
-        "mean_acceptance_length": e.mean_acceptance_length if e else None,
-        "tokens_per_iteration": e.tokens_per_iteration if e else None,
-        "mean_k": (sum(r.n_drafted for r in spec) / len(spec)) if spec else None,
-        "per_position_acceptance": per_position_acceptance(records),
-        "conditional_position_acceptance": conditional_position_acceptance(records),
-        "accepted_histogram": accepted_histogram(records),
-        "tokens_per_s": e.tokens_per_s if e else None,
-        "wall_tokens_per_s": e.wall_tokens_per_s if e else None,
-        "measurement_overhead": cost.share if cost else None,
-        "measurement_overhead_ms": {"bookkeeping": cost.bookkeeping_ms, "baselines": cost.baseline_ms,
-                                    "exploration": cost.exploration_ms, "wall": cost.wall_ms,
-                                    "decode": cost.decode_ms} if cost else None,
-        "prefill_ms": prefill_ms,
-        "ttft_ms": time_to_first_token_ms(records, prefill_ms),
-        "itl_p50_ms": percentile(intervals, 50.0),
-        "itl_p95_ms": percentile(intervals, 95.0),
-        "draft_ms_median": _median_or_none(r.draft_ms for r in spec),
-        "verify_ms_median": _median_or_none(r.verify_ms for r in records),
-        "rollback_ms_median": _median_or_none(r.rollback_ms for r in spec),
-    }
-    out.update({
-        "plain_step_ms": e.costs.plain_step_ms if e else None,
-        "draft_step_ms": e.costs.draft_step_ms if e else None,
-        "draft_iteration_ms": e.costs.draft_iteration_ms if e else None,
-        "fixed_ms": e.costs.fixed_ms if e else None,
-        "verify_ms_by_len": {str(n): ms for n, ms in e.costs.verify_ms_by_len.items()} if e else {},
-        "measured_speedup": e.measured.value if e and e.measured else None,
-        "measured_speedup_lo": e.measured.lo if e and e.measured else None,
-        "measured_speedup_hi": e.measured.hi if e and e.measured else None,
-        "measured_speedup_scope": e.measured_scope if e and e.measured else None,
-        "measured_speedup_blocks": e.blocks if e else 0,
-        "measured_speedup_busy_blocks_left_out": e.blocks_busy if e else 0,
-        "measured_speedup_note": e.measured_reason if e else NOT_ENOUGH,
-        "run_measured_speedup": e.run_measured.value if e and e.run_measured else None,
-        "predicted_speedup": e.predicted_speedup if e else None,
-        "best_k": e.best_k if e else None,
-        "best_k_speedup": e.best_speedup if e else None,
-        "verdict": e.verdict if e else None,
-    })
-    return out

@@ -29,7 +29,8 @@ than speculation at the user's k would have, and that is what these two bound.
 
 from __future__ import annotations
 
-from specscope.core.measure.measurement import MIN_BLOCKS, Measurement
+from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.statistics import MIN_BLOCKS
 
 BASELINE_MIN_GAP = 6
 BASELINE_MAX_GAP = 48
