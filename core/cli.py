@@ -36,8 +36,10 @@ from .cli_checks import (
     file_path,
     print_error,
     progress_line,
+    quiet_signals_while_starting,
     read_text_file,
     silence_stdout,
+    starting_done,
     stdout_failed,
     whole_number,
 )
@@ -466,8 +468,12 @@ def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dic
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
+    try:
+        parser = build_parser()  # imports torch and transformers: seconds
+        args = parser.parse_args(argv)
+    finally:
+        starting_done()
     _Run.session_folder = None
     where = ""
     try:

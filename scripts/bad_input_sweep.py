@@ -1,7 +1,12 @@
 """Drive the command line with the bad input a tired (or hostile) user types, and count tracebacks.
 
-    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 30 minutes on 2 shared cores
+    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 40 minutes on 2 shared cores
     .venv/bin/python scripts/bad_input_sweep.py -k attach  # the cases whose command line holds "attach"
+    .venv/bin/python scripts/bad_input_sweep.py -k signal  # the signal cases; -k read_trace: the trace reader's
+
+Three parts, one line per case: bad input on the command line (below), hostile traces opened with the reader
+the app's Open trace uses (scripts/sweep_traces.py), and signals sent to running commands
+(scripts/sweep_signals.py).
 
 Each case runs ``specscope`` in a subprocess, as a user would, against a tiny target and files made here
 (character devices when this process may make them, a named pipe, a JSON file nested 100,000 deep, ...), and
@@ -23,6 +28,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sweep_signals
+import sweep_traces
 
 from tests.fake_engine import FakeEngine, Script, good_stream, llama_chunk
 from tests.models import save_model_dir, tiny_model, word_tokenizer
@@ -189,9 +198,20 @@ def main() -> int:
             for server in servers.values():
                 server.__exit__()
         replaced = [str(p) for p in specials if not p.exists() or kind(p) != kinds[p]]
-    print(f"\n{len(cases)} cases: {failures} not one sentence with the expected exit code, {tracebacks} tracebacks; "
-          f"{len(specials)} devices and pipes given, {len(replaced)} replaced {replaced or ''}")
-    return 1 if failures or replaced else 0
+        print(f"\n{len(cases)} command-line cases: {failures} not one sentence with the expected exit code, "
+              f"{tracebacks} tracebacks; {len(specials)} devices and pipes given, {len(replaced)} replaced "
+              f"{replaced or ''}\n", flush=True)
+        trace_lines, trace_failures, trace_tracebacks = sweep_traces.run_cases(d / "traces", args.k)
+        print(f"\n{len(trace_lines)} trace-reader cases: {trace_failures} not the expected sentence or warning, "
+              f"{trace_tracebacks} tracebacks\n", flush=True)
+        sweep_signals.make_long_target(d)
+        signal_lines, signal_failures, signal_tracebacks = sweep_signals.run_cases(d, sys.executable, env, args.k)
+        print(f"\n{len(signal_lines)} signal cases: {signal_failures} not one sentence with exit code 130/143 and "
+              f"the work kept, {signal_tracebacks} tracebacks", flush=True)
+    n = len(cases) + len(trace_lines) + len(signal_lines)
+    print(f"\nIn all: {n} cases, {failures + trace_failures + signal_failures} failures, "
+          f"{tracebacks + trace_tracebacks + signal_tracebacks} tracebacks")
+    return 1 if failures or replaced or trace_failures or signal_failures else 0
 
 
 if __name__ == "__main__":

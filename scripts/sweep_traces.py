@@ -108,6 +108,7 @@ def run_cases(root: Path, filter_text: str = "") -> tuple[list[str], int, int]:
         ms = (time.perf_counter() - t0) * 1000
         ok = outcome == case.outcome and case.says in said and "\n" not in said
         failures += not ok
+        said = said.replace(str(root), "{d}/traces")
         line = f"{'ok  ' if ok else 'FAIL'} {outcome:<9} {ms:7.1f} ms | read_trace {case.label} | {said[:150]}"
         print(line, flush=True)
         lines.append(line)

@@ -1,6 +1,6 @@
 """Time every read of the legacy trace reader's cell-level fuzz (tests/trace_cell_fuzz.py) and count outcomes.
 
-    .venv/bin/python scripts/trace_cell_fuzz.py [--rows 2000] [--out docs/trace-cell-fuzz.md]
+    .venv/bin/python scripts/trace_cell_fuzz.py [--rows 100] [--out docs/trace-cell-fuzz.md]
 
 Every column of the three CSVs of two traces (the 0.1.0 autosave form with its JSON columns, and the current
 export form read without its event log) × every hostile value, one cell at a time in a middle row. The traces
@@ -48,7 +48,7 @@ def time_read(main: Path, repeat: int = 3) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=2000, help="iterations of the grown trace")
+    parser.add_argument("--rows", type=int, default=100, help="iterations of the grown trace")
     parser.add_argument("--out", type=Path, default=None, help="also write the report (markdown) here")
     args = parser.parse_args()
     lines: list[str] = []
