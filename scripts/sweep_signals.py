@@ -33,7 +33,7 @@ class SignalCase:
     label: str
     argv: str  # formatted with d (the sweep's folder) and url (a fake server that stalls mid-stream)
     # the signal goes once stderr holds this; "ITERATIONS": once the autosave holds 3; "STALLED": once the fake
-    # server's stream stalls; "NOW": at once (the process is importing torch)
+    # server's stream stalls; "IMPORTING": once torch's libraries are mapped (the command is importing it)
     marker: str
     signals: list[int]
     code: int
@@ -56,9 +56,9 @@ def _file_kept(name: str) -> Callable[[Path], str | None]:
 
 
 CASES = [
-    SignalCase("Ctrl-C while starting (torch imports)", f"run {LONG} --prompt w5 --max-new-tokens 8", "NOW",
+    SignalCase("Ctrl-C while starting (torch imports)", f"run {LONG} --prompt w5 --max-new-tokens 8", "IMPORTING",
                [signal.SIGINT], 130),
-    SignalCase("SIGTERM while starting (torch imports)", f"bench {LONG_BENCH} --out {{d}}/never", "NOW",
+    SignalCase("SIGTERM while starting (torch imports)", f"bench {LONG_BENCH} --out {{d}}/never", "IMPORTING",
                [signal.SIGTERM], 143),
     SignalCase("Ctrl-C while the model loads", f"run {LONG} --prompt w5 --max-new-tokens 8", "Loading",
                [signal.SIGINT], 130),
@@ -84,6 +84,13 @@ CASES = [
 ]
 
 
+def _maps_torch(pid: int) -> bool:
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def _wait_for(proc: subprocess.Popen, marker: str, d: Path, stalled: Script, timeout: float = 300,
               before: frozenset[Path] = frozenset()) -> bytes:
     """Stderr up to the moment to signal; raises TimeoutError (the process is killed) if it never comes.
@@ -93,7 +100,7 @@ def _wait_for(proc: subprocess.Popen, marker: str, d: Path, stalled: Script, tim
     seen = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if marker == "NOW":  # the process has just been started: it is importing
+        if marker == "IMPORTING" and _maps_torch(proc.pid):  # torch's libraries are being loaded
             return seen
         if marker == "ITERATIONS":
             logs = [log for log in (d / "data" / "sessions").glob("*/trace.events.jsonl") if log.parent not in before]
