@@ -1,6 +1,6 @@
 """Drive the command line with the bad input a tired (or hostile) user types, and count tracebacks.
 
-    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 40 minutes on 2 shared cores
+    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 15 minutes on 2 shared cores
     .venv/bin/python scripts/bad_input_sweep.py -k attach  # the cases whose command line holds "attach"
     .venv/bin/python scripts/bad_input_sweep.py -k signal  # the signal cases; -k read_trace: the trace reader's
 
@@ -8,7 +8,10 @@ Three parts, one line per case: bad input on the command line (below), hostile t
 the app's Open trace uses (scripts/sweep_traces.py), and signals sent to running commands
 (scripts/sweep_signals.py).
 
-Each case runs ``specscope`` in a subprocess, as a user would, against a tiny target and files made here
+Each case runs ``specscope`` (``specscope.launcher``, the console script's module) in a process of its own,
+forked from an interpreter that has imported specscope once (tests/warm_python.py: ten seconds of imports paid
+once, not per case; the signal cases start fresh interpreters, since starting is one of their moments), against
+a tiny target and files made here
 (character devices when this process may make them, a named pipe, a JSON file nested 100,000 deep, ...), and
 ``attach`` against a scripted fake server (tests/fake_engine.py). A case passes when it ends with exactly one
 ``specscope: error:`` line, no traceback, exit code 2 (bad input) or 1 (a server fault), and every device and
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -35,6 +37,7 @@ import sweep_traces
 
 from tests.fake_engine import FakeEngine, Script, good_stream, llama_chunk
 from tests.models import save_model_dir, tiny_model, word_tokenizer
+from tests.warm_python import WarmPython
 
 T = "--target {d}/target --drafter lookup --no-chat-template --quiet --max-new-tokens 8"
 CASES = [  # (command line, expected exit code)
@@ -180,21 +183,25 @@ def main() -> int:
             server.__enter__()
         env = dict(os.environ, SPECSCOPE_DATA_DIR=str(d / "data"), OMP_NUM_THREADS="1")
         failures = tracebacks = 0
+        warm = WarmPython()  # each case a process forked from one interpreter that imported specscope once
         try:
             for case, want in cases:
                 line = case.format(d=d, **{name: s.url for name, s in servers.items()})
-                command = f"{shlex.quote(sys.executable)} -m specscope.launcher {line}"
-                done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env,
-                                      stdin=subprocess.DEVNULL, timeout=300)
-                err = done.stderr
+                # the shell's words ($'...' quoting included), then the command in a process of its own
+                argv = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True,
+                                      check=True).stdout.decode().split("\0")[:-1]
+                proc = warm.run(argv, module="specscope.launcher", env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+                _, err = proc.communicate(timeout=300)
                 errors = [ln for ln in err.splitlines() if ln.startswith("specscope: error: ")]
                 traceback = "Traceback" in err or "Exception ignored" in err
                 tracebacks += traceback
-                ok = not traceback and len(errors) == 1 and done.returncode == want and "PASSWORD" not in err
+                ok = not traceback and len(errors) == 1 and proc.returncode == want and "PASSWORD" not in err
                 failures += not ok
                 shown = errors[-1] if errors else (err.strip().splitlines() or ["(no error line)"])[-1]
-                print(f"{'ok  ' if ok else 'FAIL'} exit {done.returncode} | {case} | {shown[:160]}", flush=True)
+                print(f"{'ok  ' if ok else 'FAIL'} exit {proc.returncode} | {case} | {shown[:160]}", flush=True)
         finally:
+            warm.close()
             for server in servers.values():
                 server.__exit__()
         replaced = [str(p) for p in specials if not p.exists() or kind(p) != kinds[p]]
