@@ -8,7 +8,8 @@ are the tests' five sample iterations, and the same grown to ``--rows`` iteratio
 judged on a trace of some size). Prints the outcome counts, the read times (median, 99th percentile, max) per
 trace, and the slowest cases; any outcome other than a trace or a TraceError is listed and fails the script.
 The bound a read must keep: at most 3 times the time to read the same trace unharmed, plus 50 ms (nothing
-a value does may make the reader slower than the file's size explains).
+a value does may make the reader slower than the file's size explains); a read over it is timed again, best
+of 3, since a shared machine pauses a process now and then.
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ def time_read(main: Path, repeat: int = 3) -> float:
     for _ in range(repeat):
         t0 = time.perf_counter()
         read_trace(main)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def time_read_outcome(main: Path, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        read_outcome(main)
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -84,12 +94,16 @@ def main() -> int:
                 dt = time.perf_counter() - t0
                 counts[outcome] += 1
                 times.append(dt)
-                slowest.append((dt, f"{name} {case.label}"))
                 if outcome == "crash":
                     failures.append(f"{name} {case.label}: {message}")
-                if dt > bound:
-                    over += 1
-                    failures.append(f"{name} {case.label}: {dt * 1000:.0f} ms, over the {bound * 1000:.0f} ms bound")
+                if dt > bound:  # timed again (best of 3): a busy machine's pause is not the value's doing
+                    dt = min(dt, time_read_outcome(case.main))
+                    times[-1] = dt
+                    if dt > bound:
+                        over += 1
+                        failures.append(f"{name} {case.label}: {dt * 1000:.0f} ms, over the {bound * 1000:.0f} ms "
+                                        "bound")
+                slowest.append((dt, f"{name} {case.label}"))
             times.sort()
             p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
             say(f"| {name} | {n_it} | {clean * 1000:.1f} | {len(times)} | {counts['read']} | "
