@@ -1,6 +1,6 @@
 """Drive the command line with the bad input a tired (or hostile) user types, and count tracebacks.
 
-    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 15 minutes on 2 shared cores
+    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 20 minutes on 2 busy shared cores
     .venv/bin/python scripts/bad_input_sweep.py -k attach  # the cases whose command line holds "attach"
     .venv/bin/python scripts/bad_input_sweep.py -k signal  # the signal cases; -k read_trace: the trace reader's
 
@@ -199,6 +199,7 @@ def main() -> int:
                 ok = not traceback and len(errors) == 1 and proc.returncode == want and "PASSWORD" not in err
                 failures += not ok
                 shown = errors[-1] if errors else (err.strip().splitlines() or ["(no error line)"])[-1]
+                shown = shown.replace(str(d), "{d}")
                 print(f"{'ok  ' if ok else 'FAIL'} exit {proc.returncode} | {case} | {shown[:160]}", flush=True)
         finally:
             warm.close()
