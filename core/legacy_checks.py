@@ -3,7 +3,7 @@ and the sequence of rows (repeated, reordered or missing iterations, repeated to
 
 Such a trace is a set of CSVs a user may have edited in a spreadsheet; what the reader builds from it is
 replayed through the measurement and may be exported as an event log. So every event it builds must be one the
-event log can hold: ``check_event`` runs it through the event log's own decoder (``core.event_log.decode``), the
+event log can hold: ``check_event`` runs it through the event log's own decoder (``core.trace.event_log.decode``), the
 one owner of each field's range (k from 0 to 16, a temperature from 0 to 10^6, top-p in (0, 1], at most 80
 proposals drafted, so that a replay cannot grow without bound). What the rows say of the run's sequence is
 repaired where it can be — a repeated row dropped, the count said — and every repair is a warning naming the
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
-from specscope.core.event_log import decode
 from specscope.core.events import Event, RunStarted
 from specscope.core.records import BaselineRecord, IterationRecord
+from specscope.core.trace.event_log import decode
 
 Row = TypeVar("Row")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specscope.core.trace import read_trace
+from specscope.core.trace.files import read_trace
 from tests.fake_engine import FakeEngine, Script, good_stream
 
 LONG = "--target {d}/long --drafter lookup --no-chat-template"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.core.trace import TraceError, legacy_stream, read_trace, write_trace
+from specscope.core.trace.files import TraceError, legacy_stream, read_trace, write_trace
 from tests.trace_samples import sample_baselines, sample_records
 
 

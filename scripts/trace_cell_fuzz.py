@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specscope.core.trace import legacy_stream, read_trace, write_trace
+from specscope.core.trace.files import legacy_stream, read_trace, write_trace
 from tests.trace_cell_fuzz import HOSTILE_CELLS, fuzz_cases, read_outcome
 from tests.trace_samples import make_record, sample_baselines, sample_records
 

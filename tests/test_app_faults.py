@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.trace import write_trace
+from specscope.core.trace.files import write_trace
 
 from .app_helpers import make_window, qt_binding_broken
 from .faults import full_disk, leftovers
@@ -64,7 +64,7 @@ def test_export_to_a_full_disk_names_the_path_and_leaves_nothing(qtbot, tmp_path
 
 
 def test_a_session_folder_that_holds_nothing_is_not_offered(qtbot, tmp_path) -> None:
-    from specscope.core.autosave import RUNNING_MARKER
+    from specscope.core.trace.autosave import RUNNING_MARKER
 
     sessions = tmp_path / "data" / "sessions"
     empty = sessions / "20250101-000000-abcdef"
@@ -77,7 +77,7 @@ def test_a_session_folder_that_holds_nothing_is_not_offered(qtbot, tmp_path) -> 
 
 
 def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_path, monkeypatch) -> None:
-    from specscope.core import event_log
+    from specscope.core.trace import event_log
 
     from .app_helpers import load_tiny
 
@@ -107,7 +107,7 @@ def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_pa
 
 def _legacy_trace(tmp_path: Path) -> Path:
     """The CSVs alone (a trace from before the event log), five iterations."""
-    from specscope.core.trace import legacy_stream
+    from specscope.core.trace.files import legacy_stream
 
     from .trace_samples import sample_baselines
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.trace import read_trace
+from specscope.core.trace.files import read_trace
 from tests.fake_engine import FakeEngine, Script, good_stream
 from tests.models import save_model_dir, tiny_model, word_tokenizer
 from tests.warm_python import WarmPython, WarmRun
@@ -192,7 +192,7 @@ def test_a_signal_while_starting_is_one_line_not_an_import_traceback(sig, code) 
     import sys
 
     program = ("import signal, sys\n"
-               "from specscope.core.cli_checks import quiet_signals_while_starting\n"
+               "from specscope.core.commands.cli_checks import quiet_signals_while_starting\n"
                "quiet_signals_while_starting()\n"
                f"signal.raise_signal({int(sig)})\n"
                "print('not reached')\n")
@@ -203,7 +203,7 @@ def test_a_signal_while_starting_is_one_line_not_an_import_traceback(sig, code) 
 
 
 def test_starting_done_gives_ctrl_c_back_to_python() -> None:
-    from specscope.core.cli_checks import quiet_signals_while_starting, starting_done
+    from specscope.core.commands.cli_checks import quiet_signals_while_starting, starting_done
 
     before = signal.getsignal(signal.SIGINT)
     if before is not signal.default_int_handler:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.trace import TraceFormatError, TraceReadError, legacy_stream, read_trace, write_trace
+from specscope.core.trace.files import TraceFormatError, TraceReadError, legacy_stream, read_trace, write_trace
 
 from .trace_cell_fuzz import HOSTILE_CELLS, fuzz_cases, read_outcome
 from .trace_samples import sample_baselines, sample_records

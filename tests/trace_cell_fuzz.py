@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.core.trace import TraceError, read_trace, trace_paths
+from specscope.core.trace.files import TraceError, read_trace, trace_paths
 
 HOSTILE_CELLS: tuple[str, ...] = (
     "", " ", "nan", "NaN", "inf", "-inf", "Infinity", "1e400", "-1e400", "-1", "-0", "0.5", "1e20",

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .baseline import interleaved_baseline
-from .client import (
+from specscope.core.attach.baseline import interleaved_baseline
+from specscope.core.attach.client import (
     MAX_SCRAPE_INTERVAL_S,
     MAX_TIMEOUT_S,
     MIN_SCRAPE_INTERVAL_S,
@@ -24,11 +24,11 @@ from .client import (
     attach,
     check_options,
 )
-from .summary import summarize_attached
+from specscope.core.attach.summary import summarize_attached
 
 if TYPE_CHECKING:
-    from ..cli_checks import Interrupted
-    from ..records import IterationRecord
+    from specscope.core.commands.cli_checks import Interrupted
+    from specscope.core.records import IterationRecord
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -36,7 +36,13 @@ DEFAULT_PROMPT = "List the first twenty prime numbers, separated by commas:"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli_checks import TEMPERATURE, add_max_new_tokens, file_path, finite_number, whole_number
+    from specscope.core.commands.cli_checks import (
+        TEMPERATURE,
+        add_max_new_tokens,
+        file_path,
+        finite_number,
+        whole_number,
+    )
 
     p.add_argument("url", help="the server's root URL, e.g. http://127.0.0.1:8080 or http://[::1]:8080 (a trailing "
                               "/v1 is fine); API key from $SPECSCOPE_API_KEY or $OPENAI_API_KEY")
@@ -59,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _prompt(args: argparse.Namespace) -> str:
-    from ..cli_checks import checked_prompt, read_text_file
+    from specscope.core.commands.cli_checks import checked_prompt, read_text_file
 
     if args.prompt_file is not None:
         return checked_prompt(read_text_file(args.prompt_file, "prompt file"), f"prompt file {args.prompt_file}")
@@ -98,7 +104,7 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
 
 
 def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str | None:
-    from ..trace import TraceError, write_trace
+    from specscope.core.trace.files import TraceError, write_trace
 
     session = dict(result.session)
     session.update(extra)
@@ -112,7 +118,7 @@ def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str
 def main(args: argparse.Namespace) -> int:
     """Exit 2 for bad input (before any request), 1 when the server or the baseline failed or the trace could
     not be written (what arrived is kept and printed), 0 otherwise. Raises CliError for bad input."""
-    from ..cli_checks import CliError, check_writable
+    from specscope.core.commands.cli_checks import CliError, check_writable
 
     prompt = _prompt(args)
     options = AttachOptions(url=args.url, prompt=prompt, model=args.model, max_tokens=args.max_new_tokens,
@@ -136,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)  # before the request, not after it
 
-    from ..cli_checks import Interrupted, SignalGuard
+    from specscope.core.commands.cli_checks import Interrupted, SignalGuard
 
     cancel = _CancelOnSignal()
     arrived: list[IterationRecord] = []
@@ -175,7 +181,7 @@ class _CancelOnSignal:
 
 def _what_arrived(options: AttachOptions, arrived: list[IterationRecord], stopped: Interrupted) -> AttachResult:
     """The result of a request a second signal cut: the records that had arrived, with no engine details."""
-    from .client import base_url, redact_url
+    from specscope.core.attach.client import base_url, redact_url
 
     session: dict[str, Any] = {"engine": "unknown", "url": redact_url(base_url(options.url)),
                                "model": options.model, "error": stopped.reason}
@@ -198,7 +204,7 @@ def _mark_stopped(result: AttachResult, stopped: Interrupted, baseline_out: dict
 def _report(args: argparse.Namespace, result: AttachResult, baseline_out: dict[str, Any] | None,
             extra: dict[str, Any], stopped: Interrupted | None, late: Interrupted | None) -> int:
     """Write the trace, print the summary and the one closing sentence; the exit code."""
-    from ..cli_checks import emit, print_error
+    from specscope.core.commands.cli_checks import emit, print_error
 
     summary = summarize_attached(result.records)
     extra.update({"summary": summary, "final_timings": result.final_timings})
