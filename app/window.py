@@ -111,11 +111,15 @@ SAVE_DELAY_MS = 400  # settings are written this long after the last change (a b
 TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
 
 
+TRACE_OPEN_SUFFIXES = (".events.jsonl", ".session.json")  # beside the iteration CSV: what Open trace lists
+
+
 def is_openable_trace(name: str) -> bool:
-    """A file Open trace lists: an iteration CSV or a session sidecar, not a trace's sibling CSVs, a Chrome
-    trace or a PNG (an export writes all of those next to each other)."""
+    """A file Open trace lists: the event log (``<stem>.events.jsonl``, the trace itself), an iteration CSV or a
+    session sidecar, not a trace's sibling CSVs, a Chrome trace or a PNG (an export writes all of those next to
+    each other)."""
     lower = name.lower()
-    return (lower.endswith(".csv") and not lower.endswith(TRACE_SIBLINGS)) or lower.endswith(".session.json")
+    return (lower.endswith(".csv") and not lower.endswith(TRACE_SIBLINGS)) or lower.endswith(TRACE_OPEN_SUFFIXES)
 
 
 class TraceFileFilter(QSortFilterProxyModel):
@@ -128,7 +132,7 @@ class TraceFileFilter(QSortFilterProxyModel):
 
 
 def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
-    dialog = QFileDialog(parent, "Open trace", folder, "specscope trace (*.csv *.session.json)")
+    dialog = QFileDialog(parent, "Open trace", folder, "specscope trace (*.events.jsonl *.csv *.session.json)")
     dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
     dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # a proxy model needs Qt's own dialog
     dialog.setProxyModel(TraceFileFilter(dialog))
@@ -291,8 +295,12 @@ class MainWindow(QMainWindow):
 
         add_attach_action(self, file_menu)
         file_menu.addSeparator()
-        self._action(file_menu, "Export &trace (CSV + tokens + session JSON)…", self._export_trace_dialog,
-                     QKeySequence("Ctrl+E"))
+        self.export_action = self._action(file_menu, "Export &trace (CSV + tokens + session JSON)…",
+                                          self._export_trace_dialog, QKeySequence("Ctrl+E"))
+        from specscope.app.shortcuts import WindowWideShortcuts
+
+        # Ctrl+E works wherever the focus is: a spin box with the focus used to take it (X11's "end of line")
+        self.window_wide_shortcuts = WindowWideShortcuts(self, [self.export_action])
         self._action(file_menu, "Export &Chrome trace JSON (Perfetto)…", self._export_chrome_dialog)
         self._action(file_menu, "Export plots as &PNG…", self._export_png_dialog)
         file_menu.addSeparator()

@@ -1,9 +1,17 @@
 """Drive the command line with the bad input a tired (or hostile) user types, and count tracebacks.
 
-    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 30 minutes on 2 shared cores
+    .venv/bin/python scripts/bad_input_sweep.py            # every case; about 20 minutes on 2 busy shared cores
     .venv/bin/python scripts/bad_input_sweep.py -k attach  # the cases whose command line holds "attach"
+    .venv/bin/python scripts/bad_input_sweep.py -k signal  # the signal cases; -k read_trace: the trace reader's
 
-Each case runs ``specscope`` in a subprocess, as a user would, against a tiny target and files made here
+Three parts, one line per case: bad input on the command line (below), hostile traces opened with the reader
+the app's Open trace uses (scripts/sweep_traces.py), and signals sent to running commands
+(scripts/sweep_signals.py).
+
+Each case runs ``specscope`` (``specscope.launcher``, the console script's module) in a process of its own,
+forked from an interpreter that has imported specscope once (tests/warm_python.py: ten seconds of imports paid
+once, not per case; the signal cases start fresh interpreters, since starting is one of their moments), against
+a tiny target and files made here
 (character devices when this process may make them, a named pipe, a JSON file nested 100,000 deep, ...), and
 ``attach`` against a scripted fake server (tests/fake_engine.py). A case passes when it ends with exactly one
 ``specscope: error:`` line, no traceback, exit code 2 (bad input) or 1 (a server fault), and every device and
@@ -15,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -23,9 +30,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sweep_signals
+import sweep_traces
 
 from tests.fake_engine import FakeEngine, Script, good_stream, llama_chunk
 from tests.models import save_model_dir, tiny_model, word_tokenizer
+from tests.warm_python import WarmPython
 
 T = "--target {d}/target --drafter lookup --no-chat-template --quiet --max-new-tokens 8"
 CASES = [  # (command line, expected exit code)
@@ -171,27 +183,43 @@ def main() -> int:
             server.__enter__()
         env = dict(os.environ, SPECSCOPE_DATA_DIR=str(d / "data"), OMP_NUM_THREADS="1")
         failures = tracebacks = 0
+        warm = WarmPython()  # each case a process forked from one interpreter that imported specscope once
         try:
             for case, want in cases:
                 line = case.format(d=d, **{name: s.url for name, s in servers.items()})
-                command = f"{shlex.quote(sys.executable)} -m specscope.launcher {line}"
-                done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env,
-                                      stdin=subprocess.DEVNULL, timeout=300)
-                err = done.stderr
+                # the shell's words ($'...' quoting included), then the command in a process of its own
+                argv = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True,
+                                      check=True).stdout.decode().split("\0")[:-1]
+                proc = warm.run(argv, module="specscope.launcher", env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+                _, err = proc.communicate(timeout=300)
                 errors = [ln for ln in err.splitlines() if ln.startswith("specscope: error: ")]
                 traceback = "Traceback" in err or "Exception ignored" in err
                 tracebacks += traceback
-                ok = not traceback and len(errors) == 1 and done.returncode == want and "PASSWORD" not in err
+                ok = not traceback and len(errors) == 1 and proc.returncode == want and "PASSWORD" not in err
                 failures += not ok
                 shown = errors[-1] if errors else (err.strip().splitlines() or ["(no error line)"])[-1]
-                print(f"{'ok  ' if ok else 'FAIL'} exit {done.returncode} | {case} | {shown[:160]}", flush=True)
+                shown = shown.replace(str(d), "{d}")
+                print(f"{'ok  ' if ok else 'FAIL'} exit {proc.returncode} | {case} | {shown[:160]}", flush=True)
         finally:
+            warm.close()
             for server in servers.values():
                 server.__exit__()
         replaced = [str(p) for p in specials if not p.exists() or kind(p) != kinds[p]]
-    print(f"\n{len(cases)} cases: {failures} not one sentence with the expected exit code, {tracebacks} tracebacks; "
-          f"{len(specials)} devices and pipes given, {len(replaced)} replaced {replaced or ''}")
-    return 1 if failures or replaced else 0
+        print(f"\n{len(cases)} command-line cases: {failures} not one sentence with the expected exit code, "
+              f"{tracebacks} tracebacks; {len(specials)} devices and pipes given, {len(replaced)} replaced "
+              f"{replaced or ''}\n", flush=True)
+        trace_lines, trace_failures, trace_tracebacks = sweep_traces.run_cases(d / "traces", args.k)
+        print(f"\n{len(trace_lines)} trace-reader cases: {trace_failures} not the expected sentence or warning, "
+              f"{trace_tracebacks} tracebacks\n", flush=True)
+        sweep_signals.make_long_target(d)
+        signal_lines, signal_failures, signal_tracebacks = sweep_signals.run_cases(d, sys.executable, env, args.k)
+        print(f"\n{len(signal_lines)} signal cases: {signal_failures} not one sentence with exit code 130/143 and "
+              f"the work kept, {signal_tracebacks} tracebacks", flush=True)
+    n = len(cases) + len(trace_lines) + len(signal_lines)
+    print(f"\nIn all: {n} cases, {failures + trace_failures + signal_failures} failures, "
+          f"{tracebacks + trace_tracebacks + signal_tracebacks} tracebacks")
+    return 1 if failures or replaced or trace_failures or signal_failures else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ HEADLESS_COMMANDS = {"run", "bench", "verify", "attach", "serve"}
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in HEADLESS_COMMANDS:
+        from specscope.core.commands.cli_checks import quiet_signals_while_starting
+
+        quiet_signals_while_starting()  # Ctrl-C while torch imports: one line, not a traceback
         from specscope.core.commands.cli import main as cli_main
 
         return cli_main(args)
@@ -31,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> int:
     """Console entry point (``specscope-cli``): headless commands only, with a console on every OS."""
+    from specscope.core.commands.cli_checks import quiet_signals_while_starting
+
+    quiet_signals_while_starting()
     from specscope.core.commands.cli import main as cli_main
 
     return cli_main(sys.argv[1:])

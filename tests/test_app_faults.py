@@ -5,6 +5,7 @@ holds nothing is never offered."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,162 @@ def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_pa
     assert "Export trace" in text
     monkeypatch.setattr(event_log.EventLogAppender, "append", original)
     assert window.export_trace(tmp_path / "kept.csv")  # nothing decoded is lost: it is all still exportable
+
+
+# --- issue 31: a hostile trace opened, an unwritable export path, the shortcut -----------------------------
+
+
+def _legacy_trace(tmp_path: Path) -> Path:
+    """The CSVs alone (a trace from before the event log), five iterations."""
+    from specscope.core.trace.files import legacy_stream
+
+    from .trace_samples import sample_baselines
+
+    paths = write_trace(tmp_path / "run.csv", legacy_stream(sample_records(), sample_baselines(), {}), {"k": 4})
+    paths.events.unlink()
+    return paths.iterations
+
+
+def _set_cell(path: Path, column: str, row: int, value: str) -> None:
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    rows[row + 1][rows[0].index(column)] = value
+    with path.open("w", newline="", encoding="utf-8") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+
+
+HOSTILE_TRACES = {  # what is done to a legacy trace -> what the one sentence says
+    "top5 1e400": (lambda d: _set_cell(d / "run.tokens.csv", "top5", 1, "[[1e400,0.5]]"),
+                   "run.tokens.csv: line 3: column top5:"),
+    "k = -1": (lambda d: _set_cell(d / "run.csv", "k", 1, "-1"), "run.csv: line 3: k = -1 is outside 0..16"),
+    "n_drafted 10^20": (lambda d: _set_cell(d / "run.csv", "n_drafted", 1, "99999999999999999999"),
+                        "n_drafted = 99999999999999999999 is outside 0..80"),
+    "NaN temperature": (lambda d: _set_cell(d / "run.csv", "temperature", 1, "nan"),
+                        "column temperature: 'nan' is not a finite number"),
+    "mode text": (lambda d: _set_cell(d / "run.csv", "mode", 1, "=HYPERLINK(\"x\")"), "is not one of attached"),
+    "tokens file a named pipe": (lambda d: ((d / "run.tokens.csv").unlink(), os.mkfifo(d / "run.tokens.csv")),
+                                 "run.tokens.csv: is a named pipe, not a trace file"),
+    "random bytes": (lambda d: (d / "run.csv").write_bytes(bytes(range(1, 256)) * 40),
+                     "run.csv: not a specscope trace"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_TRACES))
+def test_a_hostile_trace_opened_in_the_window_is_one_sentence(qtbot, tmp_path, case) -> None:
+    window = make_window(qtbot, tmp_path)
+    window.ingest(sample_records())  # a run on screen, which a refused trace must leave alone
+    shown = len(window.data.records)
+    (tmp_path / "t").mkdir()
+    main = _legacy_trace(tmp_path / "t")
+    damage, says = HOSTILE_TRACES[case]
+    damage(main.parent)
+    assert not window.open_trace(main)
+    title, text = window.last_message
+    assert title == "Cannot open trace" and says in text, text
+    assert "\n" not in text and len(text) < 300 and "Error" not in text  # a sentence, not an exception's name
+    assert window.replay_path is None and len(window.data.records) == shown
+
+
+def test_a_trace_with_repeated_rows_opens_with_what_was_repaired(qtbot, tmp_path) -> None:
+    window = make_window(qtbot, tmp_path)
+    main = _legacy_trace(tmp_path)
+    lines = main.read_text(encoding="utf-8").splitlines(keepends=True)
+    main.write_text("".join([lines[0], *lines[1:3] * 300, *lines[3:]]), encoding="utf-8")
+    assert window.open_trace(main)
+    assert len(window.data.records) == len(sample_records())
+    assert "iteration rows repeated an earlier iteration number" in window.banner.label.text()
+
+
+def _unwritable(tmp_path: Path, kind: str) -> Path:
+    from .cli_helpers import char_device
+
+    if kind == "a character device":
+        return char_device(tmp_path / "null.csv")
+    if kind == "a named pipe":
+        os.mkfifo(tmp_path / "pipe.csv")
+        return tmp_path / "pipe.csv"
+    if kind == "a folder":
+        (tmp_path / "folder.csv").mkdir()
+        return tmp_path / "folder.csv"
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x", encoding="utf-8")
+    return blocker / "run.csv"  # under a regular file
+
+
+@pytest.mark.parametrize("kind", ["a character device", "a named pipe", "a folder", "under a file"])
+@pytest.mark.parametrize("export", ["export_trace", "export_chrome_trace"])
+def test_an_unwritable_export_path_is_one_sentence_and_replaces_nothing(qtbot, tmp_path, kind, export) -> None:
+    import stat
+
+    window = make_window(qtbot, tmp_path)
+    window.ingest(sample_records())
+    out = tmp_path / "out"
+    out.mkdir()
+    target = _unwritable(out, kind)
+    before = {p.name: stat.S_IFMT(os.lstat(p).st_mode) for p in out.iterdir()}
+    assert not getattr(window, export)(target)
+    title, text = window.last_message
+    assert title == "Export failed" and "\n" not in text and len(text) < 300, text
+    assert str(target) in text or target.name in text
+    if kind != "under a file":
+        assert f"is {kind}" in text or "Is a directory" in text, text
+    assert {p.name: stat.S_IFMT(os.lstat(p).st_mode) for p in out.iterdir()} == before  # nothing replaced
+    assert leftovers(out) == []
+
+
+class _ClaimsCtrlE:
+    """What a line edit does where the platform binds Ctrl+E to "end of line" (X11's key scheme; this offscreen
+    platform binds nothing to it): it accepts the ShortcutOverride for Ctrl+E, so a window shortcut never sees it."""
+
+    def __init__(self) -> None:
+        from PySide6.QtCore import QObject
+
+        class Filter(QObject):
+            def eventFilter(self, watched, event) -> bool:
+                from PySide6.QtCore import QEvent, Qt
+
+                if event.type() == QEvent.Type.ShortcutOverride and event.key() == Qt.Key.Key_E \
+                        and event.modifiers() == Qt.KeyboardModifier.ControlModifier:
+                    event.accept()
+                    return True
+                return False
+
+        self.filter = Filter()
+
+
+def test_ctrl_e_exports_while_a_spin_box_has_focus(qtbot, tmp_path) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMainWindow
+
+    claims = _ClaimsCtrlE()
+    plain = QMainWindow()  # the emulation does block a window shortcut that is not window-wide
+    qtbot.addWidget(plain)
+    from PySide6.QtGui import QAction, QKeySequence
+    from PySide6.QtWidgets import QSpinBox
+
+    action = QAction("x", plain)
+    action.setShortcut(QKeySequence("Ctrl+E"))
+    plain.addAction(action)
+    other = QSpinBox(plain)
+    plain.setCentralWidget(other)
+    other.installEventFilter(claims.filter)  # the spin box has the focus and hands the event to its line edit
+    plain.show()
+    other.setFocus()
+    qtbot.waitUntil(other.hasFocus, timeout=5000)
+    fired: list[bool] = []
+    action.triggered.connect(lambda: fired.append(True))
+    qtbot.keyClick(other, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert fired == []
+
+    window = make_window(qtbot, tmp_path)
+    spin = window.panel.max_new
+    assert not spin.hasFocus()
+    spin.installEventFilter(claims.filter)  # as the platform's binding would, before the spin box has the focus
+    window.activateWindow()
+    spin.setFocus()
+    qtbot.waitUntil(spin.hasFocus, timeout=5000)
+    with qtbot.waitSignal(window.export_action.triggered, timeout=5000):
+        qtbot.keyClick(spin, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert window.last_message[0] == "Nothing to export"  # the export ran (and found nothing to write)

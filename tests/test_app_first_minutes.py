@@ -72,7 +72,7 @@ def test_open_trace_lists_only_files_it_opens(qtbot, tmp_path):
     assert w.export_trace(tmp_path / "run.csv") and w.export_chrome_trace(tmp_path / "run.json")
     assert w.export_png(tmp_path / "run.png")
     listed = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and is_openable_trace(p.name))
-    assert listed == ["run.csv", "run.session.json"]
+    assert listed == ["run.csv", "run.events.jsonl", "run.session.json"]  # the event log is the trace
     for name in listed:
         assert w.open_trace(tmp_path / name)
 

@@ -180,3 +180,36 @@ def test_a_second_ctrl_c_stops_a_stalled_stream_at_once(warm_python, tmp_path) -
             script.resume.set()
     assert proc.returncode == 130, err
     _kept(tmp_path, one_sentence(err), out)
+
+
+# --- while starting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_starting_is_one_line_not_an_import_traceback(sig, code) -> None:
+    """Starting imports torch and transformers for seconds; a KeyboardInterrupt raised inside an import was a
+    traceback (or transformers' ModuleNotFoundError). The signal is raised here where the imports would be."""
+    import sys
+
+    program = ("import signal, sys\n"
+               "from specscope.core.commands.cli_checks import quiet_signals_while_starting\n"
+               "quiet_signals_while_starting()\n"
+               f"signal.raise_signal({int(sig)})\n"
+               "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == code and done.stdout == ""
+    assert done.stderr == f"specscope: error: {signal.Signals(sig).name} received while starting; nothing was done\n"
+
+
+def test_starting_done_gives_ctrl_c_back_to_python() -> None:
+    from specscope.core.commands.cli_checks import quiet_signals_while_starting, starting_done
+
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        pytest.skip("SIGINT is ignored here (the suite runs as a background job)")
+    quiet_signals_while_starting()
+    assert signal.getsignal(signal.SIGINT) is not before
+    starting_done()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -26,7 +26,9 @@ from specscope.core.commands.cli_checks import (
     add_max_new_tokens,
     file_path,
     print_error,
+    quiet_signals_while_starting,
     silence_stdout,
+    starting_done,
     stdout_failed,
     whole_number,
 )
@@ -111,8 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
+    try:
+        parser = build_parser()  # imports torch and transformers: seconds
+        args = parser.parse_args(argv)
+    finally:
+        starting_done()
     _Run.session_folder = None
     where = ""
     try:

@@ -209,6 +209,35 @@ def silence_stdout() -> None:
 # --- signals --------------------------------------------------------------------------------------------
 
 
+_STARTUP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
+    with suppress(OSError):
+        os.write(2, f"{ERROR_PREFIX}{signal.Signals(signum).name} received while starting; nothing was "
+                    "done\n".encode())
+    os._exit(128 + signum)  # nothing is open or written yet: no cleanup to run
+
+
+def quiet_signals_while_starting() -> None:
+    """Until ``starting_done``: SIGINT or SIGTERM ends the command with one line and exit 130 or 143. Starting
+    imports torch and transformers (seconds); KeyboardInterrupt raised inside an import surfaced as a traceback,
+    or as transformers' ModuleNotFoundError. A signal the shell ignores (a background job) stays ignored."""
+    for s in _STARTUP_SIGNALS:
+        with suppress(ValueError):  # not the main thread
+            if signal.getsignal(s) in (signal.default_int_handler, signal.SIG_DFL):
+                signal.signal(s, _stop_while_starting)
+
+
+def starting_done() -> None:
+    """Signals act as before ``quiet_signals_while_starting``: Ctrl-C raises KeyboardInterrupt again."""
+    for s in _STARTUP_SIGNALS:
+        with suppress(ValueError):
+            if signal.getsignal(s) is _stop_while_starting:
+                signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+
+
+
 class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived during a run. A BaseException, like KeyboardInterrupt, so that no
     ``except Exception`` on the way swallows it."""

@@ -235,7 +235,8 @@ def _attach_tokens(
     records: list[IterationRecord], tokens: list[tuple[int, TokenRecord]], name: str, warnings: list[str]
 ) -> None:
     """Tokens are written grouped by iteration in record order; give each group to the first record with
-    that iteration number that has none yet (iteration numbers repeat only across runs in one file)."""
+    that iteration number that has none yet (the records' numbers are unique by now: ``in_sequence`` dropped
+    repeated ones), and count the rows no record takes."""
     waiting: dict[int, list[IterationRecord]] = {}
     for r in reversed(records):
         waiting.setdefault(r.iteration, []).append(r)
