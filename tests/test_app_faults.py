@@ -107,7 +107,7 @@ def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_pa
 
 def _legacy_trace(tmp_path: Path) -> Path:
     """The CSVs alone (a trace from before the event log), five iterations."""
-    from specscope.core.trace.files import legacy_stream
+    from specscope.core.trace.legacy_csv import legacy_stream
 
     from .trace_samples import sample_baselines
 
