@@ -9,11 +9,9 @@ autosave recorder as the app, so even kill -9 loses at most about the last secon
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,6 @@ from .cli_checks import (
     add_max_new_tokens,
     check_writable,
     checked_prompt,
-    emit,
     file_path,
     print_error,
     read_text_file,
@@ -96,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--trace", type=file_path, help="write the per-iteration trace CSV (+ tokens CSV, session JSON)")
     out.add_argument("--chrome-trace", type=file_path, help="write a Chrome/Perfetto trace JSON")
     out.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    run.add_argument("--remote", metavar="URL", default=None,
+                     help="decode on a worker started with `specscope serve` (the specscope://HOST:PORT/?token=… "
+                          "line it printed) instead of loading a pair here")
 
     from . import bench, verify
 
@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .attach import command as attach_command
 
     attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
+    from .remote.command import add_serve_arguments
+
+    add_serve_arguments(sub.add_parser("serve", help="run the engine headless for `run --remote` and the app "
+                                                     "(prints its URL; one client at a time)"))
     return parser
 
 
@@ -153,10 +157,6 @@ def _progress(quiet: bool):
             print(f"[{fraction * 100:5.1f}%] {message}", file=sys.stderr, flush=True)
 
     return report
-
-
-def _fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
 def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
@@ -281,9 +281,8 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
                        description: dict[str, Any], recorder: Any, guard: SignalGuard) -> int:
     import torch
 
-    from .busy import BUSY_PREFIX
-    from .measurement import run_summary
     from .memory.residency import model_residency
+    from .run_report import RunOutcome, nothing_decoded, report_run
 
     error: str | None = None
     stopped: Interrupted | None = None
@@ -294,8 +293,7 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
             if recorder is not None and recorder.error is not None and not warned:
                 # said at once: the user should know the crash-safety net is off while the run goes on
                 warned = True
-                print(f"specscope: warning: {recorder.error}; the crash-safety net is off for the rest of this "
-                      "run (the run goes on, and --trace still writes at the end)", file=sys.stderr)
+                warn_autosave_off(recorder)
     except Interrupted as exc:  # a second signal: the step under way was cut
         stopped = exc
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a model failing mid-run: keep the trace
@@ -314,154 +312,23 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
     result = session.result
     if result is None:  # the signal came before the loop began
         assert stopped is not None
-        raise CliError(f"{stopped.signal_name} received before decoding began; nothing was decoded",
-                       exit_code=stopped.exit_code)
-    records = session.records
-    # how the run ended is the stream's RunFinished (a stop by signal says interrupted or terminated)
-    result.finish_reason = session.finished.reason if session.finished is not None else result.finish_reason
-
+        raise nothing_decoded(stopped)
     residency = {"target": model_residency(pair.target.model, pair.target.device, "target")}
     if pair.draft is not None:
         residency["draft"] = model_residency(pair.draft.model, pair.draft.device, "draft")
-    flags = [(r.iteration, f) for r in records for f in r.flags]
-    estimate = session.measurement.estimate()
-    summary = run_summary(records, prefill_ms=session.decoder.prefill_ms, estimate=estimate)
-
-    trace_error: str | None = None
-    if args.trace is not None or args.chrome_trace is not None:
-        trace_error = _write_traces(args, session.events, description, recorder)
-
-    if args.json:
-        out = {
-            "token_ids": result.token_ids,
-            "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
-            "finish_reason": result.finish_reason,
-            "metrics": summary,
-            "residency": {name: {"bytes_by_device": r.bytes_by_device, "warnings": r.warnings}
-                          for name, r in residency.items()},
-            "paging_flags": [{"iteration": i, "sentence": s} for i, s in flags if not s.startswith(BUSY_PREFIX)],
-            "busy_flags": [{"iteration": i, "sentence": s} for i, s in flags if s.startswith(BUSY_PREFIX)],
-            "session_folder": str(recorder.folder) if recorder is not None else None,
-            "autosave_error": recorder.error if recorder is not None else None,
-            "drill_events": [asdict(e) for e in session.drill_events],
-            "error": error or trace_error or (stopped.reason if stopped is not None else None),
-        }
-        emit(json.dumps(out, indent=None, default=str))
-    else:
-        emit(pair.tokenizer.decode(result.token_ids, skip_special_tokens=True) + "\n\n"
-             + _summary_text(args, pair, result, summary, estimate, residency, flags, session.drill_events))
-    if stopped is None and guard.late is not None:
-        print_error(f"{guard.late.signal_name} received after the run ended; its results above are complete")
-        return guard.late.exit_code
-    if stopped is not None:
-        n_it, n_tok = len(records), len(result.token_ids)
-        print_error(f"stopped by {stopped.signal_name} after {n_it} iteration{'s' * (n_it != 1)} "
-                    f"({n_tok} token{'s' * (n_tok != 1)}); what was decoded is kept"
-                    + (f" in {recorder.folder}" if recorder is not None else ""))
-        return stopped.exit_code
-    if error is not None:
-        print_error(error)
-        return EXIT_FAILURE
-    if trace_error is not None:
-        print_error(trace_error)
-        return EXIT_FAILURE
-    return 0
+    outcome = RunOutcome(
+        token_ids=result.token_ids, text=pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
+        # how the run ended is the stream's RunFinished (a stop by signal says interrupted or terminated)
+        finish_reason=session.finished.reason if session.finished is not None else result.finish_reason,
+        records=session.records, events=session.events, drill_events=session.drill_events,
+        prefill_ms=session.decoder.prefill_ms, estimate=session.measurement.estimate(),
+        drafter_kind=pair.drafter_kind, residency=residency)
+    return report_run(args, outcome, description, recorder, error=error, stopped=stopped, late=guard.late)
 
 
-def _write_traces(args: argparse.Namespace, events: list[Any], session: dict[str, Any],
-                  recorder: Any) -> str | None:
-    """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
-    the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
-    from .chrome_trace import write_chrome_trace
-    from .trace import TraceError, write_trace
-
-    saved = recorder is not None and recorder.error is None
-    problems: list[str] = []
-    if args.trace is not None:
-        try:
-            paths = write_trace(Path(args.trace), events, session=session)
-            if not args.json and not args.quiet:
-                print(f"trace written: {paths.events} (the event stream) and {paths.iterations} (+ tokens, "
-                      "session) for spreadsheets", file=sys.stderr)
-        except (TraceError, OSError) as exc:
-            where = f"; the whole trace is in {recorder.folder}" if saved else ""
-            problems.append(f"could not write the trace: {exc}{where}")
-    if args.chrome_trace is not None:
-        try:
-            write_chrome_trace(Path(args.chrome_trace), events, session=session)
-        except (TraceError, OSError) as exc:
-            fallback = ""
-            if recorder is not None:
-                with_name = recorder.folder / "trace.chrome.json"
-                try:
-                    write_chrome_trace(with_name, events, session=session)
-                    fallback = f"; saved it to {with_name} instead"
-                except (TraceError, OSError):
-                    pass
-            problems.append(f"could not write the chrome trace: {exc}{fallback}")
-    return "; ".join(problems) or None
-
-
-def _overhead_text(estimate: Any) -> str:
-    cost = estimate.cost
-    if cost is None:
-        return "measurement overhead —"
-    return (f"{cost.text()} (bookkeeping {cost.bookkeeping_ms:.0f} ms, baselines {cost.baseline_ms:.0f} ms, "
-            f"exploration {cost.exploration_ms:.0f} ms of {cost.wall_ms / 1000.0:.1f} s)")
-
-
-def _summary_text(args: argparse.Namespace, pair: Any, result: Any, summary: dict[str, Any], estimate: Any,
-                  residency: dict[str, Any], flags: list[tuple[int, str]], drills: Sequence[Any] = ()) -> str:
-    """The run in words; every number is ``run_summary``'s or the measurement's estimate's."""
-    from .busy import BUSY_PREFIX
-    from .memory.residency import format_residency
-
-    s = summary
-    lines = ["── specscope run " + "─" * 50]
-    mode = "plain decoding (target only)" if args.plain else f"speculative, drafter {pair.drafter_kind}"
-    lines.append(f"mode          {mode}; finish: {result.finish_reason}")
-    lines.append(f"tokens        {s['tokens']} in {s['iterations']} iterations "
-                 f"({_fmt(s['tokens_per_iteration'], '.2f')} per iteration); prefill "
-                 f"{_fmt(s['prefill_ms'], '.1f', ' ms')}")
-    if estimate is not None:
-        lines.append(f"speed         {estimate.rates_text()}; {_overhead_text(estimate)}")
-    if not args.plain and estimate is not None:
-        lines.append(f"acceptance    {estimate.alpha_text()} ({s['accepted']} accepted of {s['judged']} judged, "
-                     f"{s['drafted']} drafted); mean acceptance length {_fmt(s['mean_acceptance_length'], '.2f')}")
-        draft = (f"draft step {_fmt(s['draft_step_ms'], '.2f', ' ms')}" if s["draft_step_ms"] is not None
-                 else f"draft {_fmt(s['draft_iteration_ms'], '.2f', ' ms')} per iteration")
-        lines.append(f"costs         {draft}, plain step {_fmt(s['plain_step_ms'], '.2f', ' ms')}, "
-                     f"verify {_fmt(s['verify_ms_median'], '.2f', ' ms')}, "
-                     f"rollback {_fmt(s['rollback_ms_median'], '.3f', ' ms')} (medians)")
-        left_out = f" ({estimate.blocks_busy} machine-busy blocks left out)" if estimate.blocks_busy else ""
-        measured = (f"measured {estimate.speedup_text()} over {estimate.blocks} interleaved plain/speculative "
-                    f"blocks{left_out}" if estimate.measured else f"measured: {estimate.measured_reason}")
-        lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
-                     f"at k={estimate.k}")
-        lines.append(f"best k        {estimate.best_k_text()}")
-        if estimate.controller_text():
-            lines.append(f"              {estimate.controller_text()}")
-        if estimate.verdict:
-            lines.append(f"              {estimate.verdict}")
-    for name, r in residency.items():
-        lines.append(f"residency     {format_residency(name, r)}")
-        for w in r.warnings:
-            lines.append(f"  warning     {w}")
-    for event in drills:
-        lines.append(f"drill         before iteration {event.before_iteration}: {event.label}")
-    busy = [(it, f) for it, f in flags if f.startswith(BUSY_PREFIX)]
-    paging = [(it, f) for it, f in flags if not f.startswith(BUSY_PREFIX)]
-    for label, flagged in (("machine busy", busy), ("paging", paging)):
-        if not flagged:
-            continue
-        lines.append(f"{label:<14}{len(flagged)} flagged iteration(s):")
-        for it, sentence in flagged[:8]:
-            lines.append(f"  iter {it:>4}   {sentence}")
-        if len(flagged) > 8:
-            lines.append(f"  … and {len(flagged) - 8} more (see the trace's flags column)")
-    if not paging:
-        lines.append("paging        no slow iterations flagged")
-    return "\n".join(lines)
+def warn_autosave_off(recorder: Any) -> None:
+    print(f"specscope: warning: {recorder.error}; the crash-safety net is off for the rest of this "
+          "run (the run goes on, and --trace still writes at the end)", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -494,7 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
+        if args.remote is not None:
+            from .remote.command import cmd_run_remote
+
+            return cmd_run_remote(args)
         return cmd_run(args)
+    if args.command == "serve":
+        from .remote.command import cmd_serve
+
+        return cmd_serve(args)
     if args.command == "bench":
         from . import bench
 

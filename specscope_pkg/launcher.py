@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 # The CLI's subcommands (core/cli.py's parser; a test checks the two agree). A name missing here opens the app,
 # which then rejects the command's arguments as its own.
-HEADLESS_COMMANDS = {"run", "bench", "verify", "attach"}
+HEADLESS_COMMANDS = {"run", "bench", "verify", "attach", "serve"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_main(args)
     if args and args[0] in {"-h", "--help"} and len(args) == 1:
         print("usage: specscope [APP OPTIONS]                  open the desktop app (see specscope --app-help)\n"
-              "       specscope run|bench|verify|attach ...  headless commands (specscope run --help)")
+              "       specscope run|bench|verify|attach|serve ...  headless commands (specscope run --help)")
         return 0
     from specscope.app.main import main as app_main
 

@@ -1,0 +1,10 @@
+"""The engine in a process of its own: ``specscope serve`` and the clients of its event stream (no Qt here).
+
+- ``url``: ``specscope://HOST:PORT/?token=…`` parsed and formatted (the token kept out of logs).
+- ``protocol``: JSON lines with bounds; message builders; events as the event log writes them.
+- ``server``: the worker (one pair, one client at a time, a session per start).
+- ``client``: connect, start runs, iterate their events, send controls from any thread.
+- ``received``: a received run fed through the one owner (the client's ``Session`` equivalent).
+- ``spawn``: a local worker process for the app's own runs.
+- ``command``: the CLI's ``serve`` and ``run --remote``.
+"""

@@ -1,0 +1,321 @@
+"""``specscope serve`` and ``specscope run --remote URL``.
+
+``serve`` loads the pair (the model options of ``run``), prints one line, the worker's URL with its token, and
+serves until SIGINT or SIGTERM. ``run --remote`` decodes on that worker and prints and writes exactly what a
+local run does: the received events feed the client's own measurement (``received.ReceivedRun``), the autosave
+recorder is a sink of that path as it is of a local session, and ``--trace`` writes the same stream. Exit 2 for
+what the user can fix (a bad URL, a wrong or missing token, a busy worker, a start it refused), 1 when the worker
+is lost mid-run (what arrived is kept), 128+N after a signal (the run on the worker stopped at an iteration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from dataclasses import fields
+from types import FrameType, SimpleNamespace
+from typing import Any
+
+from specscope.core.cli_checks import CliError, Interrupted, SignalGuard, emit
+from specscope.core.controls import Controls
+from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
+from specscope.core.remote.options import session_options_to_data
+from specscope.core.remote.received import ReceivedRun
+from specscope.core.remote.url import BadWorkerUrl, parse_worker_url
+
+# run's model options name a pair; with --remote the worker's pair decodes
+_PAIR_OPTIONS = ("target", "draft", "demo", "drafter")
+
+
+# ---- serve ------------------------------------------------------------------------------------------------
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from specscope.core.cli_checks import whole_number
+    from specscope.core.models import add_pair_arguments
+
+    add_pair_arguments(parser)
+    g = parser.add_argument_group("serving")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: reach it from elsewhere through an ssh tunnel)")
+    g.add_argument("--port", type=whole_number(0, 65535), default=7777, help="port (0 = any free port)")
+    g.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from specscope.core.cli import _progress, _quiet_libraries
+    from specscope.core.models import ModelLoadError, load_pair, spec_from_args
+    from specscope.core.remote.server import WorkerServer
+
+    if args.quiet:
+        _quiet_libraries()
+    try:
+        pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        server = WorkerServer(pair, args.host, args.port,
+                              log=(lambda _m: None) if args.quiet else _log)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.shutdown()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        emit(server.address.url() + "\n")  # the one line on stdout; the token is in it, and nowhere else
+        sys.stdout.flush()
+        if not args.quiet:
+            _log(f"serving {pair.description or pair.target.name} on {server.address.netloc}; "
+                 "one client at a time; Ctrl-C stops")
+        from specscope.core.collector import loaded_objects_frozen
+
+        with loaded_objects_frozen():
+            server.serve_forever()
+    finally:
+        server.close()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return 0
+
+
+def _log(message: str) -> None:
+    print(f"specscope serve: {message}", file=sys.stderr, flush=True)
+
+
+# ---- run --remote -----------------------------------------------------------------------------------------
+class _StopForwarder(Controls):
+    """What the CLI's signal guard stops: the first Ctrl-C asks the worker to stop at its next iteration.
+
+    The guard calls ``stop_soon`` from a signal handler on the reading thread, so the stop is sent by a
+    thread of its own (the handler only sets an event no other code on that thread holds)."""
+
+    def __init__(self, client: WorkerClient):
+        super().__init__()
+        self.client = client
+        self.asked = threading.Event()
+        self.done = False
+        self.thread = threading.Thread(target=self._forward, name="specscope-remote-stop", daemon=True)
+        self.thread.start()
+
+    def stop_soon(self, reason: str = "stop") -> None:
+        super().stop_soon(reason)
+        self.asked.set()
+
+    def _forward(self) -> None:
+        self.asked.wait()
+        if not self.done:
+            with contextlib.suppress(WorkerLost):
+                self.client.stop(self.stop_reason)  # interrupted or terminated, as a local run's stream says
+
+    def finish(self) -> None:
+        self.done = True
+        self.asked.set()
+        self.thread.join()
+
+
+def _refuse_pair_options(args: argparse.Namespace) -> None:
+    given = [f"--{name}" for name in _PAIR_OPTIONS if getattr(args, name, None)]
+    if given:
+        raise CliError(f"--remote decodes with the worker's pair: leave out {', '.join(given)} (give the model "
+                       "options to `specscope serve`)")
+
+
+def remote_description(args: argparse.Namespace, client: WorkerClient) -> dict[str, Any]:
+    """The session description a local run writes (``cli.session_description``), from the worker's welcome;
+    the worker's address without its token."""
+    from specscope.core.cli import session_description
+
+    info = client.worker_info.get("pair") or {}
+    text = {k: info.get(k) for k in ("target", "target_source", "target_device", "target_dtype", "draft_device")}
+    draft = info.get("draft")
+    pair = SimpleNamespace(
+        target=SimpleNamespace(name=text["target"], source=text["target_source"], device=text["target_device"],
+                               dtype=text["target_dtype"]),
+        draft=SimpleNamespace(name=draft, device=text["draft_device"]) if draft else None,
+        drafter_kind=info.get("drafter"))
+    description = session_description(args, pair)
+    description["worker"] = client.address.redacted()
+    return description
+
+
+def cmd_run_remote(args: argparse.Namespace) -> int:
+    from specscope.core.cli import _controls, _drill, _prompt_text, _quiet_libraries
+    from specscope.core.cli_checks import check_writable
+    from specscope.core.kinds import adaptive_k_default, default_k
+    from specscope.core.session import SessionOptions
+
+    _refuse_pair_options(args)
+    try:
+        address = parse_worker_url(args.remote)
+    except BadWorkerUrl as exc:
+        raise CliError(f"--remote: {exc}") from None
+    if args.trace is not None:
+        check_writable(args.trace, "--trace", trace=True)
+    if args.chrome_trace is not None:
+        check_writable(args.chrome_trace, "--chrome-trace")
+    quiet = bool(args.quiet or args.json)
+    if quiet:
+        _quiet_libraries()
+    try:
+        client = WorkerClient.connect(address)
+    except WorkerRefused as exc:
+        raise CliError(str(exc).rstrip(".")) from None
+    try:
+        info = client.worker_info.get("pair") or {}
+        drafter = str(info.get("drafter") or "model")
+        args.demo = info.get("target") == "demo"  # the demo's prompt when none is given, as a local --demo run
+        args.drafter = drafter
+        if args.adaptive_k is None:
+            args.adaptive_k = adaptive_k_default(drafter)
+        if args.k is None:
+            args.k = default_k(drafter)
+        controls = _controls(args)
+        drill = _drill(args)
+        text = _prompt_text(args)
+        options = session_options_to_data(SessionOptions(
+            max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
+            baseline_every=args.baseline_every, explore_every=args.explore_every, drill=drill))
+        description = remote_description(args, client)
+        description.update(prompt=text, pair_description=str(info.get("description") or ""))
+        forwarder = _StopForwarder(client)
+        try:
+            with SignalGuard(forwarder).installed() as guard:
+                return _receive_and_report(args, client, controls, options, text, description, guard, quiet)
+        finally:
+            forwarder.finish()
+    finally:
+        client.close()
+
+
+class _LazyRecorder:
+    """The autosave recorder, started when the run's first event arrives (a start the worker refuses leaves
+    no empty session folder behind); a sink of the received run, as the recorder is of a local session."""
+
+    def __init__(self, description: dict[str, Any], quiet: bool):
+        self.description = description
+        self.quiet = quiet
+        self.recorder: Any = None
+        self.started = False
+
+    def __call__(self, event: Any, snapshot: object = None) -> None:
+        if not self.started:
+            from specscope.core.cli import _Run, _start_recorder
+
+            self.started = True
+            self.recorder = _start_recorder(self.description, self.quiet)
+            _Run.session_folder = self.recorder.folder if self.recorder is not None else None
+        if self.recorder is not None:
+            self.recorder(event, snapshot)
+
+
+def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls: Controls,
+                        options: dict[str, Any], text: str, description: dict[str, Any], guard: SignalGuard,
+                        quiet: bool) -> int:
+    from specscope.core.cli import warn_autosave_off
+    from specscope.core.events import RunStarted
+    from specscope.core.run_report import RunOutcome, nothing_decoded, report_run
+
+    lazy = _LazyRecorder(description, quiet)
+    received = ReceivedRun(sinks=[lazy])
+    error: str | None = None
+    stopped: Interrupted | None = None
+    warned = False
+    try:
+        stream = client.start(text, controls.values, options, chat=False if args.no_chat_template else None)
+        for event in stream:
+            received.feed(event)
+            if isinstance(event, RunStarted):
+                _note_context(client, event, quiet)
+            recorder = lazy.recorder
+            if recorder is not None and recorder.error is not None and not warned:
+                warned = True
+                warn_autosave_off(recorder)
+    except WorkerRefused as exc:  # the worker refused the start (a prompt too long, a control out of range)
+        raise CliError(str(exc).rstrip(".")) from None
+    except WorkerLost as exc:
+        error = f"{str(exc).rstrip('.')}; what arrived is kept"
+    except Interrupted as exc:  # a second signal: leave at once; closing the connection stops the run there
+        stopped = exc
+        client.close()
+    finally:
+        guard.raising = False  # from here a signal waits until the results are written
+        if stopped is None and guard.pending is not None:
+            if received.finished is not None and received.finished.reason not in ("stop", "interrupted",
+                                                                                  "terminated"):
+                guard.late = guard.late or guard.pending  # the run had ended by itself: its results are whole
+            else:
+                stopped = guard.pending
+        recorder = lazy.recorder
+        if recorder is not None:
+            recorder.close(ok=error is None and stopped is None,
+                           reason=stopped.reason if stopped is not None else "error" if error else "")
+    if received.started is None:
+        if stopped is not None:
+            raise nothing_decoded(stopped)
+        raise CliError(f"{error or 'the worker sent no run'}; nothing was decoded", exit_code=1)
+    result = client.result or {}
+    token_ids = result.get("token_ids")
+    if not isinstance(token_ids, list) or not all(isinstance(t, int) for t in token_ids):
+        token_ids = received.token_ids()  # the worker was lost before its result: the tokens that arrived
+    out_text = result.get("text")
+    if not isinstance(out_text, str):
+        out_text = received.token_text()
+    outcome = RunOutcome(
+        token_ids=token_ids, text=out_text,
+        finish_reason=received.finished.reason if received.finished is not None else "error",
+        records=received.records, events=received.events, drill_events=received.drill_events,
+        prefill_ms=received.prefill_ms, estimate=received.measurement.estimate(),
+        drafter_kind=str(args.drafter), residency=residency_from_data(result.get("residency")))
+    return report_run(args, outcome, description, lazy.recorder, error=error, stopped=stopped,
+                      late=guard.late)
+
+
+def _note_context(client: WorkerClient, started: Any, quiet: bool) -> None:
+    """The local run's note when the context window will stop the run before --max-new-tokens."""
+    from specscope.core.cli import _check_context
+
+    info = client.worker_info.get("pair") or {}
+    window = info.get("context_window")
+    pair = SimpleNamespace(context_window=window if isinstance(window, int) else None,
+                           target=SimpleNamespace(name=info.get("target")))
+    with contextlib.suppress(CliError):  # the worker checked the prompt's length before it started
+        _check_context(pair, max(1, started.prompt_tokens), started.max_new_tokens, quiet)
+
+
+def residency_from_data(data: Any) -> dict[str, Any]:
+    """The worker's residency report (its ``result`` message) as ``Residency`` objects; a field of the wrong
+    type drops that model's report (the summary then has no residency line for it)."""
+    from specscope.core.memory.residency import Residency
+
+    out: dict[str, Any] = {}
+    if not isinstance(data, dict):
+        return out
+    defaults = Residency()
+    for model in ("target", "draft"):
+        values = data.get(model)
+        if not isinstance(values, dict):
+            continue
+        kept: dict[str, Any] = {}
+        for f in fields(Residency):
+            if f.name not in values:
+                continue
+            value, default = values[f.name], getattr(defaults, f.name)
+            if type(value) is not type(default) or not _plain(value):
+                break
+            kept[f.name] = value
+        else:
+            out[model] = Residency(**kept)
+    return out
+
+
+def _plain(value: Any) -> bool:
+    """Numbers, text, and lists or string-keyed maps of them: what a residency report holds."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and isinstance(v, (int, str)) for k, v in value.items())
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return isinstance(value, (int, str))
+

@@ -1,0 +1,433 @@
+"""The worker: one loaded pair, one client at a time, a ``core.session.Session`` per ``start``.
+
+The pair is loaded once. An accepted connection must say ``hello`` with the token (compared in constant time
+with ``hmac.compare_digest``) within the handshake timeout; it then becomes the one client, and a second one
+is refused with a sentence. Each ``start`` runs a session on a thread of its own whose sink sends every event
+the moment it is emitted (the event only: the client feeds its own measurement); the connection's thread
+meanwhile reads controls and hands them to the session's ``Controls``, which the loop reads between
+iterations. A message that breaks the protocol ends the connection with a ``bye`` saying why; the client
+leaving stops its run. Nothing in a message is executed: every field is type- and range-checked data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import secrets
+import selectors
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from specscope import __version__
+from specscope.core.controls import Controls, InvalidControl
+from specscope.core.events import Event
+from specscope.core.remote import protocol
+from specscope.core.remote.options import session_options_from_data
+from specscope.core.remote.protocol import ProtocolError
+from specscope.core.remote.url import WorkerAddress
+
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_PENDING_HANDSHAKES = 8
+LINGER_S = 1.0  # a refused peer gets this long to read its bye before the socket closes
+MAX_PROMPT_CHARS = 1 << 20
+STOP_REASONS = frozenset({"stop", "interrupted", "terminated"})  # what a run's RunFinished may say after a stop
+
+Log = Callable[[str], None]
+
+
+def _stderr_log(message: str) -> None:
+    print(f"specscope serve: {message}", file=sys.stderr, flush=True)
+
+
+def pair_info(pair: Any) -> dict[str, Any]:
+    """What the welcome says about the loaded pair: what a client's session description needs."""
+    draft = pair.draft
+    return {
+        "target": str(pair.target.name), "target_source": str(pair.target.source),
+        "target_device": str(pair.target.device),
+        "target_dtype": str(pair.target.dtype).replace("torch.", ""),
+        "draft": str(draft.name) if draft is not None else None,
+        "draft_device": str(draft.device) if draft is not None else None,
+        "drafter": str(pair.drafter_kind), "description": str(getattr(pair, "description", "") or ""),
+        "context_window": pair.context_window, "use_chat_template": bool(pair.use_chat_template),
+    }
+
+
+def _close_gently(sock: socket.socket) -> None:
+    """Close after the peer has had a moment to read what was sent (a reset would throw it away)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(LINGER_S)
+        while sock.recv(1 << 16):
+            pass
+    sock.close()
+
+
+class WorkerServer:
+    """Serve ``pair`` on ``host:port`` (0 = a free port); :attr:`address` holds the real port and the token."""
+
+    def __init__(self, pair: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None, *,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, log: Log = _stderr_log):
+        self.pair = pair
+        self.token = token or secrets.token_urlsafe(24)
+        self.handshake_timeout_s = handshake_timeout_s
+        self.log = log
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family)
+        self.address = WorkerAddress(host, self._listener.getsockname()[1], self.token)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stopping = threading.Event()
+        self._lock = threading.Condition()
+        self._client: _Connection | None = None
+        self._threads: list[threading.Thread] = []
+        self.info = {"pair": pair_info(pair), "device": str(pair.target.device), "pid": os.getpid(),
+                     "version": __version__}
+
+    # ---- accepting --------------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        """Accept connections until :meth:`shutdown`; then stop the run under way and say bye."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in selector.select():
+                    if key.fileobj is self._listener and not self._stopping.is_set():
+                        self._accept()
+        self._finish()
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self._listener.accept()
+        except OSError:
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        if len(self._threads) >= MAX_PENDING_HANDSHAKES + 1:
+            self._refuse(sock, "The worker has too many connections waiting; try again in a moment.")
+            return
+        connection = _Connection(self, sock, f"{peer[0]}:{peer[1]}")
+        thread = threading.Thread(target=connection.serve, name="specscope-worker-connection", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _refuse(self, sock: socket.socket, reason: str) -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(protocol.encode_message(protocol.bye(reason)))
+        thread = threading.Thread(target=_close_gently, args=(sock,), name="specscope-worker-refuse", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def claim(self, connection: _Connection) -> bool:
+        """Make ``connection`` the one client; False when another one is."""
+        with self._lock:
+            if self._client is not None or self._stopping.is_set():
+                return False
+            self._client = connection
+            return True
+
+    def release(self, connection: _Connection) -> None:
+        with self._lock:
+            if self._client is connection:
+                self._client = None
+                self._lock.notify_all()
+
+    def wait_without_client(self, timeout_s: float | None = None) -> bool:
+        """Wait until no client is connected (its run ended, its connection closed); False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._client is None, timeout_s)
+
+    @property
+    def has_client(self) -> bool:
+        with self._lock:
+            return self._client is not None
+
+    # ---- stopping ---------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop serving (any thread, or a signal handler): serve_forever returns once the run under way ended."""
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _finish(self) -> None:
+        with self._lock:
+            client = self._client
+        if client is not None:
+            client.end("The worker is shutting down.")
+        for thread in self._threads:
+            thread.join(timeout=30.0)
+        self.close()
+
+    def close(self) -> None:
+        for s in (self._listener, self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+
+class _Connection:
+    """One accepted connection: the handshake, then messages, with a run thread while a run is under way."""
+
+    def __init__(self, server: WorkerServer, sock: socket.socket, peer: str):
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.reader = protocol.MessageReader(sock)
+        self.send_lock = threading.Lock()
+        self.broken = threading.Event()  # a send failed: the client is gone
+        self.controls: Controls | None = None
+        self.run_thread: threading.Thread | None = None
+        self.ending = ""
+
+    # ---- sending ----------------------------------------------------------------------------------------
+    def send_bytes(self, data: bytes) -> None:
+        if self.broken.is_set():
+            return
+        with self.send_lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                self.broken.set()
+                if self.controls is not None:
+                    self.controls.stop()  # nobody is listening: end the run at the next boundary
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_bytes(protocol.encode_message(message))
+
+    def send_event(self, event: Event, snapshot: object = None) -> None:
+        """The session's sink: the event alone, as the event log writes it, sent as it is emitted."""
+        self.send_bytes(protocol.encode_event_message(event))
+
+    # ---- the connection's life --------------------------------------------------------------------------
+    def serve(self) -> None:
+        claimed = False
+        try:
+            if not self._handshake():
+                return
+            claimed = True
+            self._messages()
+        finally:
+            self._stop_run("stop")
+            if claimed:
+                self.server.release(self)
+            if self.ending:
+                with contextlib.suppress(OSError, ValueError):
+                    self.send(protocol.bye(self.ending))
+            _close_gently(self.sock)
+
+    def _refuse(self, reason: str) -> bool:
+        self.server.log(f"refused {self.peer}: {reason}")
+        self.ending = reason
+        return False
+
+    def _handshake(self) -> bool:
+        self.sock.settimeout(self.server.handshake_timeout_s)
+        try:
+            hello = self.reader.read()
+        except TimeoutError:
+            return self._refuse("The worker closed the connection: no hello within "
+                                f"{self.server.handshake_timeout_s:g} s.")
+        except ProtocolError as exc:
+            return self._refuse(f"The worker refused the connection: {exc}.")
+        except OSError:
+            return False
+        if hello is None:
+            return False
+        if hello["type"] != "hello":
+            return self._refuse(f"The worker refused the connection: it expected hello, not {hello['type']!r}.")
+        token = hello.get("token")
+        if not isinstance(token, str) or not token:
+            return self._refuse("The worker refused the connection: the URL has no token "
+                                "(give the whole line `specscope serve` printed).")
+        if not hmac.compare_digest(token.encode("utf-8"), self.server.token.encode("utf-8")):
+            return self._refuse("The worker refused the connection: wrong token.")
+        if hello.get("protocol") != protocol.PROTOCOL_VERSION:
+            return self._refuse(f"The worker speaks protocol {protocol.PROTOCOL_VERSION}, the client "
+                                f"{hello.get('protocol')!r}: use the same specscope version on both sides.")
+        if not self.server.claim(self):
+            return self._refuse("The worker already has a client; close it (or stop its run) first: one "
+                                "client at a time.")
+        self.sock.settimeout(None)
+        self.server.log(f"client connected from {self.peer}")
+        self.send(protocol.welcome(self.server.info))
+        return True
+
+    def _messages(self) -> None:
+        while not self.broken.is_set():
+            try:
+                message = self.reader.read()
+            except ProtocolError as exc:
+                self.ending = f"The worker closed the connection: {exc}."
+                self.server.log(f"{self.peer}: {exc}")
+                return
+            except OSError:
+                return
+            if message is None:
+                self.server.log(f"client {self.peer} left")
+                return
+            kind = message["type"]
+            try:
+                if kind == "bye":
+                    return
+                if kind == "ping":
+                    self.send({"type": "pong"})
+                elif kind == "start":
+                    self._start(message)
+                elif kind == "control":
+                    self._control(message)
+                else:
+                    raise ProtocolError(f"the client sent {kind!r} out of order")
+            except ProtocolError as exc:
+                self.ending = f"The worker closed the connection: {exc}."
+                self.server.log(f"{self.peer}: {exc}")
+                return
+
+    def end(self, reason: str) -> None:
+        """From the server's thread: stop the run, say ``reason`` and close (the reading thread then ends)."""
+        self.ending = reason
+        self._stop_run("terminated")
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RD)
+
+    # ---- runs -------------------------------------------------------------------------------------------
+    def _running(self) -> bool:
+        return self.run_thread is not None and self.run_thread.is_alive()
+
+    def _stop_run(self, reason: str) -> None:
+        thread, controls = self.run_thread, self.controls
+        if thread is not None and controls is not None:
+            controls.stop(reason)
+            thread.join()
+        self.run_thread = None
+
+    def _start(self, message: dict[str, Any]) -> None:
+        if self._running():
+            raise ProtocolError("the client sent start while a run was under way")
+        try:
+            session, prompt_ids = self._session(message)
+        except (ValueError, InvalidControl) as exc:  # the run does not start; the connection stays
+            self.send(protocol.error(str(exc)))
+            return
+        self.controls = session.controls
+        self.run_thread = threading.Thread(target=self._run, args=(session, prompt_ids),
+                                           name="specscope-worker-run", daemon=True)
+        self.run_thread.start()
+
+    def _session(self, message: dict[str, Any]) -> tuple[Any, list[int]]:
+        from specscope.core.session import Session
+
+        pair = self.server.pair
+        controls = Controls(protocol.controls_from_data(message.get("controls", {})))
+        text, prompt_ids = self._prompt(message)
+        options = session_options_from_data(message.get("options", {}), pair, prompt_text=text)
+        _check_length(pair, prompt_ids, options.max_new_tokens)
+        return Session(pair, controls, options, sinks=[self.send_event]), prompt_ids
+
+    def _prompt(self, message: dict[str, Any]) -> tuple[str, list[int]]:
+        pair = self.server.pair
+        chat = message.get("chat")
+        if chat is not None and not isinstance(chat, bool):
+            raise ProtocolError("chat is not true, false or absent")
+        if "prompt" in message:
+            text = message["prompt"]
+            if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
+                raise ValueError(f"the prompt is not text of at most {MAX_PROMPT_CHARS:,} characters")
+            return text, list(pair.encode_prompt(text, chat=chat))
+        ids = message.get("prompt_ids")
+        if (not isinstance(ids, list) or len(ids) > MAX_PROMPT_CHARS
+                or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < pair.vocab_size
+                           for t in ids)):
+            raise ValueError(f"prompt_ids is not a list of token ids below the vocabulary's {pair.vocab_size:,}")
+        return "", list(ids)
+
+    def _run(self, session: Any, prompt_ids: list[int]) -> None:
+        """The run thread: every event goes out from the session's sink as it is emitted."""
+        try:
+            for _event in session.stream(prompt_ids):
+                pass
+        except Exception as exc:  # a model failing mid-run: RunFinished (sent) says so; the worker lives on
+            self.server.log(f"the run failed: {type(exc).__name__}: {exc}")
+        self.send(self._result(session))
+        self.send({"type": "idle"})
+
+    def _result(self, session: Any) -> dict[str, Any]:
+        """What the client cannot derive from the events: the text as the tokenizer decodes it, and where
+        the weights live on this machine (the summary's residency lines)."""
+        from specscope.core.memory.residency import model_residency
+
+        pair = self.server.pair
+        result = session.result
+        token_ids = list(result.token_ids) if result is not None else []
+        residency = {"target": model_residency(pair.target.model, pair.target.device, "target")}
+        if pair.draft is not None:
+            residency["draft"] = model_residency(pair.draft.model, pair.draft.device, "draft")
+        return {"type": "result", "token_ids": token_ids,
+                "text": pair.tokenizer.decode(token_ids, skip_special_tokens=True),
+                "residency": {name: asdict(r) for name, r in residency.items()}}
+
+    def _control(self, message: dict[str, Any]) -> None:
+        controls = self.controls if self._running() else None
+        if "set" in message:
+            changes = protocol.control_changes(message["set"])
+            if controls is not None:
+                try:
+                    controls.update(**changes)
+                except InvalidControl as exc:
+                    raise ProtocolError(f"a control out of range ({exc})") from None
+            return
+        action = message.get("action")
+        if action not in protocol.ACTIONS:
+            raise ProtocolError(f"the client asked for an unknown control action {action!r}")
+        spec = protocol.drill_from_data(message.get("spec")) if action == "drill" else None
+        if controls is None:
+            return  # a control that arrives just after the run ended changes nothing
+        if action == "pause":
+            controls.pause()
+        elif action == "resume":
+            controls.resume()
+        elif action == "stop":
+            reason = message.get("reason", "stop")
+            if reason not in STOP_REASONS:
+                raise ProtocolError(f"a stop's reason is one of {', '.join(sorted(STOP_REASONS))}")
+            controls.stop(reason)
+        elif action == "baseline":
+            controls.request_baseline()
+        elif action == "end_drill":
+            controls.end_drill()
+        else:
+            controls.start_drill(spec)
+
+
+def _check_length(pair: Any, prompt_ids: list[int], max_new_tokens: int) -> None:
+    """The CLI's own context check, as the error sentence of a refused start."""
+    from specscope.core.cli import _check_context
+    from specscope.core.cli_checks import CliError
+
+    try:
+        _check_context(pair, len(prompt_ids), max_new_tokens, quiet=True)
+    except CliError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def serve(pair_factory: Callable[[], Any], host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+          on_ready: Callable[[WorkerServer], None] | None = None, log: Log = _stderr_log) -> None:
+    """Load the pair once, bind, call ``on_ready`` (``specscope serve`` prints the URL there), serve until
+    :meth:`WorkerServer.shutdown`."""
+    from specscope.core.collector import loaded_objects_frozen
+
+    pair = pair_factory()
+    server = WorkerServer(pair, host, port, token, log=log)
+    try:
+        if on_ready is not None:
+            on_ready(server)
+        with loaded_objects_frozen():  # no full collection in a timed step (core/collector.py)
+            server.serve_forever()
+    finally:
+        server.close()
