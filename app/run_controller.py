@@ -1,25 +1,26 @@
-"""The run's one owner: its state, every source of events (a local decode, a replayed trace, an attached
-server), the events drained from it, and the throttles.
+"""The run's one owner: its state, every source of events (a decode on a worker process, a replayed trace, an
+attached server, a decode on a thread of this process), the events drained from it, and the throttles.
 
 ``MainWindow`` lays out widgets and forwards the user's intents here (load, start, pause, stop, baseline,
 control changes, open a trace, attach); widgets render what this controller announces through its signals.
 No widget sets run state and no flag lives in two places: the state enum below is the only answer to "what
 is the run doing", and the buttons, the status panel and the window title all read it.
 
-Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it.
-A local run's session and an attached run feed their measurement and the autosave recorder on their own
-thread (so a stalled window never delays the crash-safety net); a replay feeds the trace's events through a
-new measurement here. The tick (~30 Hz) drains the buffer into ``RunData`` in chunks until a time budget is
-spent (the rest waits for the next tick; nothing is dropped), hands each chunk's new records to the views,
-and says whether time is left this tick for a plot redraw.
+Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it. A
+chosen pair decodes in a worker process (``worker_link``: this app's own, spawned for the pair, or one File ▸
+Connect to worker… reached); its events arrive on a reading thread that feeds them through this window's
+measurement and the autosave recorder (``remote_run``), as an attached run's thread does and as a session does
+on the in-process path (``SPECSCOPE_IN_PROCESS=1``, and pair factories in tests), so a stalled window never
+delays the crash-safety net; a replay feeds the trace's events through a new measurement here. The tick (~30 Hz)
+drains the buffer into ``RunData`` in chunks until a time budget is spent (the rest waits for the next tick;
+nothing is dropped), hands each chunk's new records to the views, and says whether time is left this tick for a
+plot redraw.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -293,14 +294,7 @@ class RunController(QObject):
         leave the way back to the window (restart or reconnect)."""
         self.catch_up()
         self._remote_active = False
-        local = self.link.local
-        if self.link.kind == LOCAL and local is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                local.process.wait(0.5)  # its end is what closed the connection: it is being reaped now
-            sentence = self.link.process_gone() or sentence
-        kind = self.link.kind
-        self.link.close()
-        self.link.kind = kind  # which way back: restart this app's worker, or reconnect to the remote one
+        sentence = self.link.lose(sentence)
         self.has_pair = False
         self.finish_reason = "error"
         self._set_state(RunState.FAILED)

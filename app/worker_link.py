@@ -12,6 +12,7 @@ with one sentence). The link never touches a widget.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -116,6 +117,19 @@ class WorkerLink(QObject):
             return None
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return f"The worker process (pid {local.pid}) {how}"
+
+    def lose(self, said: str) -> str:
+        """The connection is gone: close the link (its kind stays, for the way back: restart or reconnect) and
+        return the sentence to show, this app's worker's own end when it died, else what the connection said."""
+        local = self.local
+        if self.kind == LOCAL and local is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                local.process.wait(0.5)  # its end is what closed the connection: it is being reaped now
+            said = self.process_gone() or said
+        kind = self.kind
+        self.close()
+        self.kind = kind
+        return said
 
     # ---- starting and connecting (the blocking part on a thread) ------------------------------------------
     def start_local(self, model_args: list[str]) -> None:
