@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -63,13 +63,36 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(obj: Any) -> Any:
+    """``_finite(asdict(obj))`` in one pass: the same JSON-ready value without asdict's deep copies, which were
+    two thirds of an iteration's encoding time (an event is encoded for every sink that writes or sends it)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, TokenStatus):
+        return obj.value
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None and is_dataclass(obj):
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))
+    if names is not None:
+        return {name: _plain(getattr(obj, name)) for name in names}
+    return obj
+
+
 def encode(event: Event) -> str:
     """One line of JSON for one event."""
     kind = _TYPES.get(type(event))
     if kind is None:
         raise TypeError(f"not an event of a run: {type(event).__name__}")
-    body = asdict(event)  # type: ignore[call-overload]
-    return json.dumps({"type": kind, **_finite(body)}, ensure_ascii=False, allow_nan=False,
+    return json.dumps({"type": kind, **_plain(event)}, ensure_ascii=False, allow_nan=False,
                       separators=(",", ":"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -121,12 +122,13 @@ def test_received_run_feeds_the_one_owner(worker) -> None:
 
 
 def test_the_connection_serves_one_run_after_another(worker) -> None:
+    """The next start may follow the idle at once (the last run's thread can still be returning then)."""
     with WorkerClient.connect(worker.address) as client:
-        first = [e for e in client.start("w5 w6", ControlValues(k=2), {"max_new_tokens": 8}, chat=False)]
+        runs = [list(client.start("w5 w6", ControlValues(k=2), {"max_new_tokens": 4}, chat=False))
+                for _ in range(6)]
         client.ping()
-        second = [e for e in client.start("w5 w6", ControlValues(k=2), {"max_new_tokens": 8}, chat=False)]
-    tokens = [[t.token_id for e in run if isinstance(e, IterationRecord) for t in e.tokens] for run in (first, second)]
-    assert tokens[0] == tokens[1] and tokens[0]
+    tokens = [[t.token_id for e in run if isinstance(e, IterationRecord) for t in e.tokens] for run in runs]
+    assert all(t == tokens[0] for t in tokens) and tokens[0]
 
 
 # ---- controls ------------------------------------------------------------------------------------------------
@@ -316,3 +318,88 @@ def test_protocol_lines_round_trip_an_event() -> None:
         reader = protocol.MessageReader(b)
         assert protocol.decode_event(reader.read()) == event
         assert reader.read() == {"type": "idle"}
+
+
+def test_the_event_line_is_what_asdict_gave(pair) -> None:
+    """event_log.encode builds its JSON without asdict's deep copies: the lines are the same, NaN, enums,
+    int keys and tuples included."""
+    from dataclasses import asdict
+
+    from specscope.core.event_log import _TYPES, _finite, encode
+    from specscope.core.records import DrillEvent
+    from tests.trace_samples import sample_baselines, sample_records
+
+    def with_asdict(event: Any) -> str:
+        return json.dumps({"type": _TYPES[type(event)], **_finite(asdict(event))}, ensure_ascii=False,
+                          allow_nan=False, separators=(",", ":"))
+
+    records = sample_records()
+    records[1].draft_ms = math.nan
+    controls = ControlValues(k=3, temperature=0.5, adaptive_k=True)
+    events: list[Any] = [
+        RunStarted("remote", "t", "d", "model", "t with d", "p ✓", 3, controls, 10, seed=7,
+                   options={"baseline_every": 6, "extra": {"nested": [1, 2.5, float("inf")]}},
+                   machine={"platform": "x"}, t_s=1.0),
+        *records, *sample_baselines(),
+        ControlChange(2, controls, ControlValues(k=5), t_s=2.0),
+        DrillEvent("start", "target", 2, 2, "disk", 3, moved_bytes=10, t_s=3.0),
+        RunFinished("eos", 5, 9, 0.5, 1.25, t_s=4.0),
+    ]
+    assert [encode(e) for e in events] == [with_asdict(e) for e in events]
+
+
+# ---- addresses -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, host, port, token", [
+    ("specscope://127.0.0.1:7777/?token=abc_-9", "127.0.0.1", 7777, "abc_-9"),
+    ("specscope://[::1]:7777/?token=Zq9_secret", "::1", 7777, "Zq9_secret"),
+    ("  specscope://gpu-host.example:1/  ", "gpu-host.example", 1, ""),
+    ("SPECSCOPE://localhost:65535?token=Kx7-secret", "localhost", 65535, "Kx7-secret"),
+])
+def test_worker_urls_parse(text, host, port, token) -> None:
+    from specscope.core.remote.url import parse_worker_url
+
+    address = parse_worker_url(text)
+    assert (address.host, address.port, address.token) == (host, port, token)
+    assert parse_worker_url(address.url()) == address
+    if token:
+        assert token not in repr(address) and token not in str(address) and token not in address.redacted()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "is empty"),
+    ("http://127.0.0.1:7777/?token=x", "starts with specscope://"),
+    ("specscope://::1:7777/?token=x", "put it in brackets"),
+    ("specscope://[::1:7777/?token=x", "no closing bracket"),
+    ("specscope://[nothost]:7777/", "is not an IPv6 address"),
+    ("specscope://host/?token=x", "has no port"),
+    ("specscope://host:99999/", "from 1 to 65535"),
+    ("specscope://user@host:1/", "carries no user name"),
+    ("specscope://host:1/path?token=x", "has no path"),
+    ("specscope://host:1/?token=x&token=y", "more than once"),
+    ("specscope://host:1/?key=x", "unknown parameter 'key'"),
+    ("specscope://host:1/?token=a%20b", "characters a worker token never has"),
+    ("specscope://host name:1/", "not a host name or address"),
+])
+def test_bad_worker_urls_are_one_sentence(text, words) -> None:
+    from specscope.core.remote.url import BadWorkerUrl, parse_worker_url
+
+    with pytest.raises(BadWorkerUrl, match=words):
+        parse_worker_url(text)
+
+
+def test_a_worker_on_ipv6_loopback(pair) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        server = WorkerServer(pair, "::1", 0, log=lambda _m: None)
+    except OSError as exc:
+        pytest.skip(f"cannot listen on ::1 here: {exc}")
+    thread = threading.Thread(target=server.serve_forever, name="specscope-worker-serve", daemon=True)
+    thread.start()
+    try:
+        assert server.address.url().startswith("specscope://[::1]:")
+        with WorkerClient.connect(server.address) as client:
+            client.ping()
+    finally:
+        server.shutdown()
+        thread.join()

@@ -39,7 +39,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: reach it from elsewhere through an ssh tunnel)")
-    g.add_argument("--port", type=whole_number(0, 65535), default=7777, help="port (0 = any free port)")
+    g.add_argument("--port", type=whole_number(0, 65535), default=7777, help="port (default 7777; 0 = any free port, the printed URL has the real one)")
     g.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
 
 

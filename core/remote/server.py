@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import os
+import queue
 import secrets
 import selectors
 import socket
@@ -184,6 +185,8 @@ class _Connection:
         self.broken = threading.Event()  # a send failed: the client is gone
         self.controls: Controls | None = None
         self.run_thread: threading.Thread | None = None
+        self.outbox: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self.run_over = threading.Event()
         self.ending = ""
 
     # ---- sending ----------------------------------------------------------------------------------------
@@ -202,8 +205,15 @@ class _Connection:
         self.send_bytes(protocol.encode_message(message))
 
     def send_event(self, event: Event, snapshot: object = None) -> None:
-        """The session's sink: the event alone, as the event log writes it, sent as it is emitted."""
-        self.send_bytes(protocol.encode_event_message(event))
+        """The session's sink: the event alone, handed to the sender thread as it is emitted. The loop's
+        thread only queues it (as the autosave recorder's sink does): encoding and sending happen beside the
+        next iteration's passes, not between iterations (docs/bench-remote.md)."""
+        self.outbox.put(event)
+
+    def _send_events(self) -> None:
+        """The sender thread of a run: each queued event, in order, as the event log writes it; None ends it."""
+        while (event := self.outbox.get()) is not None:
+            self.send_bytes(protocol.encode_event_message(event))
 
     # ---- the connection's life --------------------------------------------------------------------------
     def serve(self) -> None:
@@ -298,7 +308,8 @@ class _Connection:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def _running(self) -> bool:
-        return self.run_thread is not None and self.run_thread.is_alive()
+        """A run is under way until its idle is sent (its thread may still be returning then)."""
+        return self.run_thread is not None and not self.run_over.is_set()
 
     def _stop_run(self, reason: str) -> None:
         thread, controls = self.run_thread, self.controls
@@ -315,7 +326,10 @@ class _Connection:
         except (ValueError, InvalidControl) as exc:  # the run does not start; the connection stays
             self.send(protocol.error(str(exc)))
             return
+        if self.run_thread is not None:
+            self.run_thread.join()  # the last run's thread, returning after its idle
         self.controls = session.controls
+        self.run_over.clear()
         self.run_thread = threading.Thread(target=self._run, args=(session, prompt_ids),
                                            name="specscope-worker-run", daemon=True)
         self.run_thread.start()
@@ -348,13 +362,19 @@ class _Connection:
         return "", list(ids)
 
     def _run(self, session: Any, prompt_ids: list[int]) -> None:
-        """The run thread: every event goes out from the session's sink as it is emitted."""
+        """The run thread: every event goes out from the session's sink as it is emitted (by the sender)."""
+        sender = threading.Thread(target=self._send_events, name="specscope-worker-sender", daemon=True)
+        sender.start()
         try:
             for _event in session.stream(prompt_ids):
                 pass
         except Exception as exc:  # a model failing mid-run: RunFinished (sent) says so; the worker lives on
             self.server.log(f"the run failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.outbox.put(None)
+            sender.join()  # every event is out before the result and idle
         self.send(self._result(session))
+        self.run_over.set()  # before idle: the client may start the next run the moment idle arrives
         self.send({"type": "idle"})
 
     def _result(self, session: Any) -> dict[str, Any]:
