@@ -4,6 +4,7 @@ dead worker said in one sentence with every event received kept, and a GUI proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -274,3 +275,31 @@ def test_a_worker_url_is_checked_before_connecting() -> None:
     address = parse_worker_url("specscope://127.0.0.1:7777/?token=abc")
     assert (address.host, address.port, address.token) == ("127.0.0.1", 7777, "abc")
     assert "abc" not in address.redacted()
+
+
+def test_sigterm_closes_the_window_and_stops_its_worker(tiny_dirs, tmp_path):
+    """Stopped by a signal, the app stops the worker it started (one left behind would serve on, orphaned)."""
+    import psutil
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECSCOPE_SETTINGS_FILE": str(tmp_path / "s.ini"),
+           "SPECSCOPE_DATA_DIR": str(tmp_path / "data")}
+    env.pop("SPECSCOPE_IN_PROCESS", None)
+    app = subprocess.Popen([sys.executable, "-m", "specscope.app.main", "--target", str(tiny_dirs["target"]),
+                            "--draft", str(tiny_dirs["draft"]), "--drafter", "model"], env=env, cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        workers: list[psutil.Process] = []
+        while not workers and app.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                app.wait(0.05)  # look again in a moment (no busy loop beside the app on a small machine)
+            with contextlib.suppress(psutil.Error):
+                workers = [c for c in psutil.Process(app.pid).children() if "serve" in c.cmdline()]
+        assert workers, "the app started no worker process"
+        app.send_signal(signal.SIGTERM)
+        assert app.wait(60) == 0
+        _gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
