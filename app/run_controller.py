@@ -289,19 +289,23 @@ class RunController(QObject):
         else:
             self._lose_worker(text)
 
-    def _lose_worker(self, sentence: str) -> None:
+    def _lose_worker(self, sentence: str, during_run: bool = True) -> None:
         """The worker went away (killed, crashed, the connection cut): say so once, keep what arrived, and
-        leave the way back to the window (restart or reconnect)."""
+        leave the way back to the window (restart or reconnect). Between runs, what is on screen stays as it
+        was (a finished run, a replay); only Start waits for the worker."""
         self.catch_up()
         self._remote_active = False
-        sentence = self.link.lose(sentence)
+        sentence = full_stop(self.link.lose(sentence))
         self.has_pair = False
+        if not during_run:
+            self._set_state(self.state)  # Start goes grey
+            self.worker_lost.emit(sentence)
+            return
         self.finish_reason = "error"
         self._set_state(RunState.FAILED)
         n = len(self.data)
-        kept = (f" The {n} iteration{'s' * (n != 1)} received {'are' if n != 1 else 'is'} kept." if n
-                else "")
-        self.worker_lost.emit(full_stop(sentence) + kept)
+        kept = f" The {n} iteration{'s' * (n != 1)} received {'are' if n != 1 else 'is'} kept." if n else ""
+        self.worker_lost.emit(sentence + kept)
         self.run_ended.emit(f"error:{sentence}")
 
     def _check_worker(self) -> None:
@@ -313,7 +317,7 @@ class RunController(QObject):
         if self.link.kind == LOCAL and self.has_pair and not self._remote_active:
             gone = self.link.process_gone()
             if gone:
-                self._lose_worker(gone)
+                self._lose_worker(gone, during_run=False)
 
     def start_attach(self, options: AttachOptions) -> bool:
         """Stream a request from a serving engine: the same state machine, buffer and autosave as a local run."""

@@ -107,9 +107,10 @@ def main() -> int:
     p.add_argument("--decode-seconds", type=float, default=10.0)
     p.add_argument("--iterations", type=int, default=20_000)
     p.add_argument("--hogs", type=int, default=0, help="busy processes beside the decode (latency part)")
-    p.add_argument("--pair", choices=("tiny", "demo"), default="tiny",
+    p.add_argument("--pair", choices=("tiny", "demo", "none"), default="tiny",
                    help="tiny: a random pair decoding as fast as the loop goes (the most records a second); "
-                        "demo: the embedded demo with its default drafter, as a first-time user runs it")
+                        "demo: the embedded demo with its default drafter, as a first-time user runs it; none: no "
+                        "decode, the idle window's lateness (what the machine alone costs)")
     p.add_argument("--session-iterations", type=int, default=54_000, help="30 min at 30 iterations/s")
     p.add_argument("--dump-pauses", metavar="DIR", type=Path,
                    help="while decoding, save py-spy stack dumps of every thread whenever the GUI thread "
@@ -159,9 +160,11 @@ def main() -> int:
     window.pair_failed.connect(failed.append)
     if args.pair == "demo":
         window.load_pair(PairChoice())
-    else:
+    elif args.pair == "tiny":
         target, draft = tiny_pair_dirs(tmp / "tiny")
         window.load_pair(PairChoice(target=str(target), draft=str(draft), drafter="model"))
+    else:
+        loaded.append(True)
     while not loaded and not failed:
         app.processEvents()
     if failed:
@@ -170,7 +173,8 @@ def main() -> int:
     window.panel.max_new.setValue(1_000_000)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     paints[0] = 0
-    window.start_run()
+    if args.pair != "none":
+        window.start_run()
     lateness: list[float] = []
     clock = QElapsedTimer()
     clock.start()

@@ -217,9 +217,17 @@ def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again
 
     with qtbot.waitSignal(window.pair_ready, timeout=300_000):
         window.banner.action.click()
-    assert window.controller.link.local.pid != local.pid
+    restarted = window.controller.link.local
+    assert restarted is not None and restarted.pid != local.pid
     assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
     assert len(committed_ids(window)) == 8
+
+    # between runs too: the window notices its worker's end by itself and offers the restart
+    with qtbot.waitSignal(window.controller.worker_lost, timeout=30_000):
+        os.kill(restarted.pid, signal.SIGKILL)
+    assert window.last_error == f"The worker process (pid {restarted.pid}) was killed by signal 9."
+    assert window.state == "finished" and len(committed_ids(window)) == 8  # the last run stays as it was
+    assert not window.start_action.isEnabled() and window.banner.action.text() == "Restart the worker"
 
 
 GUI_SCRIPT = textwrap.dedent("""
