@@ -97,6 +97,20 @@ def tiny_pair_dirs(root: Path) -> tuple[Path, Path]:
     return root / "target", root / "draft"
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each thread of this process, by name (threads of one name summed)."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for t in psutil.Process().threads():
+        try:
+            name = Path(f"/proc/self/task/{t.id}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
+    return out
+
+
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -173,6 +187,7 @@ def main() -> int:
     window.panel.max_new.setValue(1_000_000)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     paints[0] = 0
+    cpu_before, wall_before = thread_cpu(), time.monotonic()
     if args.pair != "none":
         window.start_run()
     lateness: list[float] = []
@@ -186,14 +201,22 @@ def main() -> int:
     if args.dump_pauses is not None:
         heartbeat, watcher = start_pause_watch(args.dump_pauses, args.native)
 
+    # The GUI thread's own CPU time between probes: on a shared machine a late probe is either the window
+    # computing (its own work) or the window waiting for a core or for the GIL (the machine, another thread).
+    own_ms: list[float] = []
+    last_cpu = [time.thread_time()]
+
     def probe() -> None:
         if heartbeat is not None:
             heartbeat[:8] = struct.pack("q", time.monotonic_ns())
         now = clock.nsecsElapsed()
+        cpu = time.thread_time()
         lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
+        own_ms.append(1000 * (cpu - last_cpu[0]))
         if lateness[-1] > 150:
             pauses.append((now / 1e9, lateness[-1]))
         last[0] = now
+        last_cpu[0] = cpu
 
     timer = QTimer()
     timer.setInterval(period_ms)
@@ -204,6 +227,7 @@ def main() -> int:
     QTimer.singleShot(int(args.decode_seconds * 1000), loop.quit)
     loop.exec()
     timer.stop()
+    cpu_after, wall = thread_cpu(), time.monotonic() - wall_before
     if watcher is not None:
         watcher.terminate()
         watcher.wait()
@@ -226,9 +250,17 @@ def main() -> int:
           f"{sum(1 for x in lateness if x > 150)} pauses over 150 ms")
     if pauses:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
+    late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
+    print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 0.99):.1f} ms, max "
+          f"{max(own_ms):.1f} ms; of the {len(late)} probes later than 100 ms, "
+          f"{sum(1 for _, c in late if c > 50)} were mostly its own work (over 50 ms of CPU)")
     print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "
           f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
     print(f"torch imported in the window's process: {'yes' if 'torch' in sys.modules else 'no'}")
+    used = {n: cpu_after.get(n, 0.0) - cpu_before.get(n, 0.0) for n in cpu_after}
+    busiest = sorted(((v, n) for n, v in used.items() if v > 0.005 * wall), reverse=True)[:4]
+    print(f"the window's process used {100 * sum(used.values()) / wall:.0f}% of a core while decoding ("
+          + ", ".join(f"{n} {100 * v / wall:.0f}%" for v, n in busiest) + ")")
     if args.latency_only:
         window.close()
         return 0
