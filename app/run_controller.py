@@ -220,6 +220,19 @@ class RunController(QObject):
         self.link.connect_remote(address)
         return True
 
+    def restart_worker(self, choice: PairChoice) -> bool:
+        """Start this app's worker again with ``choice`` (or reconnect to the remote one). What is on screen (the
+        events the lost worker sent) stays until the next Start."""
+        if self.state.active or self.state == RunState.LOADING or not self.link.kind:
+            return False
+        self.has_pair = False
+        self._set_state(RunState.LOADING)
+        if self.link.kind == REMOTE and self.link.address is not None:
+            self.link.connect_remote(self.link.address)
+        else:
+            self.link.start_local(choice.worker_args())
+        return True
+
     def _on_worker_connected(self, info: dict[str, Any]) -> None:
         if self._closed:
             return

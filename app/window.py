@@ -634,15 +634,14 @@ class MainWindow(QMainWindow):
         self.status.show_message("The worker is gone: the reason is above the tokens", 15000)
 
     def restart_worker(self) -> None:
-        """Start this app's worker again with the same pair, or reconnect to the remote worker."""
-        link = self.controller.link
-        if link.kind == "remote" and link.address is not None:
-            from .connect_dialog import connect_worker
-
-            connect_worker(self, link.address)
-        else:
+        """Start this app's worker again with the same pair, or reconnect to the remote one; the events the lost
+        worker sent stay on screen until the next Start."""
+        if self.controller.restart_worker(self.pair_choice):
             self.banner.hide()
-            self.load_pair(self.pair_choice)
+            self.last_error = None
+            remote = self.controller.link.kind == "remote"
+            self.status.show_progress("Reconnecting to the worker…" if remote else
+                                      f"Restarting the worker: loading {self.pair_choice.describe()}…", -1.0)
 
     # ---- running ---------------------------------------------------------------------------------------
     def start_run(self) -> bool:

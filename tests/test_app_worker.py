@@ -217,6 +217,7 @@ def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again
 
     with qtbot.waitSignal(window.pair_ready, timeout=300_000):
         window.banner.action.click()
+    assert len(window.data.records) == n  # what the lost worker sent stays on screen until the next Start
     restarted = window.controller.link.local
     assert restarted is not None and restarted.pid != local.pid
     assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
