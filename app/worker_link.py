@@ -26,6 +26,7 @@ from specscope.core.remote.client import WorkerClient, WorkerError
 from specscope.core.remote.spawn import START_TIMEOUT_S, LocalWorker, WorkerStartError
 from specscope.core.remote.url import WorkerAddress
 
+_BAR_RE = re.compile(r"^(.*?):?\s*(\d+)%\|")
 _PROGRESS_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]\s*(.*)$")
 LOCAL = "local"
 REMOTE = "remote"
@@ -55,9 +56,12 @@ def wait_ready(worker: LocalWorker, timeout_s: float = START_TIMEOUT_S) -> Worke
 def progress_line(line: str) -> tuple[str, float] | None:
     """A worker's stderr line worth showing as loading progress (``[ 97.0%] Packing …``: the step and its
     fraction, -1 when it gives none), or None."""
-    text = line.strip()
+    text = line.rsplit("\r", 1)[-1].strip()  # a progress bar redraws itself with carriage returns
     if not text or text.startswith(("specscope serve:", "specscope: error:", "Traceback", "File ")):
         return None
+    bar = _BAR_RE.match(text)  # a library's progress bar: "Loading weights:  45%|####      | 122/272 […]"
+    if bar is not None:
+        return bar[1].strip()[:200], float(bar[2]) / 100.0
     m = _PROGRESS_RE.match(text)
     if m is None:
         return text.removeprefix("specscope: ")[:200], -1.0

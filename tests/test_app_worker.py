@@ -312,3 +312,15 @@ def test_sigterm_closes_the_window_and_stops_its_worker(tiny_dirs, tmp_path):
         if app.poll() is None:
             app.kill()
             app.wait()
+
+
+def test_the_workers_loading_lines_become_the_status_bars_progress() -> None:
+    from specscope.app.worker_link import progress_line
+
+    assert progress_line("[ 97.0%] Packing the target's weights") == ("Packing the target's weights", 0.97)
+    bar = "Loading weights:   0%|          | 0/272 [00:00<?, ?it/s]\rLoading weights:  45%|####   | 122/272 [00:01]"
+    assert progress_line(bar) == ("Loading weights", 0.45)
+    assert progress_line("Demo model found") == ("Demo model found", -1.0)
+    # the worker's own log and its failure sentence are not progress (the failure comes as the load's error)
+    assert progress_line("specscope serve: serving the demo on 127.0.0.1:7777") is None
+    assert progress_line("specscope: error: no model at /x") is None
