@@ -432,3 +432,11 @@ def test_the_client_side_imports_no_torch() -> None:
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),
+                                            ("0.0.0.0", False), ("::", False), ("gpu-host", False)])
+def test_serve_knows_when_it_listens_beyond_this_machine(host, loopback) -> None:
+    from specscope.core.remote.command import _loopback
+
+    assert _loopback(host) is loopback  # beyond loopback, serve warns that the stream is not encrypted
