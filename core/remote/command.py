@@ -39,7 +39,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: reach it from elsewhere through an ssh tunnel)")
-    g.add_argument("--port", type=whole_number(0, 65535), default=7777, help="port (default 7777; 0 = any free port, the printed URL has the real one)")
+    g.add_argument("--port", type=whole_number(0, 65535), default=7777,
+                   help="port (default 7777; 0 = any free port, the printed URL has the real one)")
     g.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
 
 
@@ -70,6 +71,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not args.quiet:
             _log(f"serving {pair.description or pair.target.name} on {server.address.netloc}; "
                  "one client at a time; Ctrl-C stops")
+        if not _loopback(args.host):
+            _log(f"warning: listening on {args.host}, beyond this machine: the stream (and the token in the "
+                 "hello) is not encrypted; an ssh tunnel to 127.0.0.1 is the safer way in")
         from specscope.core.collector import loaded_objects_frozen
 
         with loaded_objects_frozen():
@@ -79,6 +83,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _log(message: str) -> None:

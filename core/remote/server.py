@@ -36,6 +36,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 MAX_PENDING_HANDSHAKES = 8
 LINGER_S = 1.0  # a refused peer gets this long to read its bye before the socket closes
 MAX_PROMPT_CHARS = 1 << 20
+STOP_WAIT_S = 60.0  # a stopped run's last iteration and events may take this long before its client counts as gone
 STOP_REASONS = frozenset({"stop", "interrupted", "terminated"})  # what a run's RunFinished may say after a stop
 
 Log = Callable[[str], None]
@@ -315,7 +316,11 @@ class _Connection:
         thread, controls = self.run_thread, self.controls
         if thread is not None and controls is not None:
             controls.stop(reason)
-            thread.join()
+            thread.join(STOP_WAIT_S)
+            if thread.is_alive():  # the sender is stuck in a send: a client that stopped reading is gone
+                with contextlib.suppress(OSError):
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                thread.join()
         self.run_thread = None
 
     def _start(self, message: dict[str, Any]) -> None:
