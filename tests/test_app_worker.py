@@ -324,3 +324,20 @@ def test_the_workers_loading_lines_become_the_status_bars_progress() -> None:
     # the worker's own log and its failure sentence are not progress (the failure comes as the load's error)
     assert progress_line("specscope serve: serving the demo on 127.0.0.1:7777") is None
     assert progress_line("specscope: error: no model at /x") is None
+
+
+def test_the_guard_finds_a_worker_process_left_running() -> None:
+    """What tests/worker_guard.py's autouse fixture fails a test for: a `specscope serve` started and not
+    stopped (a stand-in with a worker's command line, so no model loads)."""
+    import psutil
+
+    from .worker_guard import live_workers
+
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "specscope", "serve"])
+    try:
+        assert [p.pid for p in live_workers(before)] == [stand_in.pid]
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    assert live_workers(before) == []
