@@ -21,16 +21,15 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from specscope.core.autosave import SessionRecorder, start_recorder
+from specscope.app.worker import RecordBuffer, RunRequest
 from specscope.core.controls import validate
 from specscope.core.events import Event
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import ControlValues
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
 from specscope.core.remote.options import OPTION_FIELDS
 from specscope.core.remote.received import ReceivedRun
-from specscope.core.snapshot import Estimate
-
-from .worker import RecordBuffer, RunRequest
+from specscope.core.trace.autosave import SessionRecorder, start_recorder
 
 FINISHED, REFUSED, LOST = "finished", "refused", "lost"
 

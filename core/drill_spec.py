@@ -1,5 +1,5 @@
 """What a paging drill asks for, as plain data (no torch): the Run panel and a worker's client build it without
-loading the engine; ``core.drill`` runs it."""
+loading the engine; ``core.memory.drill`` runs it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What ``specscope run`` prints and writes once a run has ended, local or remote alike.
 
-A local run (``core.cli``) and a run on a worker (``core.remote.command``) hand the same :class:`RunOutcome`
+A local run (``core.commands.cli``) and a run on a worker (``core.remote.command``) hand the same :class:`RunOutcome`
 here: the events the run emitted, the records among them, and the snapshot of the one measurement they fed.
 Every number printed is ``measurement.run_summary``'s or the snapshot's; nothing here derives one.
 """
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli_checks import EXIT_FAILURE, CliError, Interrupted, emit, print_error
+from specscope.core.commands.cli_checks import EXIT_FAILURE, CliError, Interrupted, emit, print_error
 
 
 @dataclass
@@ -40,8 +40,8 @@ def report_run(args: argparse.Namespace, outcome: RunOutcome, description: dict[
                error: str | None, stopped: Interrupted | None, late: Interrupted | None) -> int:
     """Print the run (summary or ``--json``), write ``--trace``/``--chrome-trace``, say how it ended; the
     exit code."""
-    from .busy import BUSY_PREFIX
-    from .measurement import run_summary
+    from specscope.core.measure.busy import BUSY_PREFIX
+    from specscope.core.measure.measurement import run_summary
 
     records = outcome.records
     flags = [(r.iteration, f) for r in records for f in r.flags]
@@ -97,8 +97,8 @@ def write_traces(args: argparse.Namespace, events: list[Any], session: dict[str,
                  recorder: Any) -> str | None:
     """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
     the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
-    from .chrome_trace import write_chrome_trace
-    from .trace import TraceError, write_trace
+    from specscope.core.trace.chrome_trace import write_chrome_trace
+    from specscope.core.trace.files import TraceError, write_trace
 
     saved = recorder is not None and recorder.error is None
     problems: list[str] = []
@@ -138,7 +138,7 @@ def _overhead_text(estimate: Any) -> str:
 def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[str, Any],
                  flags: Sequence[tuple[int, str]]) -> str:
     """The run in words; every number is ``run_summary``'s or the measurement's estimate's."""
-    from .busy import BUSY_PREFIX
+    from specscope.core.measure.busy import BUSY_PREFIX
 
     s, estimate = summary, outcome.estimate
     lines = ["── specscope run " + "─" * 50]
@@ -168,7 +168,7 @@ def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[st
         if estimate.verdict:
             lines.append(f"              {estimate.verdict}")
     if outcome.residency:
-        from .memory.residency import format_residency
+        from specscope.core.memory.residency import format_residency
 
         for name, r in outcome.residency.items():
             lines.append(f"residency     {format_residency(name, r)}")

@@ -131,10 +131,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from specscope.core.cli import build_parser
-    from specscope.core.collector import loaded_objects_frozen
-    from specscope.core.kinds import default_k
-    from specscope.core.models import load_pair, spec_from_args
+    from specscope.core.commands.cli import build_parser
+    from specscope.core.drafter_catalogue import default_k
+    from specscope.core.engine.models import load_pair, spec_from_args
+    from specscope.core.gc_freeze import loaded_objects_frozen
     from specscope.core.remote.server import WorkerServer
 
     k = args.k or default_k(args.drafter)

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lookup_ceiling import replay, specscope_lookup, transformers_lookup
 
-from specscope.core.adaptive_lookup import LookupLengthPolicy
-from specscope.core.drafters.suffix import SuffixDrafter
-from specscope.core.measurement import Measurement
+from specscope.core.engine.drafters.suffix import SuffixDrafter
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.measurement import Measurement
 
 DOC_PASS_COSTS = {1: 1.00, 2: 1.30, 3: 1.39, 4: 1.49, 5: 1.48, 7: 1.60, 9: 1.78, 11: 1.82, 13: 1.93, 17: 2.03}
 Source = Callable[[list[int]], tuple[list[int], int]]
@@ -48,9 +48,9 @@ Method = Callable[[list[int], list[list[int]]], tuple[Source, LookupLengthPolicy
 def record(path: Path, spec: str, limit: int, max_new_tokens: int) -> None:
     import torch
 
-    from specscope.core.bench import choose_bench_prompts
-    from specscope.core.models import PairSpec, load_pair
-    from specscope.core.speculative import DecodeOptions, Decoder
+    from specscope.core.commands.bench import choose_bench_prompts
+    from specscope.core.engine.models import PairSpec, load_pair
+    from specscope.core.engine.speculative import DecodeOptions, Decoder
 
     torch.set_num_threads(1)
     pair = load_pair(PairSpec(target="demo", drafter="suffix"))

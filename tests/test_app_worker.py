@@ -101,7 +101,7 @@ def test_a_connected_worker_decodes_the_greedy_tokens_an_in_process_run_decodes(
     assert remote.estimate is not None and remote.estimate.alpha is not None
     # autosaved like a local run: the stream on screen is the stream on disk, and the token is nowhere in it
     folder = window.recorder.folder
-    from specscope.core.trace import read_trace
+    from specscope.core.trace.files import read_trace
 
     saved = read_trace(folder)
     assert [type(e).__name__ for e in saved.events] == [type(e).__name__ for e in remote.events]
@@ -186,7 +186,7 @@ def _answer_with_garbage(server: socket.socket) -> None:
 
 
 def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again(qtbot, tmp_path, tiny_dirs):
-    from specscope.core.trace import read_trace
+    from specscope.core.trace.files import read_trace
 
     window = make_window(qtbot, tmp_path)
     with qtbot.waitSignal(window.pair_ready, timeout=300_000):

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from specscope.core.engine.models import load_pair, spec_from_args
 from specscope.core.events import ControlChange, RunFinished, RunStarted
-from specscope.core.models import load_pair, spec_from_args
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.remote import protocol
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
@@ -37,7 +37,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def pair(dirs):
-    from specscope.core.cli import build_parser
+    from specscope.core.commands.cli import build_parser
 
     args = build_parser().parse_args(["serve", *pair_args(dirs)])
     return load_pair(spec_from_args(args))
@@ -103,7 +103,7 @@ def test_remote_summary_text_is_a_local_runs(worker, capsys) -> None:
 
 def test_received_run_feeds_the_one_owner(worker) -> None:
     """The client's numbers are its own measurement's, fed the events: the same as a replay of them."""
-    from specscope.core.measurement import replay
+    from specscope.core.measure.measurement import replay
 
     seen: list[Any] = []
     run = ReceivedRun(sinks=[lambda e, s: seen.append((e, s))])
@@ -173,7 +173,7 @@ def test_close_from_another_thread_ends_the_iteration_and_the_run(worker) -> Non
 
 
 def test_drill_and_baseline_actions_reach_the_session(worker) -> None:
-    from specscope.core.drill import DrillSpec
+    from specscope.core.memory.drill import DrillSpec
     from specscope.core.records import PLAIN_MODE, DrillEvent
 
     events: list[Any] = []
@@ -349,7 +349,7 @@ def test_a_worker_that_breaks_the_protocol_mid_run_is_lost(worker) -> None:
 
 
 def test_protocol_lines_round_trip_an_event() -> None:
-    from specscope.core.event_log import encode
+    from specscope.core.trace.event_log import encode
 
     event = RunFinished(reason="eos", iterations=3, tokens=7, elapsed_s=0.5, prefill_ms=1.25, t_s=1.0)
     line = protocol.encode_event_message(event)
@@ -367,8 +367,8 @@ def test_the_event_line_is_what_asdict_gave(pair) -> None:
     int keys and tuples included."""
     from dataclasses import asdict
 
-    from specscope.core.event_log import _TYPES, _finite, encode
     from specscope.core.records import DrillEvent
+    from specscope.core.trace.event_log import _TYPES, _finite, encode
     from tests.trace_samples import sample_baselines, sample_records
 
     def with_asdict(event: Any) -> str:

@@ -19,7 +19,7 @@ from dataclasses import fields
 from types import FrameType, SimpleNamespace
 from typing import Any
 
-from specscope.core.cli_checks import CliError, Interrupted, SignalGuard, emit
+from specscope.core.commands.cli_checks import CliError, Interrupted, SignalGuard, emit
 from specscope.core.controls import Controls
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
 from specscope.core.remote.options import session_options_to_data
@@ -32,8 +32,8 @@ _PAIR_OPTIONS = ("target", "draft", "demo", "drafter")
 
 # ---- serve ------------------------------------------------------------------------------------------------
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from specscope.core.cli_checks import whole_number
-    from specscope.core.models import add_pair_arguments
+    from specscope.core.commands.cli_checks import whole_number
+    from specscope.core.engine.models import add_pair_arguments
 
     add_pair_arguments(parser)
     g = parser.add_argument_group("serving")
@@ -45,8 +45,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from specscope.core.cli import _progress, _quiet_libraries
-    from specscope.core.models import ModelLoadError, load_pair, spec_from_args
+    from specscope.core.commands.cli import _progress, _quiet_libraries
+    from specscope.core.engine.models import ModelLoadError, load_pair, spec_from_args
     from specscope.core.remote.server import WorkerServer
 
     if args.quiet:
@@ -74,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not _loopback(args.host):
             _log(f"warning: listening on {args.host}, beyond this machine: the stream (and the token in the "
                  "hello) is not encrypted; an ssh tunnel to 127.0.0.1 is the safer way in")
-        from specscope.core.collector import loaded_objects_frozen
+        from specscope.core.gc_freeze import loaded_objects_frozen
 
         with loaded_objects_frozen():
             server.serve_forever()
@@ -141,7 +141,7 @@ def _refuse_pair_options(args: argparse.Namespace) -> None:
 def remote_description(args: argparse.Namespace, client: WorkerClient) -> dict[str, Any]:
     """The session description a local run writes (``cli.session_description``), from the worker's welcome;
     the worker's address without its token."""
-    from specscope.core.cli import session_description
+    from specscope.core.commands.cli import session_description
 
     info = client.worker_info.get("pair") or {}
     text = {k: info.get(k) for k in ("target", "target_source", "target_device", "target_dtype", "draft_device")}
@@ -157,9 +157,9 @@ def remote_description(args: argparse.Namespace, client: WorkerClient) -> dict[s
 
 
 def cmd_run_remote(args: argparse.Namespace) -> int:
-    from specscope.core.cli import _controls, _drill, _prompt_text, _quiet_libraries
-    from specscope.core.cli_checks import check_writable
-    from specscope.core.kinds import adaptive_k_default, default_k
+    from specscope.core.commands.cli import _controls, _drill, _prompt_text, _quiet_libraries
+    from specscope.core.commands.cli_checks import check_writable
+    from specscope.core.drafter_catalogue import adaptive_k_default, default_k
     from specscope.core.session import SessionOptions
 
     _refuse_pair_options(args)
@@ -217,7 +217,7 @@ class _LazyRecorder:
 
     def __call__(self, event: Any, snapshot: object = None) -> None:
         if not self.started:
-            from specscope.core.cli import _Run, _start_recorder
+            from specscope.core.commands.cli import _Run, _start_recorder
 
             self.started = True
             self.recorder = _start_recorder(self.description, self.quiet)
@@ -229,7 +229,7 @@ class _LazyRecorder:
 def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls: Controls,
                         options: dict[str, Any], text: str, description: dict[str, Any], guard: SignalGuard,
                         quiet: bool) -> int:
-    from specscope.core.cli import warn_autosave_off
+    from specscope.core.commands.cli import warn_autosave_off
     from specscope.core.events import RunStarted
     from specscope.core.run_report import RunOutcome, nothing_decoded, report_run
 
@@ -290,7 +290,7 @@ def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls
 
 def _note_context(client: WorkerClient, started: Any, quiet: bool) -> None:
     """The local run's note when the context window will stop the run before --max-new-tokens."""
-    from specscope.core.cli import _check_context
+    from specscope.core.commands.cli import _check_context
 
     info = client.worker_info.get("pair") or {}
     window = info.get("context_window")

@@ -21,11 +21,11 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from specscope.core.controls import InvalidControl, validate
-from specscope.core.event_log import MAX_DEPTH as EVENT_MAX_DEPTH
-from specscope.core.event_log import decode, encode
 from specscope.core.events import Event
 from specscope.core.records import ControlValues
-from specscope.core.trace_errors import JsonLimitError, bounded_json
+from specscope.core.trace.errors import JsonLimitError, bounded_json
+from specscope.core.trace.event_log import MAX_DEPTH as EVENT_MAX_DEPTH
+from specscope.core.trace.event_log import decode, encode
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -36,8 +36,8 @@ WORKER_TYPES = frozenset({"welcome", "event", "result", "idle", "error", "pong",
 ACTIONS = frozenset({"pause", "resume", "stop", "baseline", "drill", "end_drill"})
 _READ_CHUNK = 1 << 16
 
-if TYPE_CHECKING:  # core.drill imports torch: a GUI process reading the protocol must not
-    from specscope.core.drill import DrillSpec
+if TYPE_CHECKING:  # core.memory.drill imports torch: a GUI process reading the protocol must not
+    from specscope.core.memory.drill import DrillSpec
 
 
 class ProtocolError(ValueError):
@@ -224,7 +224,7 @@ def drill_from_data(data: Any) -> DrillSpec:
     start_at, end_at = (_whole(data.get(k, 0), f"drill {k}") for k in ("start", "end"))
     if not 0 <= start_at <= 10**9 or not 0 <= end_at <= 10**9:
         raise ProtocolError("a drill's start and end are iteration numbers")
-    from specscope.core.drill import DrillSpec
+    from specscope.core.memory.drill import DrillSpec
 
     return DrillSpec(model=str(data["model"]), layers=layers, start=start_at, end=end_at)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specscope.core.events import Event, RunFinished, RunStarted
-from specscope.core.measurement import Measurement
+from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import DrillEvent, IterationRecord, TokenStatus
-from specscope.core.snapshot import Estimate
 
 Sink = Callable[[Event, Estimate | None], None]
 # The tokens an iteration commits to the output (a rejected proposal is not output).

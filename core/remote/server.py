@@ -432,8 +432,8 @@ class _Connection:
 
 def _check_length(pair: Any, prompt_ids: list[int], max_new_tokens: int) -> None:
     """The CLI's own context check, as the error sentence of a refused start."""
-    from specscope.core.cli import _check_context
-    from specscope.core.cli_checks import CliError
+    from specscope.core.commands.cli import _check_context
+    from specscope.core.commands.cli_checks import CliError
 
     try:
         _check_context(pair, len(prompt_ids), max_new_tokens, quiet=True)
@@ -445,14 +445,14 @@ def serve(pair_factory: Callable[[], Any], host: str = "127.0.0.1", port: int = 
           on_ready: Callable[[WorkerServer], None] | None = None, log: Log = _stderr_log) -> None:
     """Load the pair once, bind, call ``on_ready`` (``specscope serve`` prints the URL there), serve until
     :meth:`WorkerServer.shutdown`."""
-    from specscope.core.collector import loaded_objects_frozen
+    from specscope.core.gc_freeze import loaded_objects_frozen
 
     pair = pair_factory()
     server = WorkerServer(pair, host, port, token, log=log)
     try:
         if on_ready is not None:
             on_ready(server)
-        with loaded_objects_frozen():  # no full collection in a timed step (core/collector.py)
+        with loaded_objects_frozen():  # no full collection in a timed step (core/gc_freeze.py)
             server.serve_forever()
     finally:
         server.close()
