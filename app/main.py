@@ -95,7 +95,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.screenshot:
         _arm_screenshot(window, args.screenshot, args.screenshot_after)
+    _close_on_signals(app, window)
     return int(app.exec())
+
+
+def _close_on_signals(app, window) -> None:
+    """SIGTERM and SIGINT close the window as its close button does: the run stops, the autosave closes, and the
+    worker process this app started is stopped (killed outright, the window would leave it serving)."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def close(_signum: int, _frame: object) -> None:
+        QTimer.singleShot(0, window.close)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, close)
+    # Python runs a handler only when the interpreter runs; Qt's loop waits in C++, so a timer wakes it.
+    wake = QTimer(app)
+    wake.setObjectName("signal_wake")
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
+    app.aboutToQuit.connect(wake.stop)
 
 
 def _print_steps_until_ready(window) -> None:

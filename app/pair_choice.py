@@ -64,6 +64,20 @@ class PairChoice:
                         target_offload_folder=self.target_offload_folder.strip() or None,
                         draft_offload_folder=self.draft_offload_folder.strip() or None)
 
+    def worker_args(self) -> list[str]:
+        """The model options of ``specscope serve`` for this choice (the app's own worker process loads it)."""
+        args = ["--demo"] if self.target.strip() == "demo" else ["--target", self.target.strip()]
+        options = (("--draft", self.draft), ("--drafter", self.drafter), ("--device", self.target_device),
+                   ("--draft-device", self.draft_device), ("--dtype", self.target_dtype),
+                   ("--draft-dtype", self.draft_dtype), ("--device-map", self.target_device_map),
+                   ("--draft-device-map", self.draft_device_map), ("--max-memory", self.target_max_memory),
+                   ("--draft-max-memory", self.draft_max_memory), ("--offload-folder", self.target_offload_folder),
+                   ("--draft-offload-folder", self.draft_offload_folder))
+        for flag, value in options:
+            if value.strip():
+                args += [flag, value.strip()]
+        return args
+
     def describe(self) -> str:
         draft = self.draft or ("demo draft" if self.target == "demo" else "")
         what = f"draft {draft}" if self.drafter == "model" else f"{self.drafter} drafter"

@@ -1,22 +1,26 @@
-"""The run's one owner: its state, every source of events (a local decode, a replayed trace, an attached
-server), the events drained from it, and the throttles.
+"""The run's one owner: its state, every source of events (a decode on a worker process, a replayed trace, an
+attached server, a decode on a thread of this process), the events drained from it, and the throttles.
 
 ``MainWindow`` lays out widgets and forwards the user's intents here (load, start, pause, stop, baseline,
 control changes, open a trace, attach); widgets render what this controller announces through its signals.
 No widget sets run state and no flag lives in two places: the state enum below is the only answer to "what
 is the run doing", and the buttons, the status panel and the window title all read it.
 
-Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it.
-A local run's session and an attached run feed their measurement and the autosave recorder on their own
-thread (so a stalled window never delays the crash-safety net); a replay feeds the trace's events through a
-new measurement here. The tick (~30 Hz) drains the buffer into ``RunData`` in chunks until a time budget is
-spent (the rest waits for the next tick; nothing is dropped), hands each chunk's new records to the views,
-and says whether time is left this tick for a plot redraw.
+Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it. A
+chosen pair decodes in a worker process (``worker_link``: this app's own, spawned for the pair, or one File ▸
+Connect to worker… reached); its events arrive on a reading thread that feeds them through this window's
+measurement and the autosave recorder (``remote_run``), as an attached run's thread does and as a session does
+on the in-process path (``SPECSCOPE_IN_PROCESS=1``, and pair factories in tests), so a stalled window never
+delays the crash-safety net; a replay feeds the trace's events through a new measurement here. The tick (~30 Hz)
+drains the buffer into ``RunData`` in chunks until a time budget is spent (the rest waits for the next tick;
+nothing is dropped), hands each chunk's new records to the views, and says whether time is left this tick for a
+plot redraw.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,9 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from specscope.app.pair_choice import PairChoice
+from specscope.app.remote_run import FINISHED, REFUSED, RemoteRun
 from specscope.app.run_data import Marker, Observed, RunData
-from specscope.app.sentences import finish_sentence
+from specscope.app.sentences import finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
+from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
 from specscope.core.controls import InvalidControl
 from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
@@ -36,6 +43,7 @@ from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, Iterat
 if TYPE_CHECKING:
     from specscope.core.attach.client import AttachOptions
     from specscope.core.engine.pair import ModelPair
+    from specscope.core.remote.url import WorkerAddress
     from specscope.core.trace.layout import LoadedTrace
 
 log = logging.getLogger(__name__)
@@ -43,6 +51,13 @@ log = logging.getLogger(__name__)
 TICK_MS = 33  # ~30 Hz drain
 INGEST_CHUNK = 32  # records per RunData.extend call
 TICK_BUDGET_S = 0.012  # ingest time after which a tick takes no more records and asks for no redraw
+WORKER_CHECK_TICKS = 30  # between runs, is this app's worker process still there? (about once a second)
+IN_PROCESS_VARIABLE = "SPECSCOPE_IN_PROCESS"  # "1": decode a chosen pair on a thread of the window's process
+
+
+def decode_in_process() -> bool:
+    """The pair decodes in the window's own process (tests, debugging) instead of a worker process."""
+    return os.environ.get(IN_PROCESS_VARIABLE, "") == "1"
 
 
 
@@ -82,6 +97,7 @@ class RunController(QObject):
     baseline_requested = Signal(int)  # the iteration after which the requested baseline will run
     drained = Signal(int)  # iterations ingested this tick
     drill_changed = Signal(list)  # DrillEvents (a paging drill started or ended)
+    worker_lost = Signal(str)  # the worker process or connection went away: one sentence, the events kept
 
     def __init__(self, sessions_dir: Callable[[], Path], keep_sessions: Callable[[], int] | None = None,
                  parent: QObject | None = None) -> None:
@@ -97,6 +113,14 @@ class RunController(QObject):
         self.finish_reason = ""
         self.replay_path: str | None = None
         self.attach_runner: Any = None  # the attached request under way (core.attach on its own thread)
+        # Runs decode in a worker process: this app's own for a chosen pair, or one File ▸ Connect reached.
+        self.link = WorkerLink(self)
+        self.link.connected.connect(self._on_worker_connected)
+        self.link.failed.connect(self._on_worker_failed)
+        self.link.progress.connect(self.progress)
+        self.remote_run: RemoteRun | None = None  # the latest run on a worker (its controls, its autosave)
+        self._remote_active = False  # that run is under way: its end has not been handled yet
+        self._ticks_to_worker_check = WORKER_CHECK_TICKS
         self.run_started_at: float | None = None
         self._baseline_wanted = False  # the user asked for one: mark where it lands
         self._pending: deque[Observed] = deque()  # drained from the buffer, not yet ingested
@@ -128,11 +152,39 @@ class RunController(QObject):
         """The autosave recorder of the run under way (the worker's or the attached run's), if any."""
         if self.attach_runner is not None and self.attach_runner.recorder is not None:
             return self.attach_runner.recorder
+        if self.link.kind and self.remote_run is not None:
+            return self.remote_run.recorder
         return self.host.worker.recorder
 
     @property
+    def controls(self) -> Any:
+        """The run's controls: a worker's run takes them as control messages, an in-process run directly."""
+        return self.remote_run.controls if self.link.kind and self.remote_run is not None else self.host.controls
+
+    @property
     def pair(self) -> ModelPair | None:
-        return self.host.worker.pair
+        """The pair loaded in this process (only on the in-process path; a worker holds its own)."""
+        return None if self.link.kind else self.host.worker.pair
+
+    @property
+    def on_worker(self) -> bool:
+        """Runs go to a worker process (this app's own or a remote one)."""
+        return bool(self.link.kind)
+
+    @property
+    def pair_drafter(self) -> str:
+        """The drafter kind of the loaded pair ("" when nothing says)."""
+        if self.link.kind:
+            return str(self.link.pair_info.get("drafter") or "")
+        return str(getattr(getattr(self.pair, "drafter", None), "name", "") or "")
+
+    @property
+    def device(self) -> str:
+        """The target's device, as the worker (or the in-process pair) reports it ("" before a load)."""
+        if self.link.kind:
+            return str(self.link.info.get("device") or "")
+        device = getattr(getattr(self.pair, "target", None), "device", None)
+        return str(device) if device is not None else ""
 
     # ---- loading ---------------------------------------------------------------------------------------
     def load(self, what: LoadRequest) -> bool:
@@ -145,8 +197,55 @@ class RunController(QObject):
         self.replay_path = None
         self.finish_reason = ""
         self._set_state(RunState.LOADING)
-        self.host.load(what)
+        if isinstance(what, PairChoice) and not decode_in_process():
+            self.link.start_local(what.worker_args())  # a worker process loads it; the window imports no torch
+        else:
+            self.link.close()
+            self.link.kind = ""
+            self.host.load(what)
         return True
+
+    def connect_worker(self, address: WorkerAddress) -> bool:
+        """Decode on a worker someone started with ``specscope serve`` (this app's own worker is stopped)."""
+        if self.state.active:
+            self.error.emit("Stop the run before connecting to another worker.")
+            return False
+        self.has_pair = False
+        self.reset_data()
+        self.replay_path = None
+        self.finish_reason = ""
+        self._set_state(RunState.LOADING)
+        self.progress.emit(f"Connecting to the worker at {address.netloc}…", -1.0)
+        self.link.connect_remote(address)
+        return True
+
+    def restart_worker(self, choice: PairChoice) -> bool:
+        """Start this app's worker again with ``choice`` (or reconnect to the remote one). What is on screen (the
+        events the lost worker sent) stays until the next Start."""
+        if self.state.active or self.state == RunState.LOADING or not self.link.kind:
+            return False
+        self.has_pair = False
+        self._set_state(RunState.LOADING)
+        if self.link.kind == REMOTE and self.link.address is not None:
+            self.link.connect_remote(self.link.address)
+        else:
+            self.link.start_local(choice.worker_args())
+        return True
+
+    def _on_worker_connected(self, info: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        self._on_loaded(self.link.description)
+
+    def _on_worker_failed(self, sentence: str) -> None:
+        if self._closed:
+            return
+        if self.link.kind == REMOTE:
+            self.has_pair = False
+            self._set_state(RunState.NO_MODEL)
+            self.error.emit(full_stop(sentence[:1].upper() + sentence[1:]))
+        else:
+            self._on_load_failed(sentence.rstrip("."))
 
     def _on_loaded(self, description: str) -> None:
         self.has_pair = True
@@ -170,9 +269,67 @@ class RunController(QObject):
         request.meta = meta
         request.keep_sessions = self._keep_sessions()
         self.run_started_at = time.monotonic()
-        self.host.start(request, values)
+        client = self.link.client
+        if self.link.kind and client is not None:
+            if self.link.kind == REMOTE and self.link.address is not None:
+                meta.update(pair=self.link.pair_info, worker=self.link.address.redacted())  # never the token
+            run = RemoteRun(client, request, values, self.host.buffer, self._sessions_dir(), request.keep_sessions,
+                            self)
+            run.ended.connect(self._on_remote_ended)
+            run.notice.connect(lambda text: self.message.emit(full_stop(text[:1].upper() + text[1:]), 10000))
+            self.remote_run = run
+            self._remote_active = True
+            run.start()
+        else:
+            self.host.start(request, values)
         self._set_state(RunState.RUNNING)
         return True
+
+    def _on_remote_ended(self, how: str, text: str) -> None:
+        if self._closed or not self._remote_active:
+            return  # the window is gone, or the worker's loss was already said (found between ticks)
+        self._remote_active = False
+        if how == FINISHED and text == "error":  # the model failed on the worker; the worker lives on
+            finished = self.remote_run.received.finished if self.remote_run is not None else None
+            self._on_error(finished.error if finished is not None and finished.error else "the worker's run failed")
+        elif how == FINISHED:
+            self._on_finished(text)
+        elif how == REFUSED:  # the worker is there and said why the run cannot start
+            self.catch_up()
+            self._set_state(RunState.READY)
+            self.error.emit(text)
+        else:
+            self._lose_worker(text)
+
+    def _lose_worker(self, sentence: str, during_run: bool = True) -> None:
+        """The worker went away (killed, crashed, the connection cut): say so once, keep what arrived, and
+        leave the way back to the window (restart or reconnect). Between runs, what is on screen stays as it
+        was (a finished run, a replay); only Start waits for the worker."""
+        self.catch_up()
+        self._remote_active = False
+        sentence = full_stop(self.link.lose(sentence))
+        self.has_pair = False
+        if not during_run:
+            self._set_state(self.state)  # Start goes grey
+            self.worker_lost.emit(sentence)
+            return
+        self.finish_reason = "error"
+        self._set_state(RunState.FAILED)
+        n = len(self.data)
+        kept = f" The {n} iteration{'s' * (n != 1)} received {'are' if n != 1 else 'is'} kept." if n else ""
+        self.worker_lost.emit(sentence + kept)
+        self.run_ended.emit(f"error:{sentence}")
+
+    def _check_worker(self) -> None:
+        """Between runs, this app's worker process can die too (out of memory, killed): say so when it does."""
+        self._ticks_to_worker_check -= 1
+        if self._ticks_to_worker_check > 0:
+            return
+        self._ticks_to_worker_check = WORKER_CHECK_TICKS
+        if self.link.kind == LOCAL and self.has_pair and not self._remote_active:
+            gone = self.link.process_gone()
+            if gone:
+                self._lose_worker(gone, during_run=False)
 
     def start_attach(self, options: AttachOptions) -> bool:
         """Stream a request from a serving engine: the same state machine, buffer and autosave as a local run."""
@@ -206,11 +363,11 @@ class RunController(QObject):
         if self.attach_runner is not None:
             return  # a server's request cannot be paused from here
         if paused:
-            self.host.controls.pause()
+            self.controls.pause()
             if self.state == RunState.RUNNING:
                 self._set_state(RunState.PAUSED)
         else:
-            self.host.controls.resume()
+            self.controls.resume()
             if self.state == RunState.PAUSED:
                 self._set_state(RunState.RUNNING)
 
@@ -219,13 +376,13 @@ class RunController(QObject):
             self.attach_runner.cancel.set()
             return
         if self.state == RunState.PAUSED:
-            self.host.controls.resume()  # a paused loop must wake up to see the stop
-        self.host.stop()
+            self.controls.resume()  # a paused loop must wake up to see the stop
+        self.controls.stop()
 
     def request_baseline(self) -> None:
         if not self.state.active:
             return
-        self.host.controls.request_baseline()
+        self.controls.request_baseline()
         self._baseline_wanted = True
         after = self.data.records[-1].iteration if self.data.records else 0
         self.baseline_requested.emit(after)
@@ -235,7 +392,7 @@ class RunController(QObject):
         if not self.state.active:
             return
         try:
-            self.host.controls.update(k=values.k, temperature=values.temperature, top_k=values.top_k,
+            self.controls.update(k=values.k, temperature=values.temperature, top_k=values.top_k,
                                       top_p=values.top_p, adaptive_k=values.adaptive_k)
         except InvalidControl as exc:
             self.error.emit(str(exc))
@@ -285,6 +442,7 @@ class RunController(QObject):
                 break
         self.frame.emit(time.monotonic() - started < TICK_BUDGET_S)
         self.drained.emit(n_records)
+        self._check_worker()
 
     def drain_all(self) -> None:
         """Ingest everything the worker handed over, however long it takes (end of run, closing)."""
@@ -369,6 +527,9 @@ class RunController(QObject):
         self._closed = True
         if self.attach_runner is not None:
             self.attach_runner.stop()
+        if self.remote_run is not None and self._remote_active:
+            self.remote_run.stop()  # the worker ends the run at its next iteration; its last events arrive
+        self.link.close()
         ended = self.host.shutdown()
         if ended:
             self.drain_all()

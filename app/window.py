@@ -192,7 +192,7 @@ class MainWindow(QMainWindow):
         self.controller = RunController(lambda: self.sessions_dir, self.settings.keep_sessions, self)
 
         self.panel = ControlPanel()
-        self.drill_control = DrillControl(lambda: self.host.controls)  # in the Run panel, above the stretch
+        self.drill_control = DrillControl(lambda: self.controller.controls)  # in the Run panel, above the stretch
         panel_layout = self.panel.layout()
         if isinstance(panel_layout, QVBoxLayout):
             panel_layout.insertWidget(panel_layout.count() - 1, self.drill_control)
@@ -285,6 +285,7 @@ class MainWindow(QMainWindow):
         c.baseline_requested.connect(self._on_baseline_requested)
         c.drained.connect(self.drained)
         c.shown_run.connect(self._on_shown_run)
+        c.worker_lost.connect(self._on_worker_lost)
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
@@ -294,6 +295,9 @@ class MainWindow(QMainWindow):
         from specscope.app.attach_dialog import add_attach_action
 
         add_attach_action(self, file_menu)
+        from specscope.app.connect_dialog import add_connect_action
+
+        self.connect_action = add_connect_action(self, file_menu)
         file_menu.addSeparator()
         self.export_action = self._action(file_menu, "Export &trace (CSV + tokens + session JSON)…",
                                           self._export_trace_dialog, QKeySequence("Ctrl+E"))
@@ -309,6 +313,10 @@ class MainWindow(QMainWindow):
         self.models_menu = models
         self._action(models, "&Choose models…", self.choose_models, QKeySequence("Ctrl+M"))
         self._action(models, "Load the embedded &demo", self.load_demo)
+        models.addSeparator()
+        self.restart_worker_action = self._action(models, "&Restart the worker", self.restart_worker)
+        self.restart_worker_action.setToolTip("Start the worker process again (or reconnect to the remote one) "
+                                              "with the same pair")
         run = mb.addMenu("&Run")
         self.run_menu = run
         self.start_action = self._action(run, "&Start", self.start_run, QKeySequence("F5"))
@@ -492,10 +500,11 @@ class MainWindow(QMainWindow):
         if shown is not None:  # the run on screen: a replay's, an attached engine's, or the live run's own
             self.run_panel.show_pair(shown.description or shown.target, shown.drafter)
         else:
-            drafter = getattr(getattr(c.pair, "drafter", None), "name", None) or self.pair_choice.drafter
+            drafter = c.pair_drafter or self.pair_choice.drafter
             self.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
         self.panel.set_drafter(self.pair_choice.drafter)
         self.drill_control.set_state(state.value)
+        self.restart_worker_action.setEnabled(c.on_worker and not state.active and state != RunState.LOADING)
         self.plots.set_idle_text(self._idle_text(state), self.data)
         self._update_title()
 
@@ -623,17 +632,20 @@ class MainWindow(QMainWindow):
             self.status.set_device(what.target_device)
             self.save_settings_soon()  # the pair and drafter, and the controls the switch moved
         # The first step says what the wait is: on a first load, importing the engine is most of it.
-        step = "starting" if engine_imported() else "importing torch and transformers"
+        if self.controller.on_worker:
+            step = "starting a worker process"
+        else:
+            step = "starting" if engine_imported() else "importing torch and transformers"
         self.status.show_progress(f"Loading {label}: {step}…", -1.0)
 
     def _on_loaded(self, description: str) -> None:
         self.status.hide_progress()
         self.status.show_message(f"Ready: {description}", 5000)
-        pair = self.controller.pair
-        self.token_view.decode = getattr(pair, "token_text", None)
-        device = getattr(getattr(pair, "target", None), "device", None)
-        if device is not None:
-            self.status.set_device(str(device))
+        # In this process only on the in-process path; a worker's tokens come with their text (top-5 shows the
+        # ids the stream has not spelled out).
+        self.token_view.decode = getattr(self.controller.pair, "token_text", None)
+        if self.controller.device:
+            self.status.set_device(self.controller.device)
         self._update_title()
         self.pair_ready.emit()
 
@@ -647,6 +659,24 @@ class MainWindow(QMainWindow):
         self.banner.show_message(f"{self.last_error} Correct it in Models ▸ Choose models… (Ctrl+M), or:",
                                  "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
+
+    def _on_worker_lost(self, sentence: str) -> None:
+        """The worker went away: one sentence, the events received stay, and the way back is in the banner."""
+        self.status.hide_progress()
+        self.last_error = sentence
+        again = "Reconnect" if self.controller.link.kind == "remote" else "Restart the worker"
+        self.banner.show_message(sentence, "error", again, self.restart_worker)
+        self.status.show_message("The worker is gone: the reason is above the tokens", 15000)
+
+    def restart_worker(self) -> None:
+        """Start this app's worker again with the same pair, or reconnect to the remote one; the events the lost
+        worker sent stay on screen until the next Start."""
+        if self.controller.restart_worker(self.pair_choice):
+            self.banner.hide()
+            self.last_error = None
+            remote = self.controller.link.kind == "remote"
+            self.status.show_progress("Reconnecting to the worker…" if remote else
+                                      f"Restarting the worker: loading {self.pair_choice.describe()}…", -1.0)
 
     # ---- running ---------------------------------------------------------------------------------------
     def start_run(self) -> bool:

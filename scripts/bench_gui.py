@@ -2,13 +2,16 @@
 iterations loaded, and memory growth over a long session. Prints one line per number (no pass/fail).
 
     .venv/bin/python scripts/bench_gui.py [--decode-seconds 10] [--iterations 20000] [--hogs 2]
+    .venv/bin/python scripts/bench_gui.py --latency-only --engine thread|process   # an A/B of the two paths
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python scripts/bench_gui.py   # as users see it
     ... scripts/bench_gui.py --dump-pauses /tmp/pauses [--native]   # what every thread did in each pause
 
 Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set); decoding uses a tiny random pair, so
 the loop runs at full speed and the GUI gets the most records per second it will ever see. ``--hogs N``
 starts N busy processes (one per core loads the machine fully) for the latency measurement, to show the
-window on a machine that is doing something else too.
+window on a machine that is doing something else too. ``--engine process`` (the app's default) decodes in a
+worker process the window talks to through the worker protocol; ``--engine thread`` decodes on a thread of
+the window's own process (``SPECSCOPE_IN_PROCESS=1``), as the app did before.
 """
 
 from __future__ import annotations
@@ -83,6 +86,31 @@ def start_pause_watch(folder: Path, native: bool) -> tuple[mmap.mmap, subprocess
     return heartbeat, watcher
 
 
+def tiny_pair_dirs(root: Path) -> tuple[Path, Path]:
+    """A tiny random target and draft saved as model folders, made in a subprocess: importing torch here
+    would put it in the window's process, which the worker-process path keeps free of it."""
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from tests.models import save_model_dir, tiny_model, word_tokenizer; r = Path(sys.argv[2]); "
+            "save_model_dir(r / 'target', tiny_model(0, logit_scale=4.0), word_tokenizer()); "
+            "save_model_dir(r / 'draft', tiny_model(1, logit_scale=4.0), word_tokenizer())")
+    subprocess.run([sys.executable, "-c", code, str(ROOT), str(root)], check=True, capture_output=True)
+    return root / "target", root / "draft"
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each thread of this process, by name (threads of one name summed)."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for t in psutil.Process().threads():
+        try:
+            name = Path(f"/proc/self/task/{t.id}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
+    return out
+
+
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -93,21 +121,31 @@ def main() -> int:
     p.add_argument("--decode-seconds", type=float, default=10.0)
     p.add_argument("--iterations", type=int, default=20_000)
     p.add_argument("--hogs", type=int, default=0, help="busy processes beside the decode (latency part)")
-    p.add_argument("--pair", choices=("tiny", "demo"), default="tiny",
+    p.add_argument("--pair", choices=("tiny", "demo", "none"), default="tiny",
                    help="tiny: a random pair decoding as fast as the loop goes (the most records a second); "
-                        "demo: the embedded demo with its default drafter, as a first-time user runs it")
+                        "demo: the embedded demo with its default drafter, as a first-time user runs it; none: no "
+                        "decode, the idle window's lateness (what the machine alone costs)")
     p.add_argument("--session-iterations", type=int, default=54_000, help="30 min at 30 iterations/s")
     p.add_argument("--dump-pauses", metavar="DIR", type=Path,
                    help="while decoding, save py-spy stack dumps of every thread whenever the GUI thread "
                         "stalls over 150 ms (scripts/pause_watch.py; needs py-spy)")
     p.add_argument("--native", action="store_true", help="with --dump-pauses: C/C++ frames too (slow)")
+    p.add_argument("--engine", choices=("process", "thread"), default="process",
+                   help="process: a worker process decodes (the app's default); thread: the window's own process")
+    p.add_argument("--latency-only", action="store_true",
+                   help="only the latency while decoding (no time to visible, redraw or memory parts)")
     args = p.parse_args()
+    if args.engine == "thread":
+        os.environ["SPECSCOPE_IN_PROCESS"] = "1"
+    else:
+        os.environ.pop("SPECSCOPE_IN_PROCESS", None)
 
     from specscope.app.qt_check import binding_problem
 
-    visible = time_to_visible()
-    print(f"time to window visible: median {statistics.median(visible):.2f} s (runs: "
-          + ", ".join(f"{v:.2f}" for v in visible) + ")")
+    if not args.latency_only:
+        visible = time_to_visible()
+        print(f"time to window visible: median {statistics.median(visible):.2f} s (runs: "
+              + ", ".join(f"{v:.2f}" for v in visible) + ")")
 
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
@@ -117,10 +155,10 @@ def main() -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
+    from specscope.app.pair_choice import PairChoice
     from specscope.app.run_controller import TICK_MS
     from specscope.app.settings import AppSettings, make_qsettings
     from specscope.app.window import MainWindow
-    from tests.app_helpers import pair_factory, synthetic_records
 
     tmp = Path(tempfile.mkdtemp(prefix="specscope-bench-"))
     paints = count_plot_paints()  # before the plots exist: PySide binds a virtual override at construction
@@ -132,18 +170,26 @@ def main() -> int:
     # 1. Event-loop latency while decoding at full speed (tiny pair: hundreds of iterations per second).
     loaded = []
     window.pair_ready.connect(lambda: loaded.append(True))
+    failed: list[str] = []
+    window.pair_failed.connect(failed.append)
     if args.pair == "demo":
-        from specscope.app.pair_choice import PairChoice
-
         window.load_pair(PairChoice())
+    elif args.pair == "tiny":
+        target, draft = tiny_pair_dirs(tmp / "tiny")
+        window.load_pair(PairChoice(target=str(target), draft=str(draft), drafter="model"))
     else:
-        window.load_pair(pair_factory("partial"))
-    while not loaded:
+        loaded.append(True)
+    while not loaded and not failed:
         app.processEvents()
+    if failed:
+        print(f"the pair did not load: {failed[0]}", file=sys.stderr)
+        return 1
     window.panel.max_new.setValue(1_000_000)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     paints[0] = 0
-    window.start_run()
+    cpu_before, wall_before = thread_cpu(), time.monotonic()
+    if args.pair != "none":
+        window.start_run()
     lateness: list[float] = []
     clock = QElapsedTimer()
     clock.start()
@@ -155,14 +201,22 @@ def main() -> int:
     if args.dump_pauses is not None:
         heartbeat, watcher = start_pause_watch(args.dump_pauses, args.native)
 
+    # The GUI thread's own CPU time between probes: on a shared machine a late probe is either the window
+    # computing (its own work) or the window waiting for a core or for the GIL (the machine, another thread).
+    own_ms: list[float] = []
+    last_cpu = [time.thread_time()]
+
     def probe() -> None:
         if heartbeat is not None:
             heartbeat[:8] = struct.pack("q", time.monotonic_ns())
         now = clock.nsecsElapsed()
+        cpu = time.thread_time()
         lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
+        own_ms.append(1000 * (cpu - last_cpu[0]))
         if lateness[-1] > 150:
             pauses.append((now / 1e9, lateness[-1]))
         last[0] = now
+        last_cpu[0] = cpu
 
     timer = QTimer()
     timer.setInterval(period_ms)
@@ -173,6 +227,7 @@ def main() -> int:
     QTimer.singleShot(int(args.decode_seconds * 1000), loop.quit)
     loop.exec()
     timer.stop()
+    cpu_after, wall = thread_cpu(), time.monotonic() - wall_before
     if watcher is not None:
         watcher.terminate()
         watcher.wait()
@@ -187,15 +242,29 @@ def main() -> int:
     while not ended and window.controller.state.active:  # the run may have ended by itself already
         app.processEvents()
     where = f"display {os.environ['DISPLAY']}" if os.environ.get("QT_QPA_PLATFORM") != "offscreen" else "offscreen"
-    print(f"event-loop latency while decoding ({args.pair} pair, {where}, {args.hogs} busy processes beside it, "
+    print(f"event-loop latency while decoding ({args.pair} pair, decoding in a {args.engine}, {where}, "
+          f"{args.hogs} busy processes beside it, "
           f"{n_live / args.decode_seconds:.0f} iterations/s, "
           f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
           f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms, "
           f"{sum(1 for x in lateness if x > 150)} pauses over 150 ms")
     if pauses:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
+    late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
+    print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 0.99):.1f} ms, max "
+          f"{max(own_ms):.1f} ms; of the {len(late)} probes later than 100 ms, "
+          f"{sum(1 for _, c in late if c > 50)} were mostly its own work (over 50 ms of CPU)")
     print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "
           f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
+    print(f"torch imported in the window's process: {'yes' if 'torch' in sys.modules else 'no'}")
+    used = {n: cpu_after.get(n, 0.0) - cpu_before.get(n, 0.0) for n in cpu_after}
+    busiest = sorted(((v, n) for n, v in used.items() if v > 0.005 * wall), reverse=True)[:4]
+    print(f"the window's process used {100 * sum(used.values()) / wall:.0f}% of a core while decoding ("
+          + ", ".join(f"{n} {100 * v / wall:.0f}%" for v, n in busiest) + ")")
+    if args.latency_only:
+        window.close()
+        return 0
+    from tests.app_helpers import synthetic_records
 
     # 2. Redraw rate with many iterations loaded: one new record per frame, then a synchronous repaint.
     window._reset_view()

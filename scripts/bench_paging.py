@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from specscope.core.controls import Controls
+from specscope.core.drill_spec import DrillSpec
 from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair_spec import PairSpec
 from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.memory.detector import PagingDetector
-from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
 

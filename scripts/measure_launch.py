@@ -8,6 +8,10 @@ pair is ready. Reported per launch: wall time to the window and to ready, the CP
 1-minute load average before it started, and the time spent in each step. A hog is one busy Python loop.
 
     .venv/bin/python scripts/measure_launch.py --rounds 3 [--drafter eagle] [--out launch.json]
+    .venv/bin/python scripts/measure_launch.py --rounds 2 --engines process,thread   # the two paths, interleaved
+
+``--engines``: process (the app's default: a worker process loads and decodes) and thread (the pair loads in
+the window's own process, ``SPECSCOPE_IN_PROCESS=1``); several are interleaved within each round.
 """
 
 from __future__ import annotations
@@ -44,11 +48,14 @@ def step_name(message: str) -> str:
     return next((name for prefix, name in STEPS if message.startswith(prefix)), message)
 
 
-def launch(app: Path, drafter: str, timeout_s: float) -> dict[str, object]:
+def launch(app: Path, drafter: str, timeout_s: float, engine: str = "process") -> dict[str, object]:
     """One launch; the step a line starts lasts until the next line."""
     with tempfile.TemporaryDirectory(prefix="specscope-launch-") as tmp:
         env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECSCOPE_SETTINGS_FILE=str(Path(tmp) / "s.ini"),
                    SPECSCOPE_DATA_DIR=str(Path(tmp) / "data"), HF_HUB_OFFLINE="1")
+        env.pop("SPECSCOPE_IN_PROCESS", None)
+        if engine == "thread":
+            env["SPECSCOPE_IN_PROCESS"] = "1"
         load = os.getloadavg()[0]
         started = time.monotonic()
         child = subprocess.Popen([str(app), "--drafter", drafter, "--print-ready-time"], env=env,
@@ -87,25 +94,32 @@ def main() -> int:
     p.add_argument("--drafter", default="eagle")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--out", type=Path, help="write every launch as JSON here")
+    p.add_argument("--engines", default="process", help="process, thread or both (comma-separated)")
     args = p.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines or any(e not in ("process", "thread") for e in engines):
+        print("measure_launch: --engines takes process, thread or process,thread", file=sys.stderr)
+        return 2
     if args.rounds < 1:
         print("measure_launch: --rounds must be at least 1", file=sys.stderr)
         return 2
     app = Path(sys.executable).with_name("specscope")
-    results: dict[str, list[dict[str, object]]] = {"quiet": [], "one hog": []}
+    results: dict[str, list[dict[str, object]]] = {}
     for r in range(args.rounds):
         for condition in (("quiet", "one hog") if r % 2 == 0 else ("one hog", "quiet")):  # interleaved
-            hog = subprocess.Popen([sys.executable, "-c", HOG]) if condition == "one hog" else None
-            try:
-                result = launch(app, args.drafter, args.timeout)
-            finally:
-                if hog is not None:
-                    hog.kill()
-                    hog.wait()
-            results[condition].append(result)
-            print(f"round {r + 1} {condition:8s} load {result['load_average']:5.2f}  visible "
-                  f"{result['visible_s']:5.1f} s  ready {result['ready_s']:5.1f} s  cpu {result['cpu_s']:5.1f} s  "
-                  + "  ".join(f"{k} {v:.1f}" for k, v in result["steps_s"].items()), flush=True)  # type: ignore[union-attr]
+            for engine in (engines if r % 2 == 0 else engines[::-1]):
+                hog = subprocess.Popen([sys.executable, "-c", HOG]) if condition == "one hog" else None
+                try:
+                    result = launch(app, args.drafter, args.timeout, engine)
+                finally:
+                    if hog is not None:
+                        hog.kill()
+                        hog.wait()
+                key = condition if engines == ["process"] else f"{condition}, {engine}"
+                results.setdefault(key, []).append(result)
+                print(f"round {r + 1} {key:18s} load {result['load_average']:5.2f}  visible "
+                      f"{result['visible_s']:5.1f} s  ready {result['ready_s']:5.1f} s  cpu {result['cpu_s']:5.1f} s  "
+                      + "  ".join(f"{k} {v:.1f}" for k, v in result["steps_s"].items()), flush=True)  # type: ignore[union-attr]
     for condition, runs in results.items():
         ready = [float(x["ready_s"]) for x in runs]  # type: ignore[arg-type]
         cpu = [float(x["cpu_s"]) for x in runs]  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.core.trace.errors import TraceError
-from specscope.core.trace.legacy_csv import legacy_stream
 from specscope.core.trace.files import read_trace, write_trace
+from specscope.core.trace.legacy_csv import legacy_stream
 from tests.trace_samples import sample_baselines, sample_records
 
 

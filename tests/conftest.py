@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.worker_guard import _no_worker_process_left  # noqa: F401  (autouse: no test leaves a worker running)
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -125,3 +127,4 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
                     active.append(f"{t.objectName() or 'QTimer'} every {t.interval()} ms in {type(top).__name__}")
     assert not running, f"QThread(s) still running after the test: {running}"
     assert not active, f"QTimer(s) still active after the test: {active}"
+

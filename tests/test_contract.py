@@ -24,6 +24,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from specscope.core.commands.cli import main
 from specscope.core.controls import Controls
+from specscope.core.drill_spec import DrillSpec
 from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
@@ -31,7 +32,6 @@ from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
 from specscope.core.measure.measurement import feed_all, replay
 from specscope.core.measure.snapshot import Estimate
 from specscope.core.measure.summary import run_summary
-from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
 from specscope.core.trace.autosave import SessionRecorder

@@ -173,6 +173,32 @@ def test_close_from_another_thread_ends_the_iteration_and_the_run(worker) -> Non
     assert worker.wait_without_client(10.0)  # the worker stopped the run and let the client go
 
 
+def test_drill_and_baseline_actions_reach_the_session(worker) -> None:
+    from specscope.core.drill_spec import DrillSpec
+    from specscope.core.records import PLAIN_MODE, DrillEvent
+
+    events: list[Any] = []
+    with WorkerClient.connect(worker.address) as client:
+        asked, ended, plain = 0, False, False
+        for event in client.start("w5 w6 w7", ControlValues(k=2), {"max_new_tokens": 400, "baseline_every": 0,
+                                                                    "explore_every": 0}, chat=False):
+            events.append(event)
+            if isinstance(event, IterationRecord) and event.iteration == 2 and not asked:
+                asked = 1
+                client.action("drill", spec=protocol.drill_to_data(DrillSpec("target", layers=1)))
+            elif isinstance(event, DrillEvent) and event.kind == "start":
+                client.action("baseline")
+                client.action("end_drill")
+            ended = ended or (isinstance(event, DrillEvent) and event.kind == "end")
+            plain = plain or (isinstance(event, IterationRecord) and event.mode == PLAIN_MODE)
+            if ended and plain:
+                client.stop()
+    drills = [e for e in events if isinstance(e, DrillEvent)]
+    assert [(d.kind, d.model, d.layers, d.error) for d in drills] == [("start", "target", 1, ""),
+                                                                      ("end", "target", 1, "")]
+    assert plain and isinstance(events[-1], RunFinished) and events[-1].reason == "stop"  # the baseline came
+
+
 def test_a_control_out_of_range_is_refused_before_it_is_sent(worker) -> None:
     with WorkerClient.connect(worker.address) as client:
         with pytest.raises(ValueError, match="k must be between 1 and 16"):
@@ -433,3 +459,11 @@ def test_the_client_side_imports_no_torch() -> None:
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),
+                                            ("0.0.0.0", False), ("::", False), ("gpu-host", False)])
+def test_serve_knows_when_it_listens_beyond_this_machine(host, loopback) -> None:
+    from specscope.core.remote.command import _loopback
+
+    assert _loopback(host) is loopback  # beyond loopback, serve warns that the stream is not encrypted

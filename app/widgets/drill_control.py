@@ -47,7 +47,7 @@ class DrillControl(QGroupBox):
         self.set_state("no_model")
 
     def start_drill(self) -> None:
-        from specscope.core.memory.drill import DrillSpec
+        from specscope.core.drill_spec import DrillSpec  # plain data: no torch in the GUI
 
         layers = self.layers.value() or None
         self._controls().start_drill(DrillSpec(model=self.model.currentText(), layers=layers))

@@ -73,6 +73,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not args.quiet:
             _log(f"serving {pair.description or pair.target.name} on {server.address.netloc}; "
                  "one client at a time; Ctrl-C stops")
+        if not _loopback(args.host):
+            _log(f"warning: listening on {args.host}, beyond this machine: the stream (and the token in the "
+                 "hello) is not encrypted; an ssh tunnel to 127.0.0.1 is the safer way in")
         from specscope.core.gc_freeze import loaded_objects_frozen
 
         with loaded_objects_frozen():
@@ -82,6 +85,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _log(message: str) -> None:

@@ -12,54 +12,20 @@ panel) and applied by the session at an iteration boundary, like every other con
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from specscope.core.drill_spec import DRILL_MODELS, DrillError, DrillSpec, parse_drill
 from specscope.core.memory.residency import decoder_layers, device_key
 
-DRILL_MODELS = ("draft", "target")
-_DRILL_RE = re.compile(r"^(\d+):(\d+):([a-z]+)(?::(\d+))?$")
-
-
-class DrillError(ValueError):
-    """A drill that cannot be run; the message is one sentence for the user."""
-
-
-@dataclass(frozen=True)
-class DrillSpec:
-    """Layers of ``model`` off its device from iteration ``start`` until before ``end`` (None = all layers).
-
-    ``start``/``end`` matter only for a scheduled drill (the CLI); a live drill starts and ends on request.
-    """
-
-    model: str
-    layers: int | None = None
-    start: int = 0
-    end: int = 0
-
-
-def parse_drill(text: str) -> DrillSpec:
-    """``START:END:MODEL[:LAYERS]``, e.g. ``20:40:draft`` or ``10:30:target:18``; DrillError otherwise."""
-    m = _DRILL_RE.match(text.strip().lower())
-    if m is None:
-        raise DrillError(f"bad drill {text!r}: write START:END:MODEL[:LAYERS], e.g. 20:40:draft or "
-                         "10:30:target:18")
-    start, end, model, layers = int(m[1]), int(m[2]), m[3], m[4]
-    if model not in DRILL_MODELS:
-        raise DrillError(f"bad drill {text!r}: the model is draft or target, not {model!r}")
-    if end <= start:
-        raise DrillError(f"bad drill {text!r}: it must end after it starts (END > START)")
-    n = int(layers) if layers is not None else None
-    if n is not None and n < 1:
-        raise DrillError(f"bad drill {text!r}: move at least 1 layer")
-    return DrillSpec(model=model, layers=n, start=start, end=end)
+# The spec and its parser are plain data (core/drill_spec.py, no torch); re-exported for the engine's callers.
+__all__ = ["DRILL_MODELS", "DrillError", "DrillSpec", "PagingDrill", "drill_target", "offload_place",
+           "parse_drill"]
 
 
 def offload_place(compute_device: torch.device | str) -> str:

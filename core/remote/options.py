@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from specscope.core.remote.protocol import ProtocolError, drill_from_data, drill_to_data
+from specscope.core.remote.protocol import drill_to_data
 
 # name -> (kind, lowest, highest); kind "int", "float", "bool" or "seed" (a whole number or null)
 OPTION_FIELDS: dict[str, tuple[str, float, float]] = {
@@ -37,7 +37,7 @@ def session_options_to_data(options: Any) -> dict[str, Any]:
     return data
 
 
-def _checked(name: str, value: Any) -> Any:
+def checked_option(name: str, value: Any) -> Any:
     kind, lo, hi = OPTION_FIELDS[name]
     if kind == "bool":
         if not isinstance(value, bool):
@@ -55,22 +55,3 @@ def _checked(name: str, value: Any) -> Any:
     return float(value)
 
 
-def session_options_from_data(data: Any, pair: Any, prompt_text: str = "") -> Any:
-    """``SessionOptions`` for a run on the worker; ValueError with one sentence when a field is wrong."""
-    from specscope.core.session import SessionOptions
-
-    if not isinstance(data, dict):
-        raise ProtocolError("the start's options are not an object")
-    unknown = sorted(set(data) - set(OPTION_FIELDS) - {"drill"})
-    if unknown:
-        raise ValueError(f"the worker takes no option {unknown[0]!r}")
-    fields = {name: _checked(name, value) for name, value in data.items() if name != "drill"}
-    drill = None
-    if data.get("drill") is not None:
-        try:
-            drill = drill_from_data(data["drill"])
-        except ProtocolError as exc:
-            raise ValueError(str(exc)) from None
-        if drill.model == "draft" and (fields.get("plain") or pair.draft is None):
-            raise ValueError("a draft drill needs a draft model (--drafter model, not --plain): drill the target")
-    return SessionOptions(**fields, drill=drill, prompt_text=prompt_text, source="remote")

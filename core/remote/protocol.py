@@ -37,7 +37,7 @@ ACTIONS = frozenset({"pause", "resume", "stop", "baseline", "drill", "end_drill"
 _READ_CHUNK = 1 << 16
 
 if TYPE_CHECKING:  # core.memory.drill imports torch: a GUI process reading the protocol must not
-    from specscope.core.memory.drill import DrillSpec
+    from specscope.core.drill_spec import DrillSpec
 
 
 class ProtocolError(ValueError):
@@ -224,7 +224,7 @@ def drill_from_data(data: Any) -> DrillSpec:
     start_at, end_at = (_whole(data.get(k, 0), f"drill {k}") for k in ("start", "end"))
     if not 0 <= start_at <= 10**9 or not 0 <= end_at <= 10**9:
         raise ProtocolError("a drill's start and end are iteration numbers")
-    from specscope.core.memory.drill import DrillSpec
+    from specscope.core.drill_spec import DrillSpec
 
     return DrillSpec(model=str(data["model"]), layers=layers, start=start_at, end=end_at)
 

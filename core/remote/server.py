@@ -28,8 +28,8 @@ from specscope import __version__
 from specscope.core.controls import Controls, InvalidControl
 from specscope.core.events import Event
 from specscope.core.remote import protocol
-from specscope.core.remote.options import session_options_from_data
-from specscope.core.remote.protocol import ProtocolError
+from specscope.core.remote.options import OPTION_FIELDS, checked_option
+from specscope.core.remote.protocol import ProtocolError, drill_from_data
 from specscope.core.remote.url import WorkerAddress
 
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -454,3 +454,24 @@ def serve(pair_factory: Callable[[], Any], host: str = "127.0.0.1", port: int = 
             server.serve_forever()
     finally:
         server.close()
+
+
+def session_options_from_data(data: Any, pair: Any, prompt_text: str = "") -> Any:
+    """``SessionOptions`` for a run on the worker; ValueError with one sentence when a field is wrong."""
+    from specscope.core.session import SessionOptions
+
+    if not isinstance(data, dict):
+        raise ProtocolError("the start's options are not an object")
+    unknown = sorted(set(data) - set(OPTION_FIELDS) - {"drill"})
+    if unknown:
+        raise ValueError(f"the worker takes no option {unknown[0]!r}")
+    fields = {name: checked_option(name, value) for name, value in data.items() if name != "drill"}
+    drill = None
+    if data.get("drill") is not None:
+        try:
+            drill = drill_from_data(data["drill"])
+        except ProtocolError as exc:
+            raise ValueError(str(exc)) from None
+        if drill.model == "draft" and (fields.get("plain") or pair.draft is None):
+            raise ValueError("a draft drill needs a draft model (--drafter model, not --plain): drill the target")
+    return SessionOptions(**fields, drill=drill, prompt_text=prompt_text, source="remote")
