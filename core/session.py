@@ -26,6 +26,7 @@ from typing import Any
 
 from .adaptive import CostModelKPolicy
 from .adaptive_lookup import LookupLengthPolicy
+from .adaptive_suffix import SuffixLengthPolicy
 from .busy import BusyDetector
 from .controls import K_MAX, Controls
 from .drill import DrillError, DrillSpec, PagingDrill, drill_target
@@ -83,9 +84,11 @@ class Session:
         self.options = options or SessionOptions()
         self.sinks: list[Sink] = list(sinks or [])
         self.measurement = Measurement(window=self.options.alpha_window)
-        # prompt lookup finds a whole continuation for free: its adaptive k trims what it found, per match
+        # prompt lookup and suffix decoding find a whole continuation for free: their adaptive k trims what
+        # was found (lookup's per match size, suffix decoding's by the draft's own count ratios)
         self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
-            LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
+            SuffixLengthPolicy(self.measurement, pair.drafter) if isinstance(pair.drafter, SuffixDrafter)
+            else LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
             else CostModelKPolicy(self.measurement))
         self.busy = BusyDetector.for_device(pair.target.device)
         self.detector = PagingDetector(factor=self.options.paging_factor)
