@@ -29,6 +29,7 @@ from .adaptive_lookup import LookupLengthPolicy
 from .adaptive_suffix import SuffixLengthPolicy
 from .busy import BusyDetector
 from .controls import K_MAX, Controls
+from .drafters.suffix import SuffixDrafter
 from .drill import DrillError, DrillSpec, PagingDrill, drill_target
 from .events import ControlChange, Event, RunFinished, RunStarted
 from .measurement import Measurement

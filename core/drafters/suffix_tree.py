@@ -18,11 +18,12 @@ per node would cost ten times the memory.
 The proposal (``speculate``): every match length of the context's suffix is tried, shortest first, until
 one is not in the trie. A caller that follows a growing sequence keeps the matched nodes instead
 (``extend_matches``, O(max_depth) per new token; ``suffix_nodes`` for a sequence in the tree itself) and
-proposes from them (``speculate_matches``), so a proposal never walks the trie from the root again. From the matched node the draft follows the most frequent child; each drafted token
-carries the product of the count ratios along the way; drafting stops before a token whose product falls
-below ``min_token_prob``, or at ``min(max_tokens, floor(match_len * max_spec_factor))`` tokens, or at the
-trie's depth. A draft's score is the sum of its tokens' products: the expected number of accepted tokens if
-the products were acceptance probabilities. The best score wins; a tie goes to the longer match.
+proposes from them (``speculate_matches``), so a proposal never walks the trie from the root again.
+From the matched node the draft follows the most frequent child; each drafted token carries the product
+of the count ratios along the way; drafting stops before a token whose product falls below
+``min_token_prob``, or at ``min(max_tokens, floor(match_len * max_spec_factor))`` tokens, or at the trie's
+depth. A draft's score is the sum of its tokens' products: the expected number of accepted tokens if the
+products were acceptance probabilities. The best score wins; a tie goes to the longer match.
 
 Each drafted token also carries a shrunk count ratio, count / (parent's count + 1) (``conditional``): a
 continuation seen once after a context seen once is an even bet, not a certainty. Adaptive k
