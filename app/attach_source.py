@@ -16,13 +16,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from specscope.app.worker import RecordBuffer
 from specscope.core.attach.client import AttachError, AttachOptions, AttachResult, attach, redact_url
-from specscope.core.autosave import SessionRecorder, start_recorder
 from specscope.core.events import Event, RunFinished, RunStarted
-from specscope.core.measurement import Measurement
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import ControlValues, IterationRecord
-
-from .worker import RecordBuffer
+from specscope.core.trace.autosave import SessionRecorder, start_recorder
 
 
 class AttachRunner(QObject):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.kinds import DRAFTER_KINDS, default_drafter
+from specscope.core.drafter_catalogue import DRAFTER_KINDS, default_drafter
 
 T0 = time.monotonic()
 
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specscope: no such trace: {args.open_trace}", file=sys.stderr)
         return 2
 
-    from .qt_check import binding_problem
+    from specscope.app.qt_check import binding_problem
 
     problem = binding_problem()
     if problem:
@@ -59,8 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from .pair_choice import PairChoice
-    from .window import MainWindow
+    from specscope.app.pair_choice import PairChoice
+    from specscope.app.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("specscope")

@@ -1,4 +1,4 @@
-"""What the user picked for the pair, as plain data (no torch): turned into a ``core.models.PairSpec`` on
+"""What the user picked for the pair, as plain data (no torch): turned into a ``core.engine.models.PairSpec`` on
 the worker thread, so choosing a model never imports the engine on the GUI thread."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..core.kinds import DEMO_DRAFTER, DRAFTER_KINDS
+from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS
 
 if TYPE_CHECKING:
-    from specscope.core.models import PairSpec
+    from specscope.core.engine.models import PairSpec
 
 DEVICES = ("cpu", "cuda", "cuda:0", "cuda:1", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -50,8 +50,8 @@ class PairChoice:
         return None
 
     def to_spec(self) -> PairSpec:
-        """The engine's PairSpec (imports core.models: call it on the worker thread)."""
-        from specscope.core.models import PairSpec, parse_device_map, parse_max_memory
+        """The engine's PairSpec (imports core.engine.models: call it on the worker thread)."""
+        from specscope.core.engine.models import PairSpec, parse_device_map, parse_max_memory
 
         return PairSpec(target=self.target.strip(), draft=self.draft.strip() or None, drafter=self.drafter,
                         target_device=self.target_device, draft_device=self.draft_device or None,

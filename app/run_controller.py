@@ -26,18 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from specscope.app.run_data import Marker, Observed, RunData
+from specscope.app.sentences import finish_sentence
+from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.core.controls import InvalidControl
 from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
-from .run_data import Marker, Observed, RunData
-from .sentences import finish_sentence
-from .worker import LoadRequest, RunRequest, WorkerHost
-
 if TYPE_CHECKING:
     from specscope.core.attach.client import AttachOptions
-    from specscope.core.pair import ModelPair
-    from specscope.core.trace import LoadedTrace
+    from specscope.core.engine.pair import ModelPair
+    from specscope.core.trace.files import LoadedTrace
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,7 @@ class RunController(QObject):
         if self.state.active or self.state == RunState.LOADING:
             self.error.emit("Stop the current run before attaching to a server.")
             return False
-        from .attach_source import AttachRunner
+        from specscope.app.attach_source import AttachRunner
 
         self.reset_data()
         self.replay_path = None
@@ -329,13 +328,13 @@ class RunController(QObject):
         """Ingest events that come without snapshots (a benchmark's or a test's stream): they are fed through
         this run's own measurement first, as a session would."""
         if self._measurement is None:
-            from specscope.core.measurement import Measurement
+            from specscope.core.measure.measurement import Measurement
 
             self._measurement = Measurement()
         return self.ingest([(e, self._measurement.feed(e)) for e in events])
 
     def reset_data(self) -> None:
-        from specscope.core.measurement import Measurement
+        from specscope.core.measure.measurement import Measurement
 
         self._pending.clear()
         self._baseline_wanted = False
@@ -346,7 +345,7 @@ class RunController(QObject):
     def replay(self, trace: LoadedTrace, path: str) -> None:
         """Show a saved run: its events fed through a new measurement, exactly as the live run fed them; the
         window shows the trace's pair, prompt, controls and end. A loaded pair stays loaded."""
-        from specscope.core.measurement import feed_all
+        from specscope.core.measure.measurement import feed_all
 
         self.reset_data()
         self.replay_path = path

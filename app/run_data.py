@@ -18,9 +18,9 @@ import numpy as np
 
 from specscope.core.attach.passes import NOTE_FLAGS
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import BaselineRecord, DrillEvent, IterationRecord
-from specscope.core.snapshot import Estimate
-from specscope.core.trace import ITERATION_SCHEMA, IterationRow
+from specscope.core.trace.files import ITERATION_SCHEMA, IterationRow
 
 Observed = tuple[Event, Estimate | None]
 

@@ -7,8 +7,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from specscope.core.autosave import prune_sessions  # noqa: F401  (where the app finds it)
-from specscope.core.trace import SESSION_FOLDER_TRACE, trace_paths
+from specscope.core.trace.autosave import prune_sessions  # noqa: F401  (where the app finds it)
+from specscope.core.trace.files import SESSION_FOLDER_TRACE, trace_paths
 
 DEFAULT_KEEP_SESSIONS = 20
 PROMPT_CHARS = 40

@@ -12,11 +12,10 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from specscope.app.pair_choice import PairChoice
 from specscope.core.controls import InvalidControl, validate
-from specscope.core.kinds import adaptive_k_default, default_k
+from specscope.core.drafter_catalogue import adaptive_k_default, default_k
 from specscope.core.records import ControlValues
-
-from .pair_choice import PairChoice
 
 
 def make_qsettings(path: str | None = None) -> QSettings:
@@ -94,7 +93,7 @@ class AppSettings:
 
     def keep_sessions(self) -> int:
         """How many autosaved session folders to keep (0 = all); older finished ones are pruned."""
-        from .session_folders import DEFAULT_KEEP_SESSIONS
+        from specscope.app.session_folders import DEFAULT_KEEP_SESSIONS
 
         try:
             return max(0, int(str(self.qs.value("keep_sessions", DEFAULT_KEEP_SESSIONS))))

@@ -40,28 +40,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specscope.app.pair_choice import PairChoice
+from specscope.app.run_controller import RunController, RunState
+from specscope.app.run_data import RunData
+from specscope.app.sentences import FINISH_WORDS, full_stop
+from specscope.app.settings import AppSettings
+from specscope.app.widgets.control_panel import ControlPanel
+from specscope.app.widgets.drill_control import DrillControl
+from specscope.app.widgets.legend import TokenLegend
+from specscope.app.widgets.model_picker import ModelPicker
+from specscope.app.widgets.plot_base import IDLE_TEXT
+from specscope.app.widgets.plots_panel import PlotsPanel
+from specscope.app.widgets.run_panel import RunPanel
+from specscope.app.widgets.status_panel import StatusPanel
+from specscope.app.widgets.token_view import TokenView
+from specscope.app.worker import Event, PairFactory, RunRequest, WorkerHost
 from specscope.core.controls import switched_drafter_controls
 from specscope.core.events import ControlChange
 from specscope.core.records import ATTACHED_MODE, ControlValues, DrillEvent, IterationRecord
 
-from .pair_choice import PairChoice
-from .run_controller import RunController, RunState
-from .run_data import RunData
-from .sentences import FINISH_WORDS, full_stop
-from .settings import AppSettings
-from .widgets.control_panel import ControlPanel
-from .widgets.drill_control import DrillControl
-from .widgets.legend import TokenLegend
-from .widgets.model_picker import ModelPicker
-from .widgets.plot_base import IDLE_TEXT
-from .widgets.plots_panel import PlotsPanel
-from .widgets.run_panel import RunPanel
-from .widgets.status_panel import StatusPanel
-from .widgets.token_view import TokenView
-from .worker import Event, PairFactory, RunRequest, WorkerHost
-
 if TYPE_CHECKING:
-    from specscope.core.autosave import SessionRecorder
+    from specscope.core.trace.autosave import SessionRecorder
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +278,7 @@ class MainWindow(QMainWindow):
         file_menu = mb.addMenu("&File")
         self.file_menu = file_menu
         self._action(file_menu, "&Open trace…", self._open_trace_dialog, QKeySequence.StandardKey.Open)
-        from .attach_dialog import add_attach_action
+        from specscope.app.attach_dialog import add_attach_action
 
         add_attach_action(self, file_menu)
         file_menu.addSeparator()
@@ -447,7 +446,7 @@ class MainWindow(QMainWindow):
     @property
     def data_dir(self) -> Path:
         if self._data_dir is None:
-            from specscope.core.autosave import default_data_dir
+            from specscope.core.trace.autosave import default_data_dir
 
             self._data_dir = default_data_dir()
         return self._data_dir
@@ -748,7 +747,7 @@ class MainWindow(QMainWindow):
         self._render_state(self.controller.state)
 
     def export_trace(self, path: str | Path) -> bool:
-        from specscope.core.trace import TraceError, write_trace
+        from specscope.core.trace.files import TraceError, write_trace
 
         try:
             paths = write_trace(Path(path), self.data.events, self.shown_session_meta())
@@ -760,8 +759,8 @@ class MainWindow(QMainWindow):
         return True
 
     def export_chrome_trace(self, path: str | Path) -> bool:
-        from specscope.core.chrome_trace import write_chrome_trace
-        from specscope.core.trace import TraceError
+        from specscope.core.trace.chrome_trace import write_chrome_trace
+        from specscope.core.trace.files import TraceError
 
         try:
             write_chrome_trace(Path(path), self.data.events, self.shown_session_meta())
@@ -790,7 +789,7 @@ class MainWindow(QMainWindow):
         if self.state.active:
             self.message_box("Run in progress", "Stop the run before opening a trace.")
             return False
-        from specscope.core.trace import TraceError, read_trace
+        from specscope.core.trace.files import TraceError, read_trace
 
         try:
             loaded = read_trace(Path(path))
@@ -812,9 +811,8 @@ class MainWindow(QMainWindow):
 
     def offer_interrupted_session(self) -> None:
         try:
-            from specscope.core.autosave import find_interrupted_sessions
-
-            from .session_folders import describe_session
+            from specscope.app.session_folders import describe_session
+            from specscope.core.trace.autosave import find_interrupted_sessions
 
             found = find_interrupted_sessions(self.sessions_dir)
             if not found:
@@ -830,7 +828,7 @@ class MainWindow(QMainWindow):
         self.interrupted_folder = folder
 
     def _open_interrupted(self, folder: Path) -> None:
-        from specscope.core.autosave import dismiss_interrupted_session
+        from specscope.core.trace.autosave import dismiss_interrupted_session
 
         if self.open_trace(folder):
             dismiss_interrupted_session(folder)

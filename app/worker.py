@@ -20,19 +20,18 @@ from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from specscope.core.collector import freeze_what_is_loaded, unfreeze
 from specscope.core.controls import Controls
 from specscope.core.events import Event
+from specscope.core.gc_freeze import freeze_what_is_loaded, unfreeze
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import ControlValues
-from specscope.core.snapshot import Estimate
 
 if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at run time loads torch
-    from specscope.core.autosave import SessionRecorder
-    from specscope.core.models import PairSpec
-    from specscope.core.pair import ModelPair
+    from specscope.app.pair_choice import PairChoice
+    from specscope.core.engine.models import PairSpec
+    from specscope.core.engine.pair import ModelPair
     from specscope.core.session import Sink
-
-    from .pair_choice import PairChoice
+    from specscope.core.trace.autosave import SessionRecorder
 
 Observed = tuple[Event, Estimate | None]  # an event and the measurement's snapshot after it
 ProgressFn = Callable[[str, float], None]
@@ -148,7 +147,7 @@ class Worker(QObject):
             if callable(what):
                 pair = what(self._progress)
             else:
-                from specscope.core.models import load_pair
+                from specscope.core.engine.models import load_pair
 
                 spec = what.to_spec() if hasattr(what, "to_spec") else what
                 pair = load_pair(spec, progress=self._progress)
@@ -165,7 +164,7 @@ class Worker(QObject):
             _warm_up(pair)
         except Exception:  # a warm-up is an optimisation: the run does the same work when it starts
             traceback.print_exc()
-        # No 0.5 s full collection in the middle of a run (core/collector.py); no collection here either,
+        # No 0.5 s full collection in the middle of a run (core/gc_freeze.py); no collection here either,
         # on this thread: it would destroy the window's dropped Qt wrappers off the GUI thread.
         freeze_what_is_loaded(collect=False)
         self.loaded.emit(str(getattr(pair, "description", "") or "pair loaded"))
@@ -175,8 +174,8 @@ class Worker(QObject):
         if self.pair is None:
             self.error.emit("No model is loaded yet.")
             return
-        from specscope.core.autosave import start_recorder
         from specscope.core.session import Session, SessionOptions
+        from specscope.core.trace.autosave import start_recorder
 
         self.run_started.emit()
         recorder = None

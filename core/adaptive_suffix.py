@@ -19,10 +19,10 @@ limit how far it reaches.
 
 from __future__ import annotations
 
-from .adaptive_lookup import LookupLengthPolicy
-from .controls import K_MAX
-from .drafters.suffix import SuffixDrafter
-from .measurement import Measurement
+from specscope.core.controls import K_MAX
+from specscope.core.engine.drafters.suffix import SuffixDrafter
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.measurement import Measurement
 
 
 class SuffixLengthPolicy(LookupLengthPolicy):

@@ -6,8 +6,8 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from .kinds import adaptive_k_default, default_k
-from .records import ControlValues
+from specscope.core.drafter_catalogue import adaptive_k_default, default_k
+from specscope.core.records import ControlValues
 
 K_MIN, K_MAX = 1, 16
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
+from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
 
 @dataclass(frozen=True)

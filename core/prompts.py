@@ -56,7 +56,7 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
     """A user's own set in the same format, or a plain text file (one prompt, kind "custom"). ValueError
     (one sentence naming the file) for anything else: not a regular file, over ``MAX_PROMPT_FILE_BYTES``, not
     UTF-8, not JSON, JSON nested too deeply, or the wrong shape."""
-    from .user_files import MAX_PROMPT_FILE_BYTES, parse_user_json, read_regular_text
+    from specscope.core.user_files import MAX_PROMPT_FILE_BYTES, parse_user_json, read_regular_text
 
     p = Path(path)
     text = read_regular_text(p, "prompt file", MAX_PROMPT_FILE_BYTES)

@@ -103,7 +103,7 @@ class IterationRecord:
     memory: dict[str, float] = field(default_factory=dict)  # joined memory sample (flat, units in names)
     flags: list[str] = field(default_factory=list)  # paging-detector and machine-busy sentences
     # Process CPU time during the iteration (all threads) and involuntary context switches: a step that got
-    # far less CPU than its wall time while being preempted ran on a busy machine (see core/busy.py).
+    # far less CPU than its wall time while being preempted ran on a busy machine (see core/measure/busy.py).
     cpu_ms: float | None = None
     preempted: int | None = None
     # Why k was what it was: ``explore`` marks an iteration run at another k to measure a verify pass length
@@ -204,4 +204,4 @@ class RunResult:
     def n_accepted(self) -> int:
         return sum(r.n_accepted for r in self.iterations)
 
-    # Rates (α, tokens/s, speed-ups) are not here: core/measurement.py owns every derived number.
+    # Rates (α, tokens/s, speed-ups) are not here: core/measure/measurement.py owns every derived number.

@@ -24,26 +24,26 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .adaptive import CostModelKPolicy
-from .adaptive_lookup import LookupLengthPolicy
-from .adaptive_suffix import SuffixLengthPolicy
-from .busy import BusyDetector
-from .controls import K_MAX, Controls
-from .drafters.suffix import SuffixDrafter
-from .drill import DrillError, DrillSpec, PagingDrill, drill_target
-from .events import ControlChange, Event, RunFinished, RunStarted
-from .measurement import Measurement
-from .memory.bandwidth import device_bandwidth
-from .memory.detector import PagingDetector, is_streaming_flag
-from .memory.host import io_and_faults
-from .memory.offload_meter import OffloadMeter
-from .memory.residency import model_residency
-from .memory.sampler import MemorySampler
-from .pair import ModelPair
-from .records import SPECULATIVE_MODE, DrillEvent, IterationRecord, RunResult
-from .schedule import BaselineSchedule, VerifyExploration
-from .snapshot import Estimate
-from .speculative import DecodeOptions, Decoder
+from specscope.core.adaptive_suffix import SuffixLengthPolicy
+from specscope.core.controls import K_MAX, Controls
+from specscope.core.engine.drafters.suffix import SuffixDrafter
+from specscope.core.engine.pair import ModelPair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.measure.adaptive import CostModelKPolicy
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.busy import BusyDetector
+from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.schedule import BaselineSchedule, VerifyExploration
+from specscope.core.measure.snapshot import Estimate
+from specscope.core.memory.bandwidth import device_bandwidth
+from specscope.core.memory.detector import PagingDetector, is_streaming_flag
+from specscope.core.memory.drill import DrillError, DrillSpec, PagingDrill, drill_target
+from specscope.core.memory.host import io_and_faults
+from specscope.core.memory.offload_meter import OffloadMeter
+from specscope.core.memory.residency import model_residency
+from specscope.core.memory.sampler import MemorySampler
+from specscope.core.records import SPECULATIVE_MODE, DrillEvent, IterationRecord, RunResult
 
 Sink = Callable[[Event, Estimate | None], None]
 
@@ -57,7 +57,7 @@ class SessionOptions:
     # A baseline is a few real plain iterations on the live context: short blocks of plain and speculative
     # decoding, interleaved, make the measured speed-up a paired ratio robust to the machine drifting. The
     # first ones come every ``baseline_every`` speculative iterations; once the speed-up is known they are
-    # spaced so their cost stays within ``baseline_budget`` of the wall time (core/schedule.py). 0 = only
+    # spaced so their cost stays within ``baseline_budget`` of the wall time (core/measure/schedule.py). 0 = only
     # when asked (controls.request_baseline).
     baseline_every: int = 6
     baseline_steps: int = 2

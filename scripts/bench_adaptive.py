@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
-from specscope.core import bench
-from specscope.core.drafters.base import Drafter, Proposal
-from specscope.core.models import ModelLoadError, PairSpec, load_pair
-from specscope.core.pair import LoadedModel, ModelPair
+from specscope.core.commands import bench
+from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
+from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues
-from specscope.core.speculative import DecodeOptions, Decoder
 
 # ---- a simulated pair: known step costs, acceptance that comes in runs, per prompt kind -----------------
 # (P(right | previous position wrong), P(right | previous right)): the draft is right in stretches, as

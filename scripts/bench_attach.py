@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from specscope.core.attach.llama_server import LlamaServer, llama_server_binary
-    from specscope.core.demo import demo_gguf_path, ensure_demo_target
+    from specscope.core.engine.demo import demo_gguf_path, ensure_demo_target
 
     gguf = demo_gguf_path()
     target_dir = ensure_demo_target()

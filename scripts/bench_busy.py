@@ -27,8 +27,8 @@ def run_once(prompt: str, max_new: int, hogs: int) -> dict:
     try:
         t0 = time.monotonic()
         out = subprocess.run(
-            [sys.executable, "-m", "specscope.core.cli", "run", "--demo", "--drafter", "lookup", "--prompt", prompt,
-             "--max-new-tokens", str(max_new), "--json", "--quiet"],
+            [sys.executable, "-m", "specscope.core.commands.cli", "run", "--demo", "--drafter", "lookup",
+             "--prompt", prompt, "--max-new-tokens", str(max_new), "--json", "--quiet"],
             capture_output=True, text=True, timeout=1800, check=False)
         wall = time.monotonic() - t0
     finally:

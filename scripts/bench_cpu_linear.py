@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specscope.core import cpu_linear
+from specscope.core.engine import cpu_linear
 
 LENGTHS = (1, 2, 3, 5, 9)
 
@@ -58,7 +58,7 @@ class WeightTimesInput(torch.nn.Module):
 def _arms(weight_left: bool) -> dict[str, torch.nn.Module]:
     from transformers import AutoModelForCausalLM
 
-    from specscope.core.demo import ensure_demo_target
+    from specscope.core.engine.demo import ensure_demo_target
 
     loaded = AutoModelForCausalLM.from_pretrained(ensure_demo_target(), dtype=torch.float32).eval()
     shipped = copy.deepcopy(loaded)

@@ -20,12 +20,12 @@ import time
 
 import torch
 
-from specscope.core.bench import BenchPrompt, Method, run_transformers
+from specscope.core.commands.bench import BenchPrompt, Method, run_transformers
 from specscope.core.controls import Controls
-from specscope.core.models import PairSpec, load_pair
+from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.prompts import load_prompt_sets
 from specscope.core.records import ControlValues
-from specscope.core.speculative import DecodeOptions, Decoder
 
 
 def run_loop(pair, prompt: BenchPrompt, k: int, n: int, record: bool) -> tuple[float, list[int], list[float]]:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from specscope.core.busy import BUSY_PREFIX
 from specscope.core.controls import Controls
-from specscope.core.drill import DrillSpec
+from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.memory.detector import PagingDetector
-from specscope.core.models import PairSpec, load_pair
+from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
 

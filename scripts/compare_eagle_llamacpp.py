@@ -31,7 +31,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from transformers import AutoTokenizer
 
-    from specscope.core.demo import demo_target_dir
+    from specscope.core.engine.demo import demo_target_dir
 
     tok = AutoTokenizer.from_pretrained(demo_target_dir())
     prompts = {}

@@ -36,9 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specscope.core.adaptive_lookup import LookupLengthPolicy
-from specscope.core.drafters.lookup import PromptLookupDrafter
-from specscope.core.measurement import Measurement
+from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import ControlValues, IterationRecord
 
 LENGTHS = (1, 2, 3, 4, 5, 7, 9, 11, 13, 17)
@@ -210,8 +210,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
 
-    from specscope.core.bench import choose_bench_prompts
-    from specscope.core.models import PairSpec, load_pair
+    from specscope.core.commands.bench import choose_bench_prompts
+    from specscope.core.engine.models import PairSpec, load_pair
 
     pair = load_pair(PairSpec(target="demo", drafter="lookup"))
     model = pair.target.model

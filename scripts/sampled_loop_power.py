@@ -24,9 +24,9 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specscope.core import acceptance
+from specscope.core.engine import acceptance
+from specscope.core.engine.sampling import processed_probs
 from specscope.core.records import ControlValues
-from specscope.core.sampling import processed_probs
 from tests.exact_step import step_distribution
 from tests.test_engine import PROCESSED_SAMPLING, V8, _exact_first_two, _pair8
 

@@ -20,7 +20,7 @@ SHOWCASE_PROMPT_ID = "struct-list-field"  # structured ▸ "Repeat a list, addin
 
 
 def main() -> int:
-    from specscope.core.kinds import DRAFTER_KINDS  # torch-free: the one list of drafter kinds
+    from specscope.core.drafter_catalogue import DRAFTER_KINDS  # torch-free: the one list of drafter kinds
 
     p = argparse.ArgumentParser()
     p.add_argument("out", help="PNG to write")
@@ -68,7 +68,7 @@ def main() -> int:
         replay_synthetic(reason)
 
     def replay_synthetic(reason: str) -> None:
-        from specscope.core.trace import write_trace
+        from specscope.core.trace.files import write_trace
         from tests.app_helpers import synthetic_records
 
         print(f"demo unavailable ({reason}); replaying a synthetic trace", flush=True)

@@ -50,11 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lookup_ceiling import common_prefix, replay, specscope_lookup, transformers_lookup
 
-from specscope.core.adaptive_lookup import LookupLengthPolicy
 from specscope.core.adaptive_suffix import SuffixLengthPolicy
-from specscope.core.drafters.suffix import SuffixDrafter
-from specscope.core.drafters.suffix_tree import NO_NODE, SuffixDraft, SuffixTree
-from specscope.core.measurement import Measurement
+from specscope.core.engine.drafters.suffix import SuffixDrafter
+from specscope.core.engine.drafters.suffix_tree import NO_NODE, SuffixDraft, SuffixTree
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.measurement import Measurement
 
 # Two cost curves, as multiples of a plain step: measured here on 2 December 2026 (--measure-pass-costs 11, CPU
 # time; AMD EPYC with AVX-512, prepacked multi-token passes), and the one of docs/bench-lookup-adaptive.md.
@@ -68,9 +68,9 @@ Method = Callable[[list[int], list[list[int]]], tuple[Source, LookupLengthPolicy
 def record(path: Path, spec: str, limit: int, max_new_tokens: int) -> None:
     import torch
 
-    from specscope.core.bench import choose_bench_prompts
-    from specscope.core.models import PairSpec, load_pair
-    from specscope.core.speculative import DecodeOptions, Decoder
+    from specscope.core.commands.bench import choose_bench_prompts
+    from specscope.core.engine.models import PairSpec, load_pair
+    from specscope.core.engine.speculative import DecodeOptions, Decoder
 
     torch.set_num_threads(1)
     pair = load_pair(PairSpec(target="demo", drafter="suffix"))
@@ -184,7 +184,7 @@ def measure_pass_costs(rounds: int, context: int = 200) -> None:
     import torch
     from transformers import DynamicCache
 
-    from specscope.core.models import PairSpec, load_pair
+    from specscope.core.engine.models import PairSpec, load_pair
 
     torch.set_num_threads(1)
     model = load_pair(PairSpec(target="demo", drafter="suffix")).target.model

@@ -123,7 +123,7 @@ def compress(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 def load_target(threads: int) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    from specscope.core.demo import ensure_demo_target, load_demo_tokenizer
+    from specscope.core.engine.demo import ensure_demo_target, load_demo_tokenizer
 
     torch.set_num_threads(threads)
     target_dir = ensure_demo_target(lambda m, f: log(f"{m} ({f:.0%})"))
@@ -145,7 +145,7 @@ def chat_ids(tokenizer: Any, text: str) -> list[int]:
 def generate_examples(model: Any, tokenizer: Any, prompts: list[str], sample: bool, max_new: int,
                       batch: int, k: int, seed: int) -> list[Example]:
     """The target's own answers, with its raw logits at every generated position (no second pass)."""
-    from specscope.core.demo import demo_eos_ids
+    from specscope.core.engine.demo import demo_eos_ids
 
     eos = demo_eos_ids(model, tokenizer)
     pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 2)
@@ -385,7 +385,7 @@ def save(draft: Any, args: argparse.Namespace, info: dict[str, Any]) -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from specscope.core.demo import compress_draft_weights
+    from specscope.core.engine.demo import compress_draft_weights
 
     weights = out / "draft_layers.safetensors"
     save_file(own_state(draft), str(weights),
@@ -455,10 +455,10 @@ def step_costs(pair: Any, reps: int) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> None:
     from specscope.core.controls import Controls
-    from specscope.core.demo import load_demo_pair
-    from specscope.core.measurement import run_summary
+    from specscope.core.engine.demo import load_demo_pair
+    from specscope.core.engine.speculative import DecodeOptions, Decoder
+    from specscope.core.measure.measurement import run_summary
     from specscope.core.records import ControlValues
-    from specscope.core.speculative import DecodeOptions, Decoder
 
     torch.set_num_threads(args.threads)
     pair = load_demo_pair("model")

@@ -11,7 +11,7 @@ the target's hidden states at every position (the EAGLE-3 features: a low, a mid
 its logits (the labels: the target's own next token). A tenth of the prompts are held out; the bench
 prompts in ``resources/prompts`` are never used.
 
-Head: :class:`specscope.core.drafters.eagle.Eagle3Head` (the serving engines' layout). The draft
+Head: :class:`specscope.core.engine.drafters.eagle.Eagle3Head` (the serving engines' layout). The draft
 vocabulary is the most frequent target tokens in the generated training text. Training uses
 "training-time test" (EAGLE-3): the head is unrolled ``--ttt-steps`` steps, step j > 1 reading the head's
 own previous hidden state instead of the target's features and attending to the real-feature keys up to
@@ -173,7 +173,7 @@ def prompt_set(seed: int) -> list[tuple[str, str]]:
 def load_target(threads: int) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    from specscope.core.demo import ensure_demo_target, load_demo_tokenizer
+    from specscope.core.engine.demo import ensure_demo_target, load_demo_tokenizer
 
     torch.set_num_threads(threads)
     target_dir = ensure_demo_target(lambda m, f: log(f"{m} ({f:.0%})"))
@@ -305,7 +305,7 @@ def make_data(args: argparse.Namespace) -> None:
 
     The cache is rewritten after every batch, so a stopped run keeps what it made.
     """
-    from specscope.core.demo import demo_eos_ids
+    from specscope.core.engine.demo import demo_eos_ids
 
     t0 = time.time()
     model, tokenizer = load_target(args.threads)
@@ -354,7 +354,7 @@ def choose_draft_vocab(examples: list[dict[str, Any]], vocab: int, size: int) ->
 
 
 def build_head(target: Any, layers: list[int], draft_ids: torch.Tensor, intermediate: int, seed: int) -> Any:
-    from specscope.core.drafters.eagle import Eagle3Config, Eagle3Head
+    from specscope.core.engine.drafters.eagle import Eagle3Config, Eagle3Head
 
     tc = target.config
     rope = getattr(tc, "rope_parameters", None) or {}
@@ -511,7 +511,7 @@ def evaluate(head: Any, batches: list[dict[str, torch.Tensor]], steps: int) -> l
 
 
 def train(args: argparse.Namespace) -> None:
-    from specscope.core.drafters.eagle import save_head
+    from specscope.core.engine.drafters.eagle import save_head
 
     t_start = time.time()
     model, _ = load_target(args.threads)
@@ -626,7 +626,7 @@ def train(args: argparse.Namespace) -> None:
 def evaluate_head(args: argparse.Namespace) -> None:
     """A saved head's agreement on the held-out answers, or on the training answers from ``--eval-from`` on:
     answers generated after a head was trained are text it never saw, a larger held-out set for that head."""
-    from specscope.core.drafters.eagle import load_head
+    from specscope.core.engine.drafters.eagle import load_head
 
     model, _ = load_target(args.threads)
     data = torch.load(args.data)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-# The CLI's subcommands (core/cli.py's parser; a test checks the two agree). A name missing here opens the app,
+# The CLI's subcommands (core/commands/cli.py's parser; a test checks the two agree). A name missing here opens the app,
 # which then rejects the command's arguments as its own.
 HEADLESS_COMMANDS = {"run", "bench", "verify", "attach"}
 
@@ -17,7 +17,7 @@ HEADLESS_COMMANDS = {"run", "bench", "verify", "attach"}
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in HEADLESS_COMMANDS:
-        from specscope.core.cli import main as cli_main
+        from specscope.core.commands.cli import main as cli_main
 
         return cli_main(args)
     if args and args[0] in {"-h", "--help"} and len(args) == 1:
@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> int:
     """Console entry point (``specscope-cli``): headless commands only, with a console on every OS."""
-    from specscope.core.cli import main as cli_main
+    from specscope.core.commands.cli import main as cli_main
 
     return cli_main(sys.argv[1:])
 

@@ -1,6 +1,6 @@
 """Helpers for the app tests (not a test module): tiny pairs, a fake tokenizer, a window factory, records.
 
-Pairs are built with ``core.pair.ModelPair`` around tiny random models, so the tests skip model loading and
+Pairs are built with ``core.engine.pair.ModelPair`` around tiny random models, so the tests skip model loading and
 know the outcome: a draft that *is* the target is always accepted under greedy decoding; a draft whose LM
 head is the target's negated head always proposes the target's least likely token, so it is always
 rejected.
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.pair import LoadedModel, ModelPair
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.pair import LoadedModel, ModelPair
 
 from .models import tiny_model
 
@@ -43,7 +43,7 @@ def make_pair(kind: str = "perfect", seed: int = 0, fail_after: int | None = Non
     'lookup' (no draft model: prompt lookup)."""
     target = tiny_model(seed, vocab_size=VOCAB, logit_scale=4.0)
     if kind == "lookup":
-        from specscope.core.drafters.lookup import PromptLookupDrafter
+        from specscope.core.engine.drafters.lookup import PromptLookupDrafter
 
         return ModelPair(target=_loaded(target, f"tiny-{seed}"), tokenizer=FakeTokenizer(),
                          drafter=PromptLookupDrafter(), drafter_kind="lookup", draft=None, vocab_size=VOCAB,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.autosave import default_sessions_dir
-from specscope.core.cli import main
+from specscope.core.commands.cli import main
+from specscope.core.trace.autosave import default_sessions_dir
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

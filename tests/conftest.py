@@ -67,7 +67,7 @@ def demo_target() -> tuple[Path, list[tuple[str, float]]]:
     """The demo converted once for the whole session into the session's cache, with its progress reports.
 
     Every test that loads the demo asks for this first, so the conversion is the one reported here."""
-    from specscope.core import demo
+    from specscope.core.engine import demo
 
     reports: list[tuple[str, float]] = []
     try:
@@ -107,7 +107,7 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     # Collect this test's Qt wrappers now, between tests: collected later, inside another test's paint or
     # resize event, their C++ destructors deadlock or crash PySide6 6.11. A loaded pair froze what was alive
-    # (core/collector.py): give it back first, or its wrappers would be collected in a later test's load.
+    # (core/gc_freeze.py): give it back first, or its wrappers would be collected in a later test's load.
     gc.unfreeze()
     gc.collect()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)

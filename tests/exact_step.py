@@ -1,6 +1,6 @@
 """The exact output distribution of one speculative step, by enumeration instead of sampling.
 
-An acceptance rule (core/acceptance.py) takes its randomness from ``torch.rand`` (one uniform per proposal)
+An acceptance rule (core/engine/acceptance.py) takes its randomness from ``torch.rand`` (one uniform per proposal)
 and ``torch.multinomial`` (the correction or the bonus). ``ScriptedDraws`` stands in for ``torch`` in the
 rule's module: ``rand`` hands out uniforms the caller chooses, and ``multinomial`` records the distribution it
 was asked to draw from instead of drawing. Then, for every tuple of proposals (weighted by the draft's exact

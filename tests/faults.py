@@ -15,7 +15,8 @@ from typing import IO, Any
 
 import pytest
 
-from specscope.core import autosave, trace
+from specscope.core.trace import autosave
+from specscope.core.trace import files as trace
 
 
 class _BudgetFile:

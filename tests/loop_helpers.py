@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.core.controls import Controls
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import RunFinished
-from specscope.core.measurement import Measurement
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import IterationRecord
-from specscope.core.speculative import DecodeOptions, Decoder
 
 
 def show(policy: Any, record: IterationRecord) -> None:

@@ -29,7 +29,7 @@ def exact_first_two(target, prompt: list[int], controls, vocab: int) -> np.ndarr
     """The target's exact joint distribution of its first two sampled tokens (what the loop must reproduce)."""
     import torch
 
-    from specscope.core.sampling import processed_probs
+    from specscope.core.engine.sampling import processed_probs
 
     with torch.no_grad():
         p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], controls)[0]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from specscope.core import acceptance
-from specscope.core.acceptance import accept_greedy, accept_sample, residual_distribution
+from specscope.core.engine import acceptance
+from specscope.core.engine.acceptance import accept_greedy, accept_sample, residual_distribution
 from tests.exact_step import random_rows, step_distribution, target_joint
 
 P = torch.tensor([0.30, 0.25, 0.20, 0.12, 0.08, 0.05])

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from specscope.core.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.controls import Controls
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.measurement import Measurement, PositionCounts, monotone_fit
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.measure.adaptive import CostModelKPolicy, HeuristicKPolicy
+from specscope.core.measure.measurement import Measurement, PositionCounts, monotone_fit
+from specscope.core.measure.schedule import VerifyExploration
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
-from specscope.core.schedule import VerifyExploration
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.loop_helpers import run_fed, show
 from tests.models import perturbed, tiny_model
 

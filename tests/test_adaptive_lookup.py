@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscope.core.adaptive_lookup import LookupLengthPolicy
 from specscope.core.controls import Controls
-from specscope.core.drafters.lookup import PromptLookupDrafter
-from specscope.core.measurement import KeyedPositionCounts, Measurement
+from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.measurement import KeyedPositionCounts, Measurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.loop_helpers import run_fed, show
 from tests.models import tiny_model
 
@@ -183,7 +183,7 @@ def _preset_prompts():
 
 @pytest.fixture(scope="module")
 def demo_lookup_pair(demo_target):  # the session's converted demo (tests/conftest.py)
-    from specscope.core import demo
+    from specscope.core.engine import demo
 
     try:
         return demo.load_demo_pair("lookup")
@@ -208,7 +208,7 @@ def test_demo_greedy_output_equals_plain_with_adaptive_lookup(demo_lookup_pair, 
 def test_bench_reads_thread_lists_and_lookup_variants_and_reports_per_thread_count():
     import argparse
 
-    from specscope.core import bench
+    from specscope.core.commands import bench
 
     assert bench._thread_list("1,2,1") == [1, 2]
     with pytest.raises(argparse.ArgumentTypeError):

@@ -111,9 +111,9 @@ def fake_server() -> Iterator[FakeLlamaServer]:
 
 def test_an_attached_run_disables_start_and_is_autosaved(qtbot, tmp_path, fake_server):
     from specscope.app.attach_dialog import start_attach
-    from specscope.core.autosave import RUNNING_MARKER
     from specscope.core.events import RunFinished, RunStarted
-    from specscope.core.trace import read_trace
+    from specscope.core.trace.autosave import RUNNING_MARKER
+    from specscope.core.trace.files import read_trace
 
     w = make_window(qtbot, tmp_path)
     load_tiny(qtbot, w, "perfect")  # a local pair is loaded: Start would be live but for the attached run

@@ -70,7 +70,7 @@ def test_control_changes_are_numbered_badges_that_are_not_cut_and_do_not_overlap
 
 def test_acceptance_labels_fit_at_k8_and_few_samples_are_pale(qtbot, tmp_path):
     from specscope.app.widgets.acceptance_bars import MIN_SAMPLES
-    from specscope.core.measurement import replay
+    from specscope.core.measure.measurement import replay
 
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)

@@ -10,7 +10,7 @@ pytest.importorskip("pytestqt")
 from specscope.app.run_data import RunData
 from specscope.app.widgets.drill_control import DrillControl
 from specscope.core.controls import Controls
-from specscope.core.drill import DrillSpec
+from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import DrillEvent
 
 from .app_helpers import synthetic_records

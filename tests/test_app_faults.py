@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.trace import write_trace
+from specscope.core.trace.files import write_trace
 
 from .app_helpers import make_window, qt_binding_broken
 from .faults import full_disk, leftovers
@@ -63,7 +63,7 @@ def test_export_to_a_full_disk_names_the_path_and_leaves_nothing(qtbot, tmp_path
 
 
 def test_a_session_folder_that_holds_nothing_is_not_offered(qtbot, tmp_path) -> None:
-    from specscope.core.autosave import RUNNING_MARKER
+    from specscope.core.trace.autosave import RUNNING_MARKER
 
     sessions = tmp_path / "data" / "sessions"
     empty = sessions / "20250101-000000-abcdef"
@@ -76,7 +76,7 @@ def test_a_session_folder_that_holds_nothing_is_not_offered(qtbot, tmp_path) -> 
 
 
 def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_path, monkeypatch) -> None:
-    from specscope.core import event_log
+    from specscope.core.trace import event_log
 
     from .app_helpers import load_tiny
 

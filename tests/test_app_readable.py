@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt
 
-from specscope.core.kinds import DRAFTER_HELP, DRAFTER_KINDS
+from specscope.core.drafter_catalogue import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import TokenRecord, TokenStatus
 
 from .app_helpers import load_tiny, make_window, qt_binding_broken, synthetic_records

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.measurement import feed_all
-from specscope.core.trace import write_trace
+from specscope.core.measure.measurement import feed_all
+from specscope.core.trace.files import write_trace
 
 from .app_helpers import (
     load_tiny,

@@ -99,7 +99,7 @@ def _no_proposal_records():
 
 def test_tokens_of_iterations_without_proposals_are_target_steps_everywhere(qtbot, tmp_path):
     from specscope.app.widgets.legend import legend_html
-    from specscope.core.trace import read_trace, write_trace
+    from specscope.core.trace.files import read_trace, write_trace
 
     w = make_window(qtbot, tmp_path)
     events = _no_proposal_records()

@@ -18,9 +18,9 @@ pytest.importorskip("pytestqt")
 from specscope.app.pair_choice import PairChoice
 from specscope.app.run_data import RunData
 from specscope.core.controls import switched_drafter_controls
+from specscope.core.drafter_catalogue import DEFAULT_K, DEMO_DRAFTER, default_k
 from specscope.core.events import describe_change
-from specscope.core.kinds import DEFAULT_K, DEMO_DRAFTER, default_k
-from specscope.core.measurement import feed_all, replay
+from specscope.core.measure.measurement import feed_all, replay
 from specscope.core.records import ControlValues
 
 from .app_helpers import make_window, qt_binding_broken, synthetic_records, synthetic_stream
@@ -212,7 +212,7 @@ def test_switching_drafters_moves_only_an_untouched_k():
 
 @needs_qt
 def test_interrupted_session_is_offered_and_opens(qtbot, tmp_path):
-    from specscope.core.autosave import SessionRecorder
+    from specscope.core.trace.autosave import SessionRecorder
 
     rec = SessionRecorder(tmp_path / "data" / "sessions",
                           {"prompt": "Copy these lines\nand crash", "pair_description": "demo with lookup drafter"},
@@ -256,7 +256,7 @@ def test_model_picker_round_trips_a_choice(qtbot):
 
 def test_session_folders_are_pruned_to_the_newest_finished_ones(tmp_path):
     from specscope.app.session_folders import prune_sessions
-    from specscope.core.autosave import SessionRecorder
+    from specscope.core.trace.autosave import SessionRecorder
 
     root = tmp_path / "sessions"
     folders = []

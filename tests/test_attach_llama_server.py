@@ -19,8 +19,8 @@ from specscope.core.attach.client import AttachOptions, attach
 from specscope.core.attach.llama_server import LlamaServer, LlamaServerUnavailable, free_port, llama_server_binary
 from specscope.core.attach.passes import PROMPT_PASS_FLAG
 from specscope.core.attach.summary import summarize_attached
-from specscope.core.cli import main as cli_main
-from specscope.core.trace import read_trace, write_trace
+from specscope.core.commands.cli import main as cli_main
+from specscope.core.trace.files import read_trace, write_trace
 
 # Full tier only (`./dev.sh test --all`): the binary is built from source once, about 50 min on 2 cores.
 pytestmark = pytest.mark.server
@@ -39,7 +39,7 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def gguf() -> Path:
-    from specscope.core.demo import DemoUnavailable, demo_gguf_path
+    from specscope.core.engine.demo import DemoUnavailable, demo_gguf_path
 
     try:
         return demo_gguf_path()
@@ -200,7 +200,7 @@ def test_app_attach_streams_records_into_the_window(qtbot, tmp_path: Path, spec_
     # the same plots as a local run where the engine reports the numbers, and a sentence where it does not
     from specscope.app.widgets.timing_plot import ENGINE_KEY
     from specscope.core.attach.summary import summarize_attached
-    from specscope.core.measurement import ATTACHED_REASON
+    from specscope.core.measure.measurement import ATTACHED_REASON
 
     plots = window.plots
     plots.refresh(window.data)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.autosave import (
+from specscope.core.trace.autosave import (
     RUNNING_MARKER,
     SessionRecorder,
     default_data_dir,
     dismiss_interrupted_session,
     find_interrupted_sessions,
 )
-from specscope.core.trace import TraceWriteError, read_trace
+from specscope.core.trace.files import TraceWriteError, read_trace
 
 from .faults import full_disk, leftovers
 from .trace_samples import sample_baselines, sample_records
@@ -253,7 +253,7 @@ def test_killed_process_leaves_a_readable_interrupted_session(tmp_path: Path) ->
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from specscope.core.autosave import SessionRecorder
+        from specscope.core.trace.autosave import SessionRecorder
         from tests.trace_samples import sample_records
         rec = SessionRecorder({str(tmp_path)!r}, {{"target": "child"}}, flush_interval_s=3600)
         for r in sample_records()[:3]:
@@ -278,7 +278,7 @@ def test_data_dir_env_override(monkeypatch, tmp_path: Path) -> None:
 
 
 def test_a_session_killed_before_its_first_iteration_is_pruned_and_one_with_iterations_kept(tmp_path: Path) -> None:
-    from specscope.core.autosave import prune_sessions
+    from specscope.core.trace.autosave import prune_sessions
 
     empty = make_recorder(tmp_path)  # the process died while loading: a folder that holds no iteration
     _set_marker(empty.folder, pid=_dead_pid(), process_created=None)

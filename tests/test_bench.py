@@ -8,10 +8,11 @@ import csv
 import pytest
 import torch
 
-from specscope.core import bench, costmodel
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.kinds import DEMO_DRAFTER
-from specscope.core.pair import LoadedModel, ModelPair
+from specscope.core.commands import bench
+from specscope.core.drafter_catalogue import DEMO_DRAFTER
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.measure import costmodel
 from tests.models import perturbed, tiny_model
 
 VOCAB = 64
@@ -155,7 +156,7 @@ def test_command_line_rejects_bad_values():
 def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_prompts(
     pair: ModelPair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from specscope.core.drafters.suffix import SuffixDrafter
+    from specscope.core.engine.drafters.suffix import SuffixDrafter
 
     suffix_pair = ModelPair(target=pair.target, tokenizer=pair.tokenizer, drafter=SuffixDrafter(max_cached_requests=8),
                             drafter_kind="suffix", vocab_size=VOCAB, description="tiny target with suffix decoding")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.cli import build_parser, main, resolve_drafter_defaults
+from specscope.core.commands.cli import build_parser, main, resolve_drafter_defaults
 from specscope.launcher import main as launcher_main
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
@@ -105,7 +105,7 @@ def test_launcher_sends_every_cli_subcommand_to_the_cli() -> None:
     """`specscope attach …` opened the app, which rejected --url as its own argument."""
     import argparse
 
-    from specscope.core.cli import build_parser
+    from specscope.core.commands.cli import build_parser
     from specscope.launcher import HEADLESS_COMMANDS
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))

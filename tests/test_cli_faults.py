@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from specscope.core import trace
-from specscope.core.autosave import default_sessions_dir
-from specscope.core.cli import main
-from specscope.core.cli_checks import Interrupted, SignalGuard
+from specscope.core.commands.cli import main
+from specscope.core.commands.cli_checks import Interrupted, SignalGuard
 from specscope.core.controls import Controls
-from specscope.core.trace import read_trace
+from specscope.core.trace import files as trace
+from specscope.core.trace.autosave import default_sessions_dir
+from specscope.core.trace.files import read_trace
 from tests.faults import leftovers
 from tests.models import save_model_dir, tiny_model, word_tokenizer
 from tests.warm_python import WarmPython, WarmRun
@@ -162,7 +162,7 @@ def test_late_trace_write_failure_names_the_path_and_where_the_run_is(dirs, caps
 
 
 def test_late_chrome_trace_failure_saves_it_to_the_session_folder(dirs, capsys, tmp_path, monkeypatch) -> None:
-    from specscope.core import chrome_trace
+    from specscope.core.trace import chrome_trace
 
     real = chrome_trace.write_chrome_trace
     target = tmp_path / "run.json"
@@ -181,7 +181,7 @@ def test_late_chrome_trace_failure_saves_it_to_the_session_folder(dirs, capsys, 
 
 
 def _subprocess_cli(warm: WarmPython, *argv: str, data_dir: Path | None = None, **kw) -> WarmRun:
-    """``python -m specscope.core.cli ARGV`` as a process of its own, forked from the session's warm
+    """``python -m specscope.core.commands.cli ARGV`` as a process of its own, forked from the session's warm
     interpreter (tests/warm_python.py) so it starts without ten seconds of imports."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if data_dir is not None:
@@ -320,7 +320,7 @@ def test_bench_out_under_a_file_is_refused_before_the_bench(dirs, capsys, tmp_pa
 
 
 def test_bench_late_write_failure_keeps_the_results(dirs, capsys, tmp_path, monkeypatch) -> None:
-    from specscope.core import bench
+    from specscope.core.commands import bench
 
     def full(*_a, **_k):
         raise OSError(28, "No space left on device")
@@ -372,7 +372,7 @@ def test_unknown_architecture_is_our_sentence_with_the_detail_below(dirs, capsys
 
 
 def test_a_cli_run_freezes_what_is_loaded_only_while_it_runs(dirs, capsys, monkeypatch) -> None:
-    """Full collections stay out of timed steps (core/collector.py), and the process gets its objects back."""
+    """Full collections stay out of timed steps (core/gc_freeze.py), and the process gets its objects back."""
     import gc
 
     from specscope.core import session as session_module
@@ -393,7 +393,7 @@ def test_a_cli_run_freezes_what_is_loaded_only_while_it_runs(dirs, capsys, monke
 
 def test_autosave_stopped_by_a_full_disk_is_said_at_once_and_in_json(dirs, monkeypatch, capsys) -> None:
     """Issue 31 item 2: the run went on and exited 0 while its crash-safety net had silently stopped."""
-    from specscope.core import autosave
+    from specscope.core.trace import autosave
 
     from .faults import full_disk
 

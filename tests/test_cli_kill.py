@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.autosave import FLUSH_INTERVAL_S, RUNNING_MARKER, find_interrupted_sessions
-from specscope.core.trace import read_trace
+from specscope.core.trace.autosave import FLUSH_INTERVAL_S, RUNNING_MARKER, find_interrupted_sessions
+from specscope.core.trace.files import read_trace
 from tests.models import save_model_dir, tiny_model, word_tokenizer
 from tests.warm_python import WarmPython, WarmRun
 
@@ -35,8 +35,9 @@ def endless_target(tmp_path_factory) -> Path:
 
 
 def start_run(warm: WarmPython, target: Path, data_dir: Path) -> WarmRun:
-    """``python -m specscope.core.cli run …`` as a process of its own, forked from the session's warm interpreter
-    (tests/warm_python.py): the kill still hits a real process, which starts without ten seconds of imports."""
+    """``python -m specscope.core.commands.cli run …`` as a process of its own, forked from the session's warm
+    interpreter (tests/warm_python.py): the kill still hits a real process, which starts without ten seconds of
+    imports."""
     env = dict(os.environ, SPECSCOPE_DATA_DIR=str(data_dir), OMP_NUM_THREADS="1")
     argv = ["run", "--target", str(target), "--drafter", "lookup", "--no-chat-template", "--prompt",
             "w5 w6 w7 w5 w6", "--max-new-tokens", "100000", "--quiet"]

@@ -1,6 +1,6 @@
 """One run, every reader: live, replayed, the CLI's ``--json``, the CSV export, the app's status bar and plot
 titles, and the bench's row helper give the same α, speed-up (with its interval) and best k, at the end and at
-a control change, because all of them display one owner's snapshot (``core.measurement``) and replay is the
+a control change, because all of them display one owner's snapshot (``core.measure.measurement``) and replay is the
 same stream fed through the same owner.
 
 The recorded run changes k and then the temperature mid-run (from a sink, as the window's controls do between
@@ -22,19 +22,19 @@ import torch
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from specscope.core.autosave import SessionRecorder
-from specscope.core.busy import BUSY_PREFIX, BusyDetector
-from specscope.core.cli import main
+from specscope.core.commands.cli import main
 from specscope.core.controls import Controls
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.drill import DrillSpec
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
-from specscope.core.measurement import feed_all, replay, run_summary
-from specscope.core.pair import LoadedModel, ModelPair
+from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
+from specscope.core.measure.measurement import feed_all, replay, run_summary
+from specscope.core.measure.snapshot import Estimate
+from specscope.core.memory.drill import DrillSpec
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
-from specscope.core.snapshot import Estimate
-from specscope.core.trace import read_trace, write_trace
+from specscope.core.trace.autosave import SessionRecorder
+from specscope.core.trace.files import read_trace, write_trace
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 VOCAB = 64
@@ -182,7 +182,7 @@ def test_the_app_surfaces_show_the_snapshot(recorded, qtbot) -> None:
 
 
 def test_the_bench_reads_the_same_alpha(recorded) -> None:
-    from specscope.core import bench
+    from specscope.core.commands import bench
 
     live, _ = recorded
     records = [e for e, _ in live if isinstance(e, IterationRecord)]

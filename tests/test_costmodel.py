@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specscope.core import costmodel as cm
+from specscope.core.measure import costmodel as cm
 
 
 def test_expected_tokens_limits_and_a_middle_case():

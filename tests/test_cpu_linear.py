@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from specscope.core import cpu_linear
 from specscope.core.controls import Controls
-from specscope.core.drafters.model import ModelDrafter
+from specscope.core.engine import cpu_linear
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.memory.residency import format_residency, model_residency
 from specscope.core.records import ControlValues
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
 
 V = 64
@@ -125,7 +125,7 @@ def test_residency_counts_the_packed_copies_in_host_memory() -> None:
 def test_the_opt_out_reaches_the_pair_spec() -> None:
     import argparse
 
-    from specscope.core.models import add_pair_arguments, spec_from_args
+    from specscope.core.engine.models import add_pair_arguments, spec_from_args
 
     parser = argparse.ArgumentParser()
     add_pair_arguments(parser)
@@ -198,7 +198,7 @@ def test_a_weight_paged_by_an_accelerate_hook_is_never_bypassed(packed_calls, tm
 def test_the_bench_report_names_the_kernels_its_passes_ran_on() -> None:
     from types import SimpleNamespace
 
-    from specscope.core.bench import _pair_line
+    from specscope.core.commands.bench import _pair_line
 
     model = tiny_model(0, vocab_size=V)
     pair = SimpleNamespace(description="tiny", target=SimpleNamespace(model=model, name="tiny",

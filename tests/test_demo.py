@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specscope.core import demo
 from specscope.core.controls import Controls
-from specscope.core.pair import ModelPair
+from specscope.core.engine import demo
+from specscope.core.engine.pair import ModelPair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues, TokenStatus
-from specscope.core.speculative import DecodeOptions, Decoder
 
 pytestmark = pytest.mark.demo
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specscope.core import demo
+from specscope.core.engine import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,11 +10,11 @@ import torch
 from transformers import DynamicCache
 
 from specscope.core.controls import Controls
-from specscope.core.drafters.early_exit import EarlyExitDrafter, truncated_view
-from specscope.core.drafters.lookup import PromptLookupDrafter
+from specscope.core.engine.drafters.early_exit import EarlyExitDrafter, truncated_view
+from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+from specscope.core.engine.sampling import processed_probs
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues, TokenStatus
-from specscope.core.sampling import processed_probs
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import tiny_model
 from tests.stats import chi_square_pvalue
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specscope.core.controls import Controls
-from specscope.core.drafters.eagle import (
+from specscope.core.engine.drafters.eagle import (
     Eagle3Config,
     Eagle3Head,
     EagleDrafter,
@@ -19,9 +19,9 @@ from specscope.core.drafters.eagle import (
     load_head,
     save_head,
 )
-from specscope.core.models import ModelLoadError, PairSpec, load_pair
+from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import save_model_dir, tiny_model, word_tokenizer
 from tests.stats import chi_square_pvalue, exact_first_two
 
@@ -403,7 +403,7 @@ def test_training_unroll_equals_what_the_drafter_computes(target) -> None:
 
 def test_specscope_verify_probes_the_eagle_drafter(target, tmp_path) -> None:
     """verify's first-token check sees the head's real q (it feeds the target's features first)."""
-    from specscope.core.verify import sampling_check
+    from specscope.core.commands.verify import sampling_check
 
     save_head(random_head(target, head_config(), 9), tmp_path / "head")
     pair = load_pair(PairSpec(target=str(_target_dir(tmp_path, target)), draft=str(tmp_path / "head"),

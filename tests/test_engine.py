@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from specscope.core.controls import Controls
-from specscope.core.drafters.base import Drafter, Proposal
-from specscope.core.drafters.model import ModelDrafter
+from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.sampling import processed_probs
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues, IterationRecord, TokenStatus
-from specscope.core.sampling import processed_probs
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
 from tests.stats import chi_square_pvalue, exact_first_two
 
@@ -191,7 +191,7 @@ def _rule_inputs_off_by(monkeypatch, drafter: Drafter, controls: ControlValues, 
     """Run the loop and compare, at every call of the acceptance rule, the p rows and q rows it was handed with
     each model's processed distributions recomputed from scratch at the same contexts. Returns the largest
     difference on the target's side and on the draft's side."""
-    import specscope.core.speculative as loop_module
+    import specscope.core.engine.speculative as loop_module
 
     target, draft = _pair8()
     calls: list[tuple[list[int], torch.Tensor | None, torch.Tensor, tuple[int, int]]] = []
@@ -234,7 +234,7 @@ def test_the_rule_is_handed_what_each_model_samples_from(monkeypatch, controls: 
 @pytest.mark.parametrize("side", ["target", "draft"])
 def test_processing_only_one_model_is_detected(monkeypatch, side: str) -> None:
     """The same check must fail when temperature/top-p reach one model's distribution but not the other's."""
-    import specscope.core.speculative as loop_module
+    import specscope.core.engine.speculative as loop_module
 
     drafter: Drafter = ModelDrafter(_pair8()[1], V8)
     if side == "target":  # p computed from raw logits while q is processed

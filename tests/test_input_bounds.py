@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specscope.core import cli as cli_module
-from specscope.core.drafters.eagle import EagleLoadError, load_head, read_head_config
+from specscope.core.commands import cli as cli_module
+from specscope.core.engine.drafters.eagle import EagleLoadError, load_head, read_head_config
 from specscope.core.user_files import MAX_PROMPT_FILE_BYTES
 from tests.cli_helpers import char_device, cli, fifo, one_sentence, sessions
 from tests.faults import full_disk, leftovers
@@ -172,7 +172,7 @@ def test_bench_on_a_full_disk_is_one_sentence_and_keeps_stdout(target, capsys, t
 def test_bench_with_a_full_out_folder_saves_to_the_data_folder(target, capsys, tmp_path, monkeypatch) -> None:
     import errno
 
-    from specscope.core import trace
+    from specscope.core.trace import files as trace
 
     real_open = trace.open_for_csv
 
@@ -195,7 +195,7 @@ def test_bench_with_a_full_out_folder_saves_to_the_data_folder(target, capsys, t
 
 def eagle_head_dir(tmp_path: Path) -> Path:
     """A one-layer EAGLE-3 head fitting the tiny target (64 ids, hidden 32, 2 layers)."""
-    from specscope.core.drafters.eagle import Eagle3Config, Eagle3Head, save_head
+    from specscope.core.engine.drafters.eagle import Eagle3Config, Eagle3Head, save_head
 
     cfg = Eagle3Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
                        vocab_size=64, draft_vocab_size=40, aux_layer_ids=[0, 1, 1])

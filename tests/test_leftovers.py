@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core import demo, leftovers
+from specscope.core import leftovers
+from specscope.core.engine import demo
 
 needs_flock = pytest.mark.skipif(leftovers.fcntl is None, reason="flock is POSIX-only (age is used elsewhere)")
 

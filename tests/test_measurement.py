@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 import torch
 
-from specscope.core.busy import BUSY_PREFIX, BusyDetector
 from specscope.core.controls import Controls
-from specscope.core.drafters.base import Drafter, Proposal
+from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import ControlChange, RunFinished
-from specscope.core.measurement import (
+from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
+from specscope.core.measure.measurement import (
     MIN_BLOCKS,
     Measurement,
     VerifyCostFit,
     paired_ratio,
     run_summary,
 )
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
-from specscope.core.snapshot import Estimate
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import tiny_model
 
 VOCAB = 64
@@ -324,7 +324,7 @@ def test_a_segment_with_enough_blocks_of_its_own_is_the_headline():
 
 
 def test_the_policies_never_feed_the_measurement():
-    from specscope.core.adaptive import CostModelKPolicy
+    from specscope.core.measure.adaptive import CostModelKPolicy
 
     m = Measurement(window=8)
     policy = CostModelKPolicy(m)
@@ -370,8 +370,8 @@ def test_a_run_beside_cpu_hogs_is_flagged_busy_and_not_paging():
     import subprocess
     import sys
 
-    from specscope.core.drafters.model import ModelDrafter
-    from specscope.core.pair import LoadedModel, ModelPair
+    from specscope.core.engine.drafters.model import ModelDrafter
+    from specscope.core.engine.pair import LoadedModel, ModelPair
     from specscope.core.session import Session, SessionOptions
 
     inner = tiny_model(7, vocab_size=VOCAB, logit_scale=4.0)
@@ -430,7 +430,7 @@ def test_predicted_matches_measured_on_a_pair_with_known_alpha_and_costs(alpha, 
 def test_an_attached_engines_passes_count_for_acceptance_and_never_for_costs():
     from dataclasses import replace
 
-    from specscope.core.measurement import ATTACHED_REASON
+    from specscope.core.measure.measurement import ATTACHED_REASON
     from specscope.core.records import ATTACHED_MODE
 
     m = Measurement(window=8)

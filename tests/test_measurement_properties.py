@@ -15,10 +15,10 @@ from statistics import median
 
 import pytest
 
-from specscope.core.busy import BUSY_PREFIX
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
-from specscope.core.measurement import MIN_BLOCKS, Measurement, paired_ratio
-from specscope.core.metrics import checked_proposals
+from specscope.core.measure.busy import BUSY_PREFIX
+from specscope.core.measure.measurement import MIN_BLOCKS, Measurement, paired_ratio
+from specscope.core.measure.metrics import checked_proposals
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 
 SEEDS = range(200)  # 200 streams in about 10 s; the batch definitions hold on 500 too (checked once)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specscope.core import metrics as m
+from specscope.core.measure import metrics as m
 from specscope.core.records import ControlValues, IterationRecord
 
 
@@ -73,7 +73,7 @@ def test_percentile_interpolates():
 
 
 def test_run_summary_is_json_ready(four):
-    from specscope.core.measurement import replay, run_summary
+    from specscope.core.measure.measurement import replay, run_summary
 
     s = run_summary(four, prefill_ms=3.0, estimate=replay(four).estimate())
     json.dumps(s)

@@ -12,12 +12,12 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specscope.core import cpu_linear
-from specscope.core import models as loading
-from specscope.core.drafters.early_exit import EarlyExitDrafter
-from specscope.core.drafters.lookup import PromptLookupDrafter
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.models import (
+from specscope.core.engine import cpu_linear
+from specscope.core.engine import models as loading
+from specscope.core.engine.drafters.early_exit import EarlyExitDrafter
+from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.models import (
     IncompatibleTokenizers,
     ModelLoadError,
     PairSpec,
@@ -27,7 +27,7 @@ from specscope.core.models import (
     load_pair,
     spec_from_args,
 )
-from specscope.core.speculative import DecodeOptions, Decoder
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 V = 64
@@ -282,7 +282,7 @@ def test_warns_when_the_pair_will_not_fit(pair_dirs, monkeypatch) -> None:
 
 # ---- the demo and the command line ------------------------------------------------------------------
 def test_demo_is_delegated(monkeypatch) -> None:
-    from specscope.core import demo
+    from specscope.core.engine import demo
 
     calls: list[dict] = []
     monkeypatch.setattr(demo, "load_demo_pair", lambda **kw: calls.append(kw) or "pair")

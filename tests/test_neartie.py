@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specscope.core.neartie import first_difference, near_tie_report, spacing
-from specscope.core.speculative import DecodeOptions, Decoder
+from specscope.core.engine.neartie import first_difference, near_tie_report, spacing
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from tests.models import tiny_model
 
 

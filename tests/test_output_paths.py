@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.chrome_trace import write_chrome_trace
-from specscope.core.trace import TraceWriteError, trace_paths, write_trace
+from specscope.core.trace.chrome_trace import write_chrome_trace
+from specscope.core.trace.files import TraceWriteError, trace_paths, write_trace
 from tests.cli_helpers import char_device, cli, fifo, is_char_device, one_sentence, sessions
 from tests.fake_engine import FakeEngine
 from tests.faults import leftovers
@@ -131,7 +131,7 @@ def test_attach_trace_under_a_missing_folder_is_checked_before_the_request(capsy
     assert rc == 2 and "--trace /proc/x/y.csv cannot be written (No such file or directory)" in one_sentence(err)
 
 
-# --- the atomic write itself (core/trace.py's atomic_text_files) -----------------------------------------
+# --- the atomic write itself (core/trace/files.py's atomic_text_files) -----------------------------------------
 
 
 def test_write_trace_never_renames_over_a_device(tmp_path) -> None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscope.core.cli import main as cli_main
+from specscope.core.commands.cli import main as cli_main
 from specscope.core.controls import Controls
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.drill import DrillError, DrillSpec, PagingDrill, parse_drill
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.models import ModelLoadError, PairSpec, load_pair, parse_max_memory
+from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.memory.detector import streaming_sentence
+from specscope.core.memory.drill import DrillError, DrillSpec, PagingDrill, parse_drill
 from specscope.core.memory.residency import model_residency
-from specscope.core.models import ModelLoadError, PairSpec, load_pair, parse_max_memory
-from specscope.core.pair import LoadedModel, ModelPair
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 from specscope.core.session import Session, SessionOptions
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from specscope.core.controls import Controls
-from specscope.core.drafters.model import ModelDrafter
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import RunFinished
-from specscope.core.measurement import Measurement
+from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.schedule import BaselineSchedule, VerifyExploration
 from specscope.core.records import ControlValues, IterationRecord, TokenStatus
-from specscope.core.schedule import BaselineSchedule, VerifyExploration
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.models import perturbed, tiny_model
 from tests.stats import chi_square_pvalue, exact_first_two
 
@@ -67,7 +67,7 @@ def test_a_greedy_run_with_baselines_every_two_iterations_is_plain_decoding_and_
 
 
 def test_an_eagle_head_gets_the_features_of_plain_steps() -> None:
-    from specscope.core.drafters.eagle import load_head, save_head
+    from specscope.core.engine.drafters.eagle import load_head, save_head
     from tests.test_eagle import LAYERS, PROMPTS, RecordingDrafter, head_config, random_head
 
     target = tiny_model(0, vocab_size=V, layers=LAYERS, logit_scale=3.0)

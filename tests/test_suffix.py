@@ -12,12 +12,12 @@ import torch
 
 from specscope.core.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.controls import Controls
-from specscope.core.drafters.suffix import ResponseCache, SuffixDrafter, check_suffix_parameters
-from specscope.core.drafters.suffix_tree import NO_NODE, ROOT, SuffixDraft, SuffixTree
-from specscope.core.measurement import Measurement
+from specscope.core.engine.drafters.suffix import ResponseCache, SuffixDrafter, check_suffix_parameters
+from specscope.core.engine.drafters.suffix_tree import NO_NODE, ROOT, SuffixDraft, SuffixTree
+from specscope.core.engine.sampling import processed_probs
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenStatus
-from specscope.core.sampling import processed_probs
-from specscope.core.speculative import DecodeOptions, Decoder
 from tests.loop_helpers import run_fed
 from tests.models import tiny_model
 from tests.stats import chi_square_pvalue
@@ -234,7 +234,7 @@ def test_sampling_stays_exact_with_the_cross_run_cache() -> None:
 
 
 def test_what_the_proposal_matched_survives_a_trace_round_trip(tmp_path) -> None:
-    from specscope.core.trace import read_trace, write_trace
+    from specscope.core.trace.files import read_trace, write_trace
 
     target = tiny_model(21, vocab_size=64, layers=3, logit_scale=3.0)
     dec = Decoder(target, 64, drafter=SuffixDrafter(max_spec_factor=2.0))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.chrome_trace import chrome_trace, write_chrome_trace
-from specscope.core.measurement import Measurement
+from specscope.core.measure.measurement import Measurement
 from specscope.core.records import IterationRecord
-from specscope.core.trace import (
+from specscope.core.trace.chrome_trace import chrome_trace, write_chrome_trace
+from specscope.core.trace.files import (
     ITERATION_COLUMNS,
     ITERATION_SCHEMA,
     TraceFormatError,
@@ -382,7 +382,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def test_docs_show_the_tables_the_schema_generates() -> None:
-    """docs/trace-format.md holds exactly what ``python -m specscope.core.trace --doc-table`` prints."""
+    """docs/trace-format.md holds exactly what ``python -m specscope.core.trace.files --doc-table`` prints."""
     doc = (Path(__file__).parents[1] / "docs" / "trace-format.md").read_text(encoding="utf-8")
     for name, table in doc_tables().items():
         assert table in doc, f"the {name} table in docs/trace-format.md is stale: regenerate it"
@@ -397,7 +397,7 @@ def test_traces_written_by_0_1_0_still_open(form: str) -> None:
 
 
 def test_export_and_autosave_write_the_stream_in_one_form(tmp_path: Path) -> None:
-    from specscope.core.autosave import SessionRecorder
+    from specscope.core.trace.autosave import SessionRecorder
 
     stream = legacy_stream(sample_records(), sample_baselines(), SESSION)
     paths = write_trace(tmp_path / "x.csv", stream)

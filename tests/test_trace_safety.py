@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specscope.core.records import TokenStatus
-from specscope.core.trace import (
+from specscope.core.trace.files import (
     FORMULA_TRIGGERS,
     TraceError,
     TraceFormatError,
@@ -41,7 +41,7 @@ def _demo_record(i: int):
 
 
 def test_demo_tokens_are_what_the_demo_tokenizer_gives() -> None:
-    from specscope.core.demo import demo_target_dir
+    from specscope.core.engine.demo import demo_target_dir
 
     if not (demo_target_dir() / "tokenizer.json").exists():
         pytest.skip("the demo tokenizer is not cached on this machine")
@@ -78,7 +78,7 @@ def test_neutralising_is_undone_exactly(text: str) -> None:
 
 
 def test_bench_csv_neutralises_text_cells(tmp_path: Path) -> None:
-    from specscope.core import bench
+    from specscope.core.commands import bench
 
     row = bench.RunRow(round=0, method="@evil", prompt_id="=HYPERLINK(\"x\")", prompt_kind="+1", tokens=3,
                        seconds=0.5)

@@ -9,17 +9,17 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from specscope.core import verify
-from specscope.core.models import PairSpec, load_pair
-from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_sets
-from specscope.core.records import ControlValues
-from specscope.core.verify import (
+from specscope.core.commands import verify
+from specscope.core.commands.verify import (
     _upper_gamma_regularized,
     chi_square_top,
     simulate_first_token,
     total_variation,
     verify_pair,
 )
+from specscope.core.engine.models import PairSpec, load_pair
+from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_sets
+from specscope.core.records import ControlValues
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 
@@ -143,7 +143,7 @@ def test_command_line(tiny_pair_dir, tmp_path, capsys) -> None:
     assert "Greedy: 1 of 1 speculative runs identical" in capsys.readouterr().out
     assert json.loads(out_json.read_text())["ok"] is True
     bad = parser.parse_args(["--target", str(tmp_path / "missing"), "--drafter", "lookup"])
-    from specscope.core.cli_checks import CliError
+    from specscope.core.commands.cli_checks import CliError
 
     with pytest.raises(CliError) as err:  # one sentence; the CLI's error path prints it and exits 2
         verify.main(bad)

@@ -1,6 +1,6 @@
 """A warm interpreter for the tests that run the CLI as a process of its own.
 
-Starting ``python -m specscope.core.cli`` costs ~10 s here (torch and transformers load), and a test that
+Starting ``python -m specscope.core.commands.cli`` costs ~10 s here (torch and transformers load), and a test that
 sends real signals or hands the CLI a full disk needs a real process. So one interpreter imports every module
 of ``specscope.core`` once per test session, and each run is a fork of it: a process of its own (its own pid,
 signals, file descriptors, environment and exit code, Python's own exit path) that starts in milliseconds.
@@ -119,7 +119,7 @@ class WarmPython:
             raise RuntimeError(f"the warm interpreter ended (exit code {self.server.wait()})")
         return dict(json.loads(data))
 
-    def run(self, argv: list[str], *, module: str = "specscope.core.cli", env: dict[str, str] | None = None,
+    def run(self, argv: list[str], *, module: str = "specscope.core.commands.cli", env: dict[str, str] | None = None,
             cwd: Path | str = ROOT, stdout: Any = None, stderr: Any = None, text: bool = False) -> WarmRun:
         """Like ``subprocess.Popen([python, "-m", module, *argv], ...)``; stdout/stderr: None (this process's),
         subprocess.PIPE, subprocess.DEVNULL or an open file."""

@@ -14,9 +14,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
-from ..run_data import RunData
-from ..theme import PLOT_COLOURS
-from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
+from specscope.app.run_data import RunData
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
 BAR_WIDTH = 0.7
@@ -102,7 +102,7 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        # The measurement's acceptance by position (core.measurement), with its sample sizes.
+        # The measurement's acceptance by position (core.measure.measurement), with its sample sizes.
         positions = data.estimate.positions if data.estimate is not None else ()
         rates = np.array([np.nan if p.rate is None else p.rate for p in positions])
         reached = np.array([p.reached for p in positions], dtype=np.int64)

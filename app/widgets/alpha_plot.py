@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pyqtgraph as pg  # type: ignore[import-untyped]
 
-from ..run_data import RunData
-from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot, RangeFollower, pen, settle
+from specscope.app.run_data import RunData
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle
 
 
 class AlphaPlot(LivePlot):

@@ -25,11 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specscope.app.run_controller import RunState
 from specscope.core.controls import K_MAX, K_MIN
-from specscope.core.kinds import DRAFTER_HELP, DRAFTER_KINDS
+from specscope.core.drafter_catalogue import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues
-
-from ..run_controller import RunState
 
 COALESCE_MS = 100
 CUSTOM = "custom"  # the preset list's entry for the user's own text
@@ -101,7 +100,7 @@ class ControlPanel(QWidget):
 
         spec_box = QGroupBox("Speculation")
         form = QFormLayout(spec_box)
-        # The drafter kinds come from core.kinds (declared once); a new kind appears here by itself.
+        # The drafter kinds come from core.drafter_catalogue (declared once); a new kind appears here by itself.
         self.drafter = QComboBox()
         for kind in DRAFTER_KINDS:
             self.drafter.addItem(kind, kind)

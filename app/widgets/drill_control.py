@@ -47,7 +47,7 @@ class DrillControl(QGroupBox):
         self.set_state("no_model")
 
     def start_drill(self) -> None:
-        from specscope.core.drill import DrillSpec
+        from specscope.core.memory.drill import DrillSpec
 
         layers = self.layers.value() or None
         self._controls().start_drill(DrillSpec(model=self.model.currentText(), layers=layers))

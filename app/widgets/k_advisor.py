@@ -11,10 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QWidget
 
-from specscope.core.measurement import Estimate
-
-from ..theme import PLOT_COLOURS
-from .plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
+from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
 

@@ -7,8 +7,8 @@ import html
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
 
-from ..theme import style_for
-from .elided_label import ElidedLabel
+from specscope.app.theme import style_for
+from specscope.app.widgets.elided_label import ElidedLabel
 
 LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "target")
 

@@ -16,9 +16,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QWidget
 
-from ..run_data import Marker
-from ..theme import PLOT_COLOURS
-from .elided_label import ElidedLabel, Span
+from specscope.app.run_data import Marker
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.elided_label import ElidedLabel, Span
 
 BADGE_GAP_PX = 3  # between neighbouring badges, and between rows
 BADGE_ROWS_MAX = 4

@@ -8,10 +8,10 @@ import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtWidgets import QWidget
 
-from ..run_data import FlagBand, RunData
-from ..theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
-from .flag_bands import FlagBandsItem, ShadedBand
-from .plot_base import LivePlot, RangeFollower, pen, settle
+from specscope.app.run_data import FlagBand, RunData
+from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
+from specscope.app.widgets.flag_bands import FlagBandsItem, ShadedBand
+from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle
 
 GIB = float(1 << 30)
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..pair_choice import DEVICE_MAPS, DEVICES, DRAFTER_KINDS, DTYPES, PairChoice
+from specscope.app.pair_choice import DEVICE_MAPS, DEVICES, DRAFTER_KINDS, DTYPES, PairChoice
 
 
 class ModelField(QWidget):

@@ -12,9 +12,9 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
-from ..run_data import Marker, RunData
-from ..theme import PLOT_BACKGROUND, PLOT_FOREGROUND
-from .markers import ChangeMarkers
+from specscope.app.run_data import Marker, RunData
+from specscope.app.theme import PLOT_BACKGROUND, PLOT_FOREGROUND
+from specscope.app.widgets.markers import ChangeMarkers
 
 pg.setConfigOptions(antialias=False, background=PLOT_BACKGROUND, foreground=PLOT_FOREGROUND)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
 
-from ..run_data import RunData
-from .acceptance_bars import AcceptanceBars
-from .alpha_plot import AlphaPlot
-from .k_advisor import KAdvisorPlot
-from .markers import ChangeList
-from .memory_plot import MemoryPlot
-from .plot_base import LivePlot, SharedXRange
-from .speedup_plot import SpeedupPlot
-from .timing_plot import TimingPlot
+from specscope.app.run_data import RunData
+from specscope.app.widgets.acceptance_bars import AcceptanceBars
+from specscope.app.widgets.alpha_plot import AlphaPlot
+from specscope.app.widgets.k_advisor import KAdvisorPlot
+from specscope.app.widgets.markers import ChangeList
+from specscope.app.widgets.memory_plot import MemoryPlot
+from specscope.app.widgets.plot_base import LivePlot, SharedXRange
+from specscope.app.widgets.speedup_plot import SpeedupPlot
+from specscope.app.widgets.timing_plot import TimingPlot
 
 
 class PlotsPanel(QWidget):

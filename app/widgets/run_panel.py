@@ -10,8 +10,8 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from ..run_controller import RunState
-from .elided_label import ElidedLabel, Span
+from specscope.app.run_controller import RunState
+from specscope.app.widgets.elided_label import ElidedLabel, Span
 
 STATE_COLOURS = {
     RunState.NO_MODEL: "#777777", RunState.LOADING: "#0072B2", RunState.READY: "#006B4E",

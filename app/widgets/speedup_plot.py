@@ -7,9 +7,9 @@ import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
 
-from ..run_data import RunData
-from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot
+from specscope.app.run_data import RunData
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.plot_base import LivePlot
 
 
 class SpeedupPlot(LivePlot):

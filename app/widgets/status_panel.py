@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
-from ..run_data import RunData
+from specscope.app.run_data import RunData
 
 MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
 

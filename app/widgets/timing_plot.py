@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 
-from ..run_data import RunData
-from ..theme import PLOT_COLOURS
-from .plot_base import LivePlot, pen
+from specscope.app.run_data import RunData
+from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.plot_base import LivePlot, pen
 
 ENGINE_KEY = "engine pass (not split)"
 

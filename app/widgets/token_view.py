@@ -17,9 +17,8 @@ from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
+from specscope.app.theme import STATUS_STYLES, style_for
 from specscope.core.records import IterationRecord, TokenRecord
-
-from ..theme import STATUS_STYLES, style_for
 
 STATUS_NAMES = tuple(STATUS_STYLES)
 

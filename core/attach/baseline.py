@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..measurement import MIN_BLOCKS, paired_ratio
-from .client import AttachOptions, AttachResult, attach
-from .summary import summarize_attached
+from specscope.core.attach.client import AttachOptions, AttachResult, attach
+from specscope.core.attach.summary import summarize_attached
+from specscope.core.measure.measurement import MIN_BLOCKS, paired_ratio
 
 
 @dataclass

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..records import ControlValues, IterationRecord
-from .chunks import Chunk, ChunkError, StreamSanity, parse_sse_data
-from .passes import Pass, PassBuilder, RecordContext, RecordMaker
-from .prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
+from specscope.core.attach.chunks import Chunk, ChunkError, StreamSanity, parse_sse_data
+from specscope.core.attach.passes import Pass, PassBuilder, RecordContext, RecordMaker
+from specscope.core.attach.prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
+from specscope.core.records import ControlValues, IterationRecord
 
 API_KEY_VARIABLES = ("SPECSCOPE_API_KEY", "OPENAI_API_KEY")
 OnRecord = Callable[[IterationRecord], None]

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .baseline import interleaved_baseline
-from .client import (
+from specscope.core.attach.baseline import interleaved_baseline
+from specscope.core.attach.client import (
     MAX_SCRAPE_INTERVAL_S,
     MAX_TIMEOUT_S,
     MIN_SCRAPE_INTERVAL_S,
@@ -21,7 +21,7 @@ from .client import (
     attach,
     check_options,
 )
-from .summary import summarize_attached
+from specscope.core.attach.summary import summarize_attached
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -29,7 +29,13 @@ DEFAULT_PROMPT = "List the first twenty prime numbers, separated by commas:"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli_checks import TEMPERATURE, add_max_new_tokens, file_path, finite_number, whole_number
+    from specscope.core.commands.cli_checks import (
+        TEMPERATURE,
+        add_max_new_tokens,
+        file_path,
+        finite_number,
+        whole_number,
+    )
 
     p.add_argument("url", help="the server's root URL, e.g. http://127.0.0.1:8080 or http://[::1]:8080 (a trailing "
                               "/v1 is fine); API key from $SPECSCOPE_API_KEY or $OPENAI_API_KEY")
@@ -52,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _prompt(args: argparse.Namespace) -> str:
-    from ..cli_checks import checked_prompt, read_text_file
+    from specscope.core.commands.cli_checks import checked_prompt, read_text_file
 
     if args.prompt_file is not None:
         return checked_prompt(read_text_file(args.prompt_file, "prompt file"), f"prompt file {args.prompt_file}")
@@ -91,7 +97,7 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
 
 
 def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str | None:
-    from ..trace import TraceError, write_trace
+    from specscope.core.trace.files import TraceError, write_trace
 
     session = dict(result.session)
     session.update(extra)
@@ -105,7 +111,7 @@ def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str
 def main(args: argparse.Namespace) -> int:
     """Exit 2 for bad input (before any request), 1 when the server or the baseline failed or the trace could
     not be written (what arrived is kept and printed), 0 otherwise. Raises CliError for bad input."""
-    from ..cli_checks import CliError, check_writable, emit, print_error
+    from specscope.core.commands.cli_checks import CliError, check_writable, emit, print_error
 
     prompt = _prompt(args)
     options = AttachOptions(url=args.url, prompt=prompt, model=args.model, max_tokens=args.max_new_tokens,

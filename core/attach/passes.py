@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..records import ATTACHED_MODE, ControlValues, IterationRecord, TokenRecord, TokenStatus
-from .chunks import Chunk
+from specscope.core.attach.chunks import Chunk
+from specscope.core.records import ATTACHED_MODE, ControlValues, IterationRecord, TokenRecord, TokenStatus
 
 __all__ = ["ATTACHED_MODE"]  # re-exported: the mode the passes' records carry (declared in records)
 NOT_REPORTED = math.nan  # draft_ms / verify_ms / rollback_ms: the engine does not split a pass's time

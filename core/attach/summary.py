@@ -1,4 +1,4 @@
-"""The numbers of an attached request, read through the one owner of every derived number, ``core.measurement``.
+"""The numbers of an attached request, read through the one owner of every derived number, ``core.measure.measurement``.
 
 Attached records carry mode ``ATTACHED_MODE``: the measurement counts their drafted and accepted proposals
 like its own (α = accepted / judged, judged = accepted + the first rejected proposal of each pass; one record
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import measurement
-from ..records import IterationRecord
-from .passes import PROMPT_PASS_FLAG
+from specscope.core.attach.passes import PROMPT_PASS_FLAG
+from specscope.core.measure import measurement
+from specscope.core.records import IterationRecord
 
 
 def decode_records(records: Sequence[IterationRecord]) -> list[IterationRecord]:

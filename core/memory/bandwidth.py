@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from .residency import device_key
+from specscope.core.memory.residency import device_key
 
 _cache: dict[str, float] = {}
 _lock = threading.Lock()

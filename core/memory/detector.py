@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..records import IterationRecord
-from .residency import format_bytes
+from specscope.core.memory.residency import format_bytes
+from specscope.core.records import IterationRecord
 
 # Evidence thresholds. Decode-time PCIe traffic is normally a few MB/s (token ids, launches); weights
 # streamed from host memory move hundreds of MB to GB per second.

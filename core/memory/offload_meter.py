@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .residency import _offload_hook
+from specscope.core.memory.residency import _offload_hook
 
 
 def offloaded_bytes_of(module: nn.Module) -> int:

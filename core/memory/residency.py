@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..cpu_linear import prepacked_bytes
+from specscope.core.engine.cpu_linear import prepacked_bytes
 
 
 @dataclass

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .host import host_memory
-from .nvml import NvmlDeviceReading, NvmlProbe, counter_delta
-from .residency import Residency, kv_cache_bytes, model_residency
-from .torch_mem import torch_memory
+from specscope.core.memory.host import host_memory
+from specscope.core.memory.nvml import NvmlDeviceReading, NvmlProbe, counter_delta
+from specscope.core.memory.residency import Residency, kv_cache_bytes, model_residency
+from specscope.core.memory.torch_mem import torch_memory
 
 
 @dataclass

@@ -32,16 +32,16 @@ from accelerate import cpu_offload
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.core.controls import Controls
-from specscope.core.drafters.lookup import PromptLookupDrafter
-from specscope.core.drafters.model import ModelDrafter
-from specscope.core.drill import DrillSpec
+from specscope.core.engine.drafters.lookup import PromptLookupDrafter
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.pair import LoadedModel, ModelPair
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.memory.detector import PagingDetector
+from specscope.core.memory.drill import DrillSpec
 from specscope.core.memory.residency import format_residency, model_residency
 from specscope.core.memory.sampler import MemorySampler
-from specscope.core.pair import LoadedModel, ModelPair
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.session import Session, SessionOptions
-from specscope.core.speculative import DecodeOptions, Decoder
 
 TIME_LIMIT_S = 270.0  # leave margin under the 5-minute budget
 

@@ -1,0 +1,264 @@
+"""How the command line refuses bad input and survives faults: one ``specscope: error:`` sentence, exit code 2
+for bad input, checks done before any time is spent, and signals that keep the work decoded so far.
+
+Shared by ``run``, ``bench`` and ``verify`` so that the three fail alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from specscope.core.controls import Controls
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+ERROR_PREFIX = "specscope: error: "
+MAX_NEW_TOKENS = 131_072  # the longest context windows of common models; the model's own window bounds it too
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one sentence (a library's detail may follow on a second line)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def print_error(message: str) -> None:
+    first, _, rest = message.partition("\n")
+    text = ERROR_PREFIX + first + "".join(f"\n  {line}" for line in rest.splitlines() if line.strip())
+    with suppress(OSError):  # stderr gone too: nothing left to tell
+        print(text, file=sys.stderr, flush=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the one error prefix (argparse's own is the program name, e.g. ``specscope run:``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print_error(message)
+        sys.exit(EXIT_USAGE)
+
+
+# --- argument types -------------------------------------------------------------------------------------
+
+
+def whole_number(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            span = f"at least {lo:,}" if hi is None else f"from {lo:,} to {hi:,}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value:,}")
+        return value
+
+    return parse
+
+
+def finite_number(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        low_ok = value > lo if lo_open else value >= lo
+        if not math.isfinite(value) or not low_ok or value > hi:
+            if math.isfinite(hi):
+                span = f"above {lo:g} and at most {hi:g}" if lo_open else f"from {lo:g} to {hi:g}"
+            else:
+                span = f"above {lo:g}" if lo_open else f"of {lo:g} or more"
+            raise argparse.ArgumentTypeError(f"must be a finite number {span}, got {text!r}")
+        return value
+
+    return parse
+
+
+def file_path(text: str) -> Path:
+    """A path typed on the command line: not empty (``Path('')`` would silently mean the current folder) and
+    without a NUL (which no file name can hold)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file path, got an empty one")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a file path cannot hold a NUL character")
+    return Path(text)
+
+
+SEED = whole_number(0, SEED_MAX)
+TEMPERATURE = finite_number(0.0, math.inf)
+TOP_P = finite_number(0.0, 1.0, lo_open=True)
+TOP_K = whole_number(0)
+MAX_NEW = whole_number(1, MAX_NEW_TOKENS)
+
+
+def add_max_new_tokens(group: argparse._ActionsContainer, default: int, help_text: str | None = None) -> None:
+    """``--max-new-tokens`` (documented), and ``--max-tokens`` (the OpenAI API's name) accepted as the same
+    option, so that run, bench, verify and attach all take both spellings."""
+    group.add_argument("--max-new-tokens", type=MAX_NEW, default=default, help=help_text or
+                       f"stop after this many new tokens (1 to {MAX_NEW_TOKENS:,}; --max-tokens is the same)")
+    group.add_argument("--max-tokens", dest="max_new_tokens", type=MAX_NEW, default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
+
+
+# --- prompts --------------------------------------------------------------------------------------------
+
+
+def checked_prompt(text: str, origin: str) -> str:
+    """``text`` if it can be decoded from; a CliError naming ``origin`` otherwise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes that were not UTF-8 arrive as lone surrogates (surrogateescape)
+        raise CliError(f"{origin} is not valid UTF-8 text (at character {e.start})") from None
+    if not text.strip():
+        raise CliError(f"{origin} is empty: give some text to continue")
+    return text
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file, or a CliError naming it and saying why it cannot be used (a device, a FIFO or a
+    folder is refused before it is opened; so is a file over ``MAX_PROMPT_FILE_BYTES``)."""
+    from specscope.core.user_files import MAX_PROMPT_FILE_BYTES, UserFileError, read_regular_text
+
+    try:
+        return read_regular_text(path, what, MAX_PROMPT_FILE_BYTES)
+    except UserFileError as e:
+        raise CliError(str(e)) from None
+
+
+# --- output paths ---------------------------------------------------------------------------------------
+
+
+def check_writable(path: Path, flag: str, *, trace: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any decoding is spent on it: one that exists and
+    is not a regular file (a device, a FIFO, a socket, a folder: the final rename would replace it), or one
+    where no file can be created. ``trace``: ``path`` is a trace's iteration CSV, and its tokens, baselines and
+    session files beside it are checked too."""
+    from specscope.core.trace.files import TraceWriteError, probe_writable, trace_paths
+    from specscope.core.user_files import non_regular_kind
+
+    if not str(path).strip():
+        raise CliError(f"{flag} needs a file path, got an empty one")
+    targets = trace_paths(Path(path)).all() if trace else (Path(path),)
+    for target in targets:
+        kind = non_regular_kind(target)
+        if kind is not None:
+            named = f"{flag} {path}" if target == Path(path) else f"{target}, a file of the {flag} {path} trace,"
+            raise CliError(f"{named} is {kind}, not a regular file: choose a file path (it was left as it is)")
+    try:
+        probe_writable(Path(path))
+    except TraceWriteError as e:
+        raise CliError(f"{flag} {path} cannot be written ({e.reason}); choose another path") from None
+
+
+# --- standard output ------------------------------------------------------------------------------------
+
+
+class StdoutError(CliError):
+    """Standard output cannot be written (``> /dev/full``, a closed pipe): the results did not get out."""
+
+    def __init__(self, error: OSError):
+        super().__init__(f"cannot write to standard output: {error.strerror or error}", exit_code=EXIT_FAILURE)
+
+
+def emit(text: str) -> None:
+    """Print a result to stdout now (flushed, so a full disk or closed pipe surfaces here as StdoutError)."""
+    try:
+        print(text, flush=True)
+    except OSError as e:
+        raise StdoutError(e) from None
+
+
+def stdout_failed() -> OSError | None:
+    """The error flushing stdout gives (a full disk behind ``> file``, a closed pipe), or None."""
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        return e
+    return None
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's exit-time flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a captured stdout (tests) has no file descriptor
+        pass
+
+
+# --- signals --------------------------------------------------------------------------------------------
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived during a run. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.reason = "interrupted" if signum == signal.SIGINT else "terminated"
+        self.exit_code = 128 + signum
+        super().__init__(self.reason)
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class SignalGuard:
+    """SIGINT and SIGTERM while it is active.
+
+    During decoding (``raising``) the first signal asks the loop to stop at its next iteration boundary
+    (``Controls.stop_soon``) and is kept in ``pending``: the iteration under way ends whole, so the records,
+    the tokens and the autosave agree. A second signal raises ``Interrupted`` at once, for a step too long to
+    wait for. Without controls, the first signal raises. Afterwards, while the results are written (a second
+    or two), a signal is only noted in ``late`` so that the writing finishes, and the caller exits with the
+    signal's code. Outside the ``with`` block signals act as before."""
+
+    def __init__(self, controls: Controls | None = None) -> None:
+        self.controls = controls
+        self.raising = True
+        self.pending: Interrupted | None = None
+        self.late: Interrupted | None = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.raising:
+            if self.late is None:
+                self.late = Interrupted(signum)
+            return
+        if self.pending is None and self.controls is not None:
+            self.pending = Interrupted(signum)
+            self.controls.stop_soon(self.pending.reason)
+            # os.write, not print: this handler may run while this thread is inside sys.stderr's own write.
+            again = "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
+            with suppress(OSError):
+                os.write(2, f"specscope: {self.pending.signal_name} received: stopping when the iteration "
+                            f"under way ends ({again} to stop at once)\n".encode())
+            return
+        self.raising = False  # a further signal while this one is handled must not cut the cleanup
+        raise Interrupted(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[SignalGuard]:
+        try:
+            previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave signals alone
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)

@@ -1,0 +1,514 @@
+"""``specscope verify``: check that speculation keeps the target's output on the user's own pair.
+
+Two checks over a prompt set:
+
+* Greedy: speculative output equals plain decoding token for token, for several k. A difference is
+  reported with the target's near-tie gap at that position (two candidates within rounding of each other
+  can swap between a one-token and a (k+1)-token pass: a numerics effect, not a rule error).
+* Sampling: at real contexts (the end of each prompt, and a few greedy tokens further), the first token
+  the acceptance rule emits is drawn many times (vectorised: proposals from q, accepted when u < p/q, the
+  rest drawn from the residual) and compared with the target's p by a chi-square test over the most likely
+  tokens plus a pooled remainder. The same draws go through two wrong rules (resample from p after a
+  rejection; keep the draft's token regardless of p) to show the test would catch them there, and each
+  context reports TV(p, q): where the draft already equals the target, no rule can be told apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specscope.core.commands.cli_checks import (
+    EXIT_FAILURE,
+    MAX_NEW_TOKENS,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    CliError,
+    add_max_new_tokens,
+    check_writable,
+    emit,
+    file_path,
+    finite_number,
+    whole_number,
+)
+from specscope.core.controls import K_MAX, K_MIN, Controls
+from specscope.core.engine.acceptance import residual_distribution
+from specscope.core.engine.pair import ModelPair
+from specscope.core.engine.sampling import processed_probs
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
+from specscope.core.records import ControlValues
+from specscope.core.trace.files import TraceError, atomic_text_files
+
+RULES = ("correct", "resample-from-p", "keep-draft")
+MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them
+MAX_OFFSETS = 64  # contexts per prompt
+Progress = Callable[[str, float], None]
+
+
+# ---- statistics -------------------------------------------------------------------------------------
+def _upper_gamma_regularized(a: float, x: float) -> float:
+    """Q(a, x) = Γ(a, x) / Γ(a): series for x < a + 1, continued fraction otherwise (Numerical Recipes)."""
+    if x <= 0.0:
+        return 1.0
+    log_prefix = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(10_000):
+            ap += 1.0
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(log_prefix))
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return min(1.0, math.exp(log_prefix) * h)
+
+
+def chi2_sf(stat: float, df: int) -> float:
+    """P(χ²_df ≥ stat): scipy's when installed, else our own incomplete gamma."""
+    if math.isinf(stat):
+        return 0.0
+    try:
+        from scipy.stats import chi2
+
+        return float(chi2.sf(stat, df))
+    except ImportError:
+        return _upper_gamma_regularized(df / 2.0, stat / 2.0)
+
+
+@dataclass
+class ChiSquare:
+    statistic: float
+    df: int
+    pvalue: float
+
+
+def chi_square_top(counts: torch.Tensor, p: torch.Tensor, top_n: int = 60,
+                   min_expected: float = 5.0) -> ChiSquare:
+    """Chi-square of ``counts`` against p over the ``top_n`` most likely tokens plus a pooled remainder.
+
+    A top token whose expected count is under ``min_expected`` joins the remainder (the χ² approximation
+    needs it). Draws where p has no mass at all make the statistic infinite (p-value 0).
+    """
+    counts = counts.double().cpu()
+    p = p.double().cpu()
+    n = float(counts.sum())
+    if bool((counts[p <= 0] > 0).any()):  # a token the target can never emit was emitted
+        return ChiSquare(math.inf, 1, 0.0)
+    expected = p * n
+    top = torch.argsort(p, descending=True)[:top_n]
+    top = top[expected[top] >= min_expected]
+    obs = counts[top].tolist()
+    exp = expected[top].tolist()
+    rest_obs = n - sum(obs)
+    rest_exp = n - sum(exp)
+    if rest_exp > 1e-9 * n:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    elif rest_obs > 0.5:
+        return ChiSquare(math.inf, max(1, len(obs) - 1), 0.0)
+    if len(obs) < 2:
+        return ChiSquare(0.0, 0, 1.0)
+    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp, strict=True))
+    return ChiSquare(stat, len(obs) - 1, chi2_sf(stat, len(obs) - 1))
+
+
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
+    return 0.5 * float((p.double() - q.double()).abs().sum())
+
+
+def wrong_rule_gaps(p: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
+    """Exact TV between each wrong rule's first-token distribution and p: how visible it can be here.
+
+    Resampling from p after a rejection emits min(p, q) + (1 - β) p with β = Σ min(p, q), which equals p
+    both where the draft is perfect (β = 1) and where it is always rejected (β = 0); keeping the draft's
+    token emits q.
+    """
+    p, q = p.double(), q.double()
+    overlap = torch.minimum(p, q)
+    beta = overlap.sum()
+    return {"resample-from-p": 0.5 * float((overlap - beta * p).abs().sum()), "keep-draft": total_variation(p, q)}
+
+
+def simulate_first_token(p: torch.Tensor, q: torch.Tensor, draws: int, rule: str = "correct",
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """Counts per token of the first token ``rule`` emits, over ``draws`` independent proposals from q.
+
+    ``correct`` is the speculative sampling rule (residual from :func:`residual_distribution`);
+    ``resample-from-p`` draws a rejected position's token from p instead of the residual;
+    ``keep-draft`` emits the draft's token whatever p says (its output is q).
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}: one of {', '.join(RULES)}")
+    p = p.double().cpu()
+    q = q.double().cpu()
+    p, q = p / p.sum(), q / q.sum()
+    x = torch.multinomial(q, draws, replacement=True, generator=generator)
+    if rule == "keep-draft":
+        return torch.bincount(x, minlength=p.numel())
+    u = torch.rand(draws, generator=generator, dtype=torch.float64)
+    rejected = ~(u * q[x] < p[x])  # u < p/q without dividing
+    n_rejected = int(rejected.sum())
+    if n_rejected:
+        fallback = residual_distribution(p, q) if rule == "correct" else p
+        x[rejected] = torch.multinomial(fallback, n_rejected, replacement=True, generator=generator)
+    return torch.bincount(x, minlength=p.numel())
+
+
+# ---- report -----------------------------------------------------------------------------------------
+@dataclass
+class GreedyCheck:
+    prompt_id: str
+    k: int
+    n_tokens: int
+    equal: bool
+    first_difference: int | None = None  # position in the generated text
+    detail: str = ""
+
+
+@dataclass
+class SamplingCheck:
+    prompt_id: str
+    context_len: int
+    tv: float  # total variation between p and q at this context
+    draws: int
+    pvalues: dict[str, float] = field(default_factory=dict)  # rule -> chi-square p-value
+    gaps: dict[str, float] = field(default_factory=dict)  # wrong rule -> exact TV of its output from p
+    bins: int = 0
+    note: str = ""
+
+    def passed(self, alpha: float) -> bool:
+        return self.pvalues.get("correct", 1.0) >= alpha
+
+    def wrong_rules_caught(self, alpha: float) -> bool:
+        return all(self.pvalues.get(r, 1.0) < alpha for r in RULES[1:])
+
+    def power_text(self, alpha: float) -> str:
+        parts = []
+        for rule in RULES[1:]:
+            if self.pvalues.get(rule, 1.0) < alpha:
+                parts.append(f"{rule} caught")
+            elif self.gaps.get(rule, 1.0) < 0.01:
+                parts.append(f"{rule} indistinguishable here (its output is within TV "
+                             f"{self.gaps[rule]:.3f} of p)")
+            else:
+                parts.append(f"{rule} NOT caught")
+        return "; ".join(parts)
+
+
+@dataclass
+class VerifyReport:
+    greedy: list[GreedyCheck]
+    sampling: list[SamplingCheck]
+    alpha: float
+    controls: ControlValues
+    description: str = ""
+
+    @property
+    def greedy_ok(self) -> bool:
+        return all(g.equal for g in self.greedy)
+
+    @property
+    def sampling_ok(self) -> bool:
+        return all(s.passed(self.alpha) for s in self.sampling if s.pvalues)
+
+    @property
+    def ok(self) -> bool:
+        return self.greedy_ok and self.sampling_ok
+
+    @property
+    def sampling_ran(self) -> bool:
+        """Some context got a chi-square test (contexts where the drafter proposed nothing test nothing)."""
+        return any(s.pvalues for s in self.sampling)
+
+    def result_line(self) -> str:
+        """The verdict, naming a check that did not run: a pass is never claimed for a check that was skipped."""
+        if not self.ok:
+            return "Result: MISMATCH FOUND"
+        sampling_missing = ("no context was tested: --draws 0 or no --offsets" if not self.sampling
+                            else "the drafter proposed nothing at any tested context")
+        missing = ["the greedy check did not run (--no-greedy)"] if not self.greedy else []
+        if not self.sampling_ran:
+            missing.append(f"the sampling check did not run ({sampling_missing})")
+        if len(missing) == 2:
+            return "Result: nothing was checked: " + "; ".join(missing)
+        if missing:
+            ran = "sampling" if not self.greedy else "greedy"
+            return f"Result: speculation keeps the target's output in the {ran} check; {missing[0]}"
+        return "Result: speculation keeps the target's output"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"description": self.description, "alpha": self.alpha, "controls": asdict(self.controls),
+                "greedy": [asdict(g) for g in self.greedy], "sampling": [asdict(s) for s in self.sampling],
+                "checks_run": {"greedy": bool(self.greedy), "sampling": self.sampling_ran},
+                "ok": self.ok, "result": self.result_line().removeprefix("Result: ")}
+
+    def lines(self) -> list[str]:
+        out = [f"Pair: {self.description}"]
+        if self.greedy:
+            same = sum(g.equal for g in self.greedy)
+            out.append(f"Greedy: {same} of {len(self.greedy)} speculative runs identical to plain decoding")
+            out += [f"  {g.prompt_id} k={g.k}: differs at token {g.first_difference} ({g.detail})"
+                    for g in self.greedy if not g.equal]
+        if self.sampling:
+            c = self.controls
+            out.append(f"Sampling (temperature {c.temperature:g}, top-k {c.top_k}, top-p {c.top_p:g}): "
+                       f"first-token chi-square, alpha {self.alpha:g}; p-values for the correct rule | "
+                       "resample from p | keep the draft's token")
+            for s in self.sampling:
+                if not s.pvalues:
+                    out.append(f"  {s.prompt_id} @{s.context_len}: {s.note}")
+                    continue
+                verdict = "ok" if s.passed(self.alpha) else "FAIL"
+                pv = " | ".join(f"{s.pvalues[r]:.3g}" for r in RULES)
+                out.append(f"  {s.prompt_id} @{s.context_len}: TV(p,q)={s.tv:.3f}  p={pv}  {verdict}; "
+                           f"{s.power_text(self.alpha)}")
+        out.append(self.result_line())
+        return out
+
+
+# ---- the checks -------------------------------------------------------------------------------------
+def _near_tie_detail(pair: ModelPair, prompt_ids: list[int], spec_ids: list[int], plain_ids: list[int],
+                     position: int) -> str:
+    fallback = (f"speculative {spec_ids[position] if position < len(spec_ids) else 'ended'} vs plain "
+                f"{plain_ids[position] if position < len(plain_ids) else 'ended'}")
+    try:
+        from specscope.core.engine.neartie import near_tie_report
+    except ImportError:
+        return fallback
+    tie = near_tie_report(pair.target.model, prompt_ids, spec_ids, plain_ids)
+    if tie is None:
+        return fallback
+    return str(tie.explain(pair.token_text(tie.token_a), pair.token_text(tie.token_b)))
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@torch.inference_mode()
+def _target_probs(pair: ModelPair, context: list[int], controls: ControlValues) -> torch.Tensor:
+    model = pair.target.model
+    inp = torch.tensor([context], dtype=torch.long, device=pair.target.device)
+    logits = model(inp, logits_to_keep=1).logits[0, -1, : pair.vocab_size]
+    return processed_probs(logits.unsqueeze(0), controls)[0].double().cpu()
+
+
+def _draft_probs(pair: ModelPair, context: list[int], controls: ControlValues,
+                 generator: torch.Generator) -> torch.Tensor | None:
+    """The distribution the drafter really proposes its first token from here (one-hot if deterministic)."""
+    pair.drafter.reset(context)
+    with torch.inference_mode():
+        layers = pair.drafter.feature_layers
+        if layers and len(context) > 1:  # a feature-reading drafter (EAGLE-3) needs the target's pass first
+            inp = torch.tensor([context[:-1]], dtype=torch.long, device=pair.target.device)
+            hidden = pair.target.model(inp, output_hidden_states=True, logits_to_keep=1).hidden_states
+            pair.drafter.observe_target_features(0, torch.cat([hidden[i][0] for i in layers], dim=-1))
+        proposal = pair.drafter.propose(list(context), 1, controls, generator)
+    pair.drafter.reset(context)  # drop the cache it built for this probe
+    if not proposal.tokens:
+        return None
+    if proposal.q_probs is not None:
+        return proposal.q_probs[0, : pair.vocab_size].double().cpu()
+    q = torch.zeros(pair.vocab_size, dtype=torch.float64)
+    q[proposal.tokens[0]] = 1.0
+    return q
+
+
+def sampling_check(pair: ModelPair, prompt_id: str, context: list[int], controls: ControlValues,
+                   draws: int, top_n: int, seed: int) -> SamplingCheck:
+    gen = torch.Generator().manual_seed(seed)
+    p = _target_probs(pair, context, controls)
+    q = _draft_probs(pair, context, controls, gen)
+    if q is None:
+        return SamplingCheck(prompt_id, len(context), 0.0, 0,
+                             note="the drafter proposes nothing here: a plain step, exact by construction")
+    check = SamplingCheck(prompt_id, len(context), total_variation(p, q), draws, gaps=wrong_rule_gaps(p, q))
+    for rule in RULES:
+        counts = simulate_first_token(p, q, draws, rule, gen)
+        result = chi_square_top(counts, p, top_n)
+        check.pvalues[rule] = result.pvalue
+        check.bins = result.df + 1
+    return check
+
+
+def verify_pair(
+    pair: ModelPair,
+    prompts: Sequence[Prompt],
+    k_values: Sequence[int] = (2, 4),
+    max_new_tokens: int = 48,
+    sampling: ControlValues | None = None,
+    context_offsets: Sequence[int] = (0, 8),
+    draws: int = 200_000,
+    top_n: int = 60,
+    alpha: float = 1e-3,
+    seed: int = 0,
+    greedy: bool = True,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Greedy equality for each prompt and k, then the first-token sampling test at real contexts.
+
+    Contexts are each prompt plus the first ``offset`` tokens of its plain greedy continuation.
+    """
+    controls = sampling or ControlValues(temperature=1.0)
+    decoder = Decoder(pair.target.model, pair.vocab_size, drafter=pair.drafter, token_text=pair.token_text)
+    opts = DecodeOptions(max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False)
+    report = VerifyReport([], [], alpha, controls, pair.description)
+    steps = len(prompts) * ((1 + len(k_values)) if greedy else 1) + len(prompts) * len(context_offsets)
+    done = 0
+
+    def tick(message: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(message, done / max(1, steps))
+
+    need_plain = greedy or any(o > 0 for o in context_offsets)
+    for prompt in prompts:
+        ids = pair.encode_prompt(prompt.text)
+        plain_ids: list[int] = []
+        if need_plain:
+            plain_ids = decoder.run(ids, Controls(ControlValues(k=1)), opts, plain=True).token_ids
+            tick(f"{prompt.id}: plain decoding")
+        if greedy:
+            for k in k_values:
+                spec_ids = decoder.run(ids, Controls(ControlValues(k=k)), opts).token_ids
+                diff = _first_difference(spec_ids, plain_ids)
+                detail = "" if diff is None else _near_tie_detail(pair, ids, spec_ids, plain_ids, diff)
+                report.greedy.append(GreedyCheck(prompt.id, k, len(plain_ids), diff is None, diff, detail))
+                tick(f"{prompt.id}: speculative k={k}")
+        if draws > 0:
+            for offset in context_offsets:
+                context = ids + plain_ids[:offset]
+                report.sampling.append(sampling_check(pair, prompt.id, context, controls, draws, top_n,
+                                                      seed + len(report.sampling)))
+                tick(f"{prompt.id}: sampling test at {len(context)} tokens")
+    return report
+
+
+# ---- command line -----------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from specscope.core.engine.models import add_pair_arguments
+
+    add_pair_arguments(parser)
+    g = parser.add_argument_group("verification")
+    g.add_argument("--prompts", default="all",
+                   help=f"prompt sets ({', '.join(PROMPT_KINDS)}, comma-separated, or all) "
+                   "or a .json/.txt file")
+    g.add_argument("--limit", type=whole_number(0, 100_000), default=0,
+                   help="use at most this many prompts per set (0 = all)")
+    g.add_argument("--k", default="2,4", help="draft lengths for the greedy check, comma-separated")
+    add_max_new_tokens(g, 48)
+    g.add_argument("--draws", type=whole_number(0, MAX_DRAWS), default=200_000,
+                   help="draws per context and rule (0 = skip the sampling test)")
+    g.add_argument("--top-n", type=whole_number(1, 100_000), default=60,
+                   help="chi-square bins: the most likely N tokens + rest")
+    g.add_argument("--offsets", default="0,8", help="contexts: prompt + this many greedy tokens")
+    g.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling settings for the sampling test")
+    g.add_argument("--top-k", type=TOP_K, default=0)
+    g.add_argument("--top-p", type=TOP_P, default=1.0)
+    g.add_argument("--alpha", type=finite_number(0.0, 1.0, lo_open=True), default=1e-3,
+                   help="significance level per context")
+    g.add_argument("--no-greedy", action="store_true", help="skip the greedy equality check")
+    g.add_argument("--seed", type=SEED, default=0)
+    g.add_argument("--json", dest="json_path", type=file_path, help="also write the report as JSON to this file")
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{name} takes comma-separated integers, got {text!r}") from None
+
+
+def select_prompts(choice: str, limit: int = 0) -> list[Prompt]:
+    if Path(choice).suffix.lower() in (".json", ".txt") or os.path.lexists(choice):
+        return load_prompt_file(choice)  # says why a path that is missing, a FIFO or too large cannot be used
+    sets = load_prompt_sets()
+    kinds = list(sets) if choice == "all" else [c.strip() for c in choice.split(",") if c.strip()]
+    unknown = [k for k in kinds if k not in sets]
+    if unknown:
+        raise ValueError(f"unknown prompt set {unknown[0]!r}: choose from {', '.join(sets)} or all")
+    return [p for k in kinds for p in (sets[k][:limit] if limit > 0 else sets[k])]
+
+
+def main(args: argparse.Namespace) -> int:
+    from specscope.core.engine.models import ModelLoadError, load_pair, spec_from_args
+
+    def progress(message: str, fraction: float) -> None:
+        print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        k_values = _int_list(args.k, "k")
+        offsets = _int_list(args.offsets, "offsets")
+        if not k_values or any(not K_MIN <= k <= K_MAX for k in k_values):
+            raise ValueError(f"--k takes draft lengths from {K_MIN} to {K_MAX}, got {args.k!r}")
+        if any(not 0 <= o <= MAX_NEW_TOKENS for o in offsets) or len(offsets) > MAX_OFFSETS:
+            raise ValueError(f"--offsets takes up to {MAX_OFFSETS} whole numbers from 0 to {MAX_NEW_TOKENS:,}, "
+                             f"got {args.offsets!r}")
+        if not offsets and args.draws > 0:
+            raise ValueError("--offsets is empty, so the sampling test would test nothing: give contexts such as "
+                             "0,8, or --draws 0 to skip the sampling test")
+        if args.no_greedy and args.draws == 0:
+            raise ValueError("--no-greedy with --draws 0 leaves nothing to check: drop one of them")
+        prompts = select_prompts(args.prompts, args.limit)
+        if not prompts:
+            raise ValueError(f"--prompts {args.prompts} holds no prompts: give a set or a file with at least one")
+        controls = ControlValues(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        if controls.greedy and args.draws > 0:
+            raise ValueError("the sampling test needs --temperature above 0 (or --draws 0)")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.json_path:
+        check_writable(Path(args.json_path), "--json")
+    try:
+        pair = load_pair(spec_from_args(args), progress)
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+    for warning in pair.target.warnings:
+        print(f"specscope: warning: {warning}", file=sys.stderr)
+    report = verify_pair(pair, prompts, k_values=k_values, max_new_tokens=args.max_new_tokens,
+                         sampling=controls, context_offsets=offsets, draws=args.draws, top_n=args.top_n,
+                         alpha=args.alpha, seed=args.seed, greedy=not args.no_greedy, progress=progress)
+    pair.release()
+    emit("\n".join(report.lines()))
+    if args.json_path:
+        try:
+            with atomic_text_files([Path(args.json_path)]) as (f,):
+                f.write(json.dumps(report.to_dict(), indent=1))
+        except TraceError as exc:
+            raise CliError(f"could not write the JSON report: {exc} (the report above is complete)",
+                           exit_code=EXIT_FAILURE) from None
+    return 0 if report.ok else 1

@@ -1,0 +1,90 @@
+"""A draft model: any causal LM sharing the target's tokenizer, with its own KV cache."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.sampling import processed_probs, sample_from
+from specscope.core.records import ControlValues
+
+
+class ModelDrafter(Drafter):
+    """Runs the draft model k times, one token at a time, feeding back its own proposals.
+
+    The cache holds the tokens the draft has been through (``self._seen``). After verification it is cut
+    back to the longest prefix of the committed sequence it has seen; tokens it has not seen yet (the
+    target's correction or bonus, and the last proposal when all were accepted, which the draft never fed
+    back in) go into the next call's first pass.
+    """
+
+    name = "model"
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int, device: torch.device | str | None = None):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.cache: DynamicCache | None = None
+        self._seen: list[int] = []
+        self._known_good = 0  # length of the prefix of _seen known to equal the committed sequence
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self._seen = []
+        self._known_good = 0
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        assert self.cache is not None
+        inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(inp, cache=self.cache, use_cache=True, logits_to_keep=1)
+        self._seen.extend(ids)
+        return out.logits[0, -1, : self.vocab_size]
+
+    @torch.inference_mode()
+    def propose(
+        self,
+        context_ids: list[int],
+        k: int,
+        controls: ControlValues,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        if self.cache is None:
+            self.reset(context_ids)
+        unseen = context_ids[len(self._seen) :]
+        self._known_good = len(context_ids)
+        if not unseen:  # never happens in the loop: the target's token is always new
+            raise RuntimeError("draft has no new token to condition on")
+        tokens: list[int] = []
+        q_rows: list[torch.Tensor] = []
+        q_token: list[float | None] = []
+        logits = self._forward(unseen)
+        for i in range(k):
+            probs = processed_probs(logits.unsqueeze(0), controls)[0]
+            if controls.greedy:
+                x = int(torch.argmax(logits).item())
+            else:
+                x = sample_from(probs, generator)
+                q_rows.append(probs)
+            tokens.append(x)
+            q_token.append(float(probs[x]))
+            if i + 1 < k:  # the last proposal is never fed back: the target checks it
+                logits = self._forward([x])
+        q = torch.stack(q_rows) if q_rows else None
+        return Proposal(tokens=tokens, q_probs=q, q_token_probs=q_token)
+
+    def rollback(self, committed_ids: list[int]) -> None:
+        limit = min(len(self._seen), len(committed_ids))
+        keep = min(self._known_good, limit)  # the context of the last call matched; check only the rest
+        while keep < limit and self._seen[keep] == committed_ids[keep]:
+            keep += 1
+        drop = len(self._seen) - keep
+        if drop > 0 and self.cache is not None:
+            self.cache.crop(-drop)
+            del self._seen[keep:]
+        self._known_good = keep
+
+    def release(self) -> None:
+        self.cache = None
+        self._seen = []
+        self._known_good = 0

@@ -1,0 +1,125 @@
+"""The cost model of speculative decoding: predicted speed-up from acceptance and measured step costs.
+
+Pure functions of floats. Times in milliseconds. ``alpha`` is the probability that one proposal is
+accepted given that every earlier one in the iteration was (assumed the same at every position), which is
+what :func:`specscope.core.measure.metrics.alpha_estimate` measures — not ``accepted / drafted``, which shrinks with
+k because proposals after the first rejection are never checked.
+
+One iteration drafts k tokens (k draft steps), verifies them in one target pass of length k+1 and rolls
+the caches back; it emits on average E(alpha, k) tokens. Plain decoding emits one token per target step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+
+
+def _check_k(k: int) -> None:
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+
+
+def _check_costs(**costs: float) -> None:
+    for name, value in costs.items():
+        if math.isnan(value) or value < 0.0:
+            raise ValueError(f"{name} must be a time >= 0 ms, got {value}")
+
+
+def expected_tokens_per_iteration(alpha: float, k: int) -> float:
+    """E = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha); k+1 when alpha = 1."""
+    _check_alpha(alpha)
+    _check_k(k)
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_from_positions(conditional: Sequence[float], k: int) -> float:
+    """E for position-dependent acceptance: 1 + sum_i prod_{j<=i} c_j, c_j = P(accept j | accepted < j).
+
+    Positions beyond ``conditional`` reuse its last value (alpha of the iid model when it has one entry).
+    """
+    _check_k(k)
+    if k and not conditional:
+        raise ValueError("conditional acceptance needs at least one position")
+    total, run = 1.0, 1.0
+    for i in range(k):
+        c = conditional[min(i, len(conditional) - 1)]
+        _check_alpha(c)
+        run *= c
+        total += run
+    return total
+
+
+def iteration_cost_ms(k: int, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0) -> float:
+    """Time of one iteration: k draft steps, one verify pass, one rollback."""
+    _check_k(k)
+    _check_costs(draft_ms=draft_ms, verify_ms=verify_ms, rollback_ms=rollback_ms)
+    return k * draft_ms + verify_ms + rollback_ms
+
+
+def speedup(tokens_per_iteration: float, target_ms: float, draft_ms_per_iteration: float, verify_ms: float,
+            fixed_ms: float = 0.0) -> float | None:
+    """The one formula: speculative over plain tokens/s = target_ms * E / (draft + verify + fixed) per
+    iteration. None when the iteration costs nothing (no measurement)."""
+    cost = draft_ms_per_iteration + verify_ms + fixed_ms
+    return target_ms * tokens_per_iteration / cost if cost > 0.0 else None
+
+
+def predicted_speedup(
+    alpha: float, k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
+) -> float:
+    """Speculative over plain tokens/s at iid acceptance ``alpha``: :func:`speedup` with E(alpha, k)."""
+    _check_costs(target_ms=target_ms)
+    cost = iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms)
+    if cost <= 0.0:
+        raise ValueError("an iteration must cost more than 0 ms")
+    out = speedup(expected_tokens_per_iteration(alpha, k), target_ms, k * draft_ms, verify_ms, rollback_ms)
+    assert out is not None
+    return out
+
+
+def alpha_for_speedup(
+    k: int, speedup: float, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
+) -> float | None:
+    """The alpha at which speculation at this k runs ``speedup`` times as fast as plain decoding.
+
+    It answers "what acceptance would this draft need" from measured costs: the iteration must emit
+    ``speedup * iteration_cost / target_ms`` tokens on average. 0.0 when it reaches the goal even with nothing
+    accepted; None when it cannot even with everything accepted (the goal needs more than k+1 tokens).
+    """
+    _check_costs(target_ms=target_ms)
+    if target_ms <= 0.0:
+        raise ValueError("target_ms must be > 0")
+    if not speedup > 0.0 or math.isinf(speedup):
+        raise ValueError(f"speedup must be a finite number > 0, got {speedup}")
+    need = speedup * iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms) / target_ms  # tokens/iteration
+    if need <= 1.0:
+        return 0.0
+    if need > k + 1:
+        return None
+    lo, hi = 0.0, 1.0  # E rises monotonically from 1 (alpha = 0) to k+1 (alpha = 1)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_iteration(mid, k) < need:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def break_even_alpha(
+    k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
+) -> float | None:
+    """The alpha at which speculation at this k is as fast as plain decoding.
+
+    0.0 when it pays even with nothing accepted (verification cheaper than a plain step); None when it
+    cannot pay even with everything accepted (the iteration costs more than k+1 plain steps).
+    """
+    return alpha_for_speedup(k, 1.0, target_ms, draft_ms, verify_ms, rollback_ms)

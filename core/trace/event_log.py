@@ -1,0 +1,361 @@
+"""The event stream on disk: one JSON object per line (``<stem>.events.jsonl``), in the order the run emitted it.
+
+This file is the trace: replay reads it and feeds it through the measurement, so a replayed run shows exactly
+what the live one showed. The flat CSVs beside it are an export for spreadsheets, written from the same stream
+(``core.trace.files.write_trace``). The first line names the format; every later line is one event with a ``type``.
+
+Trace files are data: lines are parsed with ``json`` under a depth and size bound, never evaluated, and every
+field is checked against its range before an event is built, so a damaged or hostile file gives one sentence
+(``TraceFormatError``), or a warning when only a recording cut short by a crash is missing its last line.
+Non-finite numbers are written as ``null`` (JSON has no NaN), and read back as NaN where a time may be unknown
+(an attached engine does not split its passes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from specscope import __version__
+from specscope.core.controls import K_MAX
+from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.records import (
+    ATTACHED_MODE,
+    PLAIN_MODE,
+    SPECULATIVE_MODE,
+    BaselineRecord,
+    ControlValues,
+    DrillEvent,
+    IterationRecord,
+    TokenRecord,
+    TokenStatus,
+)
+from specscope.core.trace.errors import JsonLimitError, TraceFormatError, bounded_json, read_trace_text
+
+EVENT_LOG_FORMAT = "specscope-events"
+EVENT_LOG_VERSION = 1
+EVENTS_SUFFIX = ".events.jsonl"
+MAX_LINE_CHARS = 4 * 1024 * 1024  # one event; an iteration with 17 tokens and their top-5 is a few kB
+MAX_DEPTH = 8
+MODES = frozenset({SPECULATIVE_MODE, PLAIN_MODE, ATTACHED_MODE})
+_TYPES: dict[type, str] = {
+    RunStarted: "run_started", IterationRecord: "iteration", BaselineRecord: "baseline",
+    ControlChange: "control_change", DrillEvent: "drill", RunFinished: "run_finished",
+}
+
+
+# ---- writing ----------------------------------------------------------------------------------------------
+def _finite(obj: Any) -> Any:
+    """JSON-ready: NaN and infinities become null (JSON has none)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, TokenStatus):
+        return obj.value
+    return obj
+
+
+def encode(event: Event) -> str:
+    """One line of JSON for one event."""
+    kind = _TYPES.get(type(event))
+    if kind is None:
+        raise TypeError(f"not an event of a run: {type(event).__name__}")
+    body = asdict(event)  # type: ignore[call-overload]
+    return json.dumps({"type": kind, **_finite(body)}, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":"))
+
+
+def header_line() -> str:
+    return json.dumps({"format": EVENT_LOG_FORMAT, "format_version": EVENT_LOG_VERSION,
+                       "specscope_version": __version__,
+                       "created": datetime.now().astimezone().isoformat(timespec="seconds")})
+
+
+class EventLogAppender:
+    """Writes the header at once; ``append`` renders an event's line and keeps it until ``flush``."""
+
+    def __init__(self, f: IO[str]):
+        self._f = f
+        self._pending: list[str] = []
+        self.n_events = 0
+        self.n_iterations = 0
+        f.write(header_line() + "\n")
+        f.flush()
+
+    def append(self, event: Event) -> None:
+        """Render one event's line. It is read back before it is kept, so what the log holds always reads:
+        an event the format cannot hold raises ValueError here, at the writer, never later at a replay."""
+        line = encode(event)
+        decode(json.loads(line))
+        self._pending.append(line)
+        self.n_events += 1
+        self.n_iterations += isinstance(event, IterationRecord)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._f.write("\n".join(self._pending) + "\n")
+            self._pending.clear()
+        self._f.flush()
+
+
+def write_events(f: IO[str], events: Iterable[Event]) -> int:
+    appender = EventLogAppender(f)
+    for e in events:
+        appender.append(e)
+    appender.flush()
+    return appender.n_events
+
+
+# ---- reading ----------------------------------------------------------------------------------------------
+class _Bad(ValueError):
+    """A field out of its range; the message names it."""
+
+
+def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if key not in d or d[key] is None:
+        if default is ...:
+            raise _Bad(f"{key} is missing")
+        return default
+    v = d[key]
+    if kind is float and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, kind) or (isinstance(v, bool) and kind is not bool):
+        raise _Bad(f"{key} is {type(v).__name__}, not {getattr(kind, '__name__', kind)}")
+    return v
+
+
+def _int(d: dict[str, Any], key: str, lo: int, hi: int, default: Any = ...) -> Any:
+    v = _get(d, key, int, default)
+    if v is None:
+        return None
+    if not lo <= v <= hi:
+        raise _Bad(f"{key} = {v} is outside {lo}..{hi}")
+    return int(v)
+
+
+def _num(d: dict[str, Any], key: str, lo: float = 0.0, hi: float = math.inf, default: Any = ...,
+         unknown_nan: bool = False) -> Any:
+    if unknown_nan and key in d and d[key] is None:
+        return math.nan
+    v = _get(d, key, float, default)
+    if v is None:
+        return None
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise _Bad(f"{key} = {v} is outside {lo:g}..{hi:g}")
+    return float(v)
+
+
+def _text(d: dict[str, Any], key: str, default: Any = ..., max_chars: int = 1 << 20) -> str:
+    v = _get(d, key, str, default)
+    if v is not None and len(v) > max_chars:
+        raise _Bad(f"{key} is longer than {max_chars:,} characters")
+    return v  # type: ignore[no-any-return]
+
+
+def _controls(d: Any) -> ControlValues:
+    if not isinstance(d, dict):
+        raise _Bad("controls is not an object")
+    return ControlValues(
+        k=_int(d, "k", 0, K_MAX), temperature=_num(d, "temperature", 0.0, 1e6),
+        top_k=_int(d, "top_k", 0, 10**7), top_p=_num(d, "top_p", 1e-9, 1.0),
+        adaptive_k=_get(d, "adaptive_k", bool, False),
+    )
+
+
+def _top5(v: Any) -> list[tuple[int, float]]:
+    if not isinstance(v, list) or len(v) > 64:
+        raise _Bad("top5 is not a short list")
+    out = []
+    for pair in v:
+        if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
+                or not isinstance(pair[1], (int, float)) or not math.isfinite(pair[1])):
+            raise _Bad("top5 holds something other than [token id, probability] pairs")
+        out.append((int(pair[0]), float(pair[1])))
+    return out
+
+
+def _token(d: Any) -> TokenRecord:
+    if not isinstance(d, dict):
+        raise _Bad("a token is not an object")
+    status = _text(d, "status")
+    try:
+        st = TokenStatus(status)
+    except ValueError:
+        raise _Bad(f"token status {status!r} is not one of {', '.join(s.value for s in TokenStatus)}") from None
+    return TokenRecord(
+        # -1: an attached engine's token, known by its text only (core.attach.passes.UNKNOWN_TOKEN_ID)
+        token_id=_int(d, "token_id", -1, 2**31), text=_text(d, "text", max_chars=4096), status=st,
+        position=_int(d, "position", 0, 2**31),
+        p=_num(d, "p", 0.0, 1.0 + 1e-6, default=None), q=_num(d, "q", 0.0, 1.0 + 1e-6, default=None),
+        top5=_top5(d.get("top5") or []),
+    )
+
+
+def _memory(v: Any) -> dict[str, float]:
+    if not isinstance(v, dict) or len(v) > 512:
+        raise _Bad("memory is not an object of at most 512 numbers")
+    out: dict[str, float] = {}
+    for k, x in v.items():
+        if x is None:
+            continue
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            raise _Bad(f"memory {k!r} is not a number")
+        out[str(k)] = float(x)
+    return out
+
+
+def _iteration(d: dict[str, Any]) -> IterationRecord:
+    mode = _text(d, "mode")
+    if mode not in MODES:
+        raise _Bad(f"mode {mode!r} is not one of {', '.join(sorted(MODES))}")
+    n_drafted = _int(d, "n_drafted", 0, K_MAX + 64)  # an engine may draft more than our K_MAX
+    n_accepted = _int(d, "n_accepted", 0, n_drafted)
+    tokens = d.get("tokens") or []
+    if not isinstance(tokens, list) or len(tokens) > n_drafted + 2:
+        raise _Bad("tokens is not a list of at most n_drafted + 1 tokens")
+    flags = d.get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) or len(flags) > 64:
+        raise _Bad("flags is not a list of sentences")
+    return IterationRecord(
+        iteration=_int(d, "iteration", 0, 10**9), mode=mode, drafter=_text(d, "drafter", max_chars=200),
+        controls=_controls(d.get("controls")), tokens=[_token(t) for t in tokens],
+        n_drafted=n_drafted, n_accepted=n_accepted, n_emitted=_int(d, "n_emitted", 0, n_drafted + 1),
+        draft_ms=_num(d, "draft_ms", unknown_nan=True), verify_ms=_num(d, "verify_ms", unknown_nan=True),
+        rollback_ms=_num(d, "rollback_ms", unknown_nan=True), iteration_ms=_num(d, "iteration_ms"),
+        context_len=_int(d, "context_len", 0, 2**31), generated_len=_int(d, "generated_len", 0, 2**31),
+        t_start_s=_num(d, "t_start_s", -math.inf), t_end_s=_num(d, "t_end_s", -math.inf),
+        finished=_get(d, "finished", bool, False), finish_reason=_text(d, "finish_reason", "", 40),
+        memory=_memory(d.get("memory") or {}), flags=[str(f) for f in flags],
+        cpu_ms=_num(d, "cpu_ms", default=None), preempted=_int(d, "preempted", 0, 2**31, default=None),
+        explore=_get(d, "explore", bool, False), k_note=_text(d, "k_note", "", 400),
+        match_len=_int(d, "match_len", 0, 2**31, default=None),
+        expected_accepted=_num(d, "expected_accepted", 0.0, 1e6, default=None),
+    )
+
+
+def _baseline(d: dict[str, Any]) -> BaselineRecord:
+    steps = d.get("step_ms")
+    if not isinstance(steps, list) or len(steps) > 1000:
+        raise _Bad("step_ms is not a list")
+    by_len = d.get("verify_ms_by_len") or {}
+    if not isinstance(by_len, dict):
+        raise _Bad("verify_ms_by_len is not an object")
+    return BaselineRecord(
+        after_iteration=_int(d, "after_iteration", 0, 10**9), context_len=_int(d, "context_len", 0, 2**31),
+        step_ms=[_num({"s": s}, "s") for s in steps],
+        verify_ms_by_len={_int({"n": int(n)}, "n", 1, K_MAX + 1): _num({"ms": ms}, "ms") for n, ms in by_len.items()},
+        t_s=_num(d, "t_s", -math.inf, default=0.0),
+    )
+
+
+def _drill(d: dict[str, Any]) -> DrillEvent:
+    kind = _text(d, "kind")
+    if kind not in ("start", "end"):
+        raise _Bad(f"drill kind {kind!r} is not start or end")
+    return DrillEvent(
+        kind=kind, model=_text(d, "model", max_chars=40), layers=_int(d, "layers", 0, 100_000),
+        total_layers=_int(d, "total_layers", 0, 100_000), place=_text(d, "place", max_chars=40),
+        before_iteration=_int(d, "before_iteration", 0, 10**9), moved_bytes=_int(d, "moved_bytes", 0, 2**62, 0),
+        t_s=_num(d, "t_s", -math.inf, default=0.0), error=_text(d, "error", "", 2000),
+    )
+
+
+def _started(d: dict[str, Any]) -> RunStarted:
+    options, machine = d.get("options") or {}, d.get("machine") or {}
+    if not isinstance(options, dict) or not isinstance(machine, dict):
+        raise _Bad("options and machine must be objects")
+    return RunStarted(
+        source=_text(d, "source", max_chars=40), target=_text(d, "target", max_chars=4096),
+        draft=_text(d, "draft", "", 4096), drafter=_text(d, "drafter", max_chars=40),
+        description=_text(d, "description", "", 4096), prompt=_text(d, "prompt", ""),
+        prompt_tokens=_int(d, "prompt_tokens", 0, 2**31), controls=_controls(d.get("controls")),
+        max_new_tokens=_int(d, "max_new_tokens", 0, 2**31), plain=_get(d, "plain", bool, False),
+        seed=_int(d, "seed", -(2**63), 2**64, default=None), options=options, machine=machine,
+        t_s=_num(d, "t_s", -math.inf, default=0.0),
+    )
+
+
+def _change(d: dict[str, Any]) -> ControlChange:
+    return ControlChange(iteration=_int(d, "iteration", 0, 10**9), old=_controls(d.get("old")),
+                         new=_controls(d.get("new")), t_s=_num(d, "t_s", -math.inf, default=0.0))
+
+
+def _finished(d: dict[str, Any]) -> RunFinished:
+    return RunFinished(
+        reason=_text(d, "reason", max_chars=40), iterations=_int(d, "iterations", 0, 10**9),
+        tokens=_int(d, "tokens", 0, 2**31), elapsed_s=_num(d, "elapsed_s"), prefill_ms=_num(d, "prefill_ms"),
+        error=_text(d, "error", "", 4000), t_s=_num(d, "t_s", -math.inf, default=0.0),
+    )
+
+
+_DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = {
+    "run_started": _started, "iteration": _iteration, "baseline": _baseline, "control_change": _change,
+    "drill": _drill, "run_finished": _finished,
+}
+
+
+def decode(obj: Any) -> Event:
+    """One event from its parsed JSON object; ValueError naming the field when it does not hold one."""
+    if not isinstance(obj, dict):
+        raise _Bad("the line is not a JSON object")
+    kind = obj.get("type")
+    parse = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if parse is None:
+        raise _Bad(f"unknown event type {kind!r}")
+    event: Event = parse(obj)
+    return event
+
+
+def read_events(path: Path) -> tuple[list[Event], list[str]]:
+    """The events of a log, and warnings for what was repaired: a last line cut by a crash is dropped, an
+    iteration whose number does not follow the one before (a duplicated or reordered line) is dropped and
+    counted. Anything else wrong gives TraceFormatError naming the line and the field."""
+    warnings: list[str] = []
+    text = read_trace_text(path, "event log")
+    lines = text.split("\n")
+    cut = not text.endswith("\n")  # the writer always ends a line: a crash cut the last one
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise TraceFormatError(f"{path.name}: empty file, not a specscope event log")
+    try:
+        head = bounded_json(lines[0], max_depth=2, max_chars=4096)
+    except (JsonLimitError, ValueError):
+        head = None
+    if not isinstance(head, dict) or head.get("format") != EVENT_LOG_FORMAT:
+        raise TraceFormatError(f"{path.name}: not a specscope event log (its first line names no format)")
+    version = head.get("format_version")
+    if isinstance(version, int) and version > EVENT_LOG_VERSION:
+        warnings.append(f"{path.name}: written by a newer specscope (format {version}); data may be missing")
+    events: list[Event] = []
+    last_iteration = -1
+    dropped = 0
+    for number, line in enumerate(lines[1:], start=2):
+        last = number == len(lines)
+        if not line.strip():
+            continue
+        try:
+            event = decode(bounded_json(line, max_depth=MAX_DEPTH, max_chars=MAX_LINE_CHARS))
+        except (JsonLimitError, ValueError, TypeError) as e:
+            if last and cut:
+                warnings.append(f"{path.name}: line {number}: the last event was cut off (the recording "
+                                "stopped mid-write); it is dropped")
+                break
+            raise TraceFormatError(f"{path.name}: line {number}: {e}") from None
+        if isinstance(event, IterationRecord):
+            if event.iteration <= last_iteration:
+                dropped += 1
+                continue
+            last_iteration = event.iteration
+        events.append(event)
+    if dropped:
+        warnings.append(f"{path.name}: {dropped} iteration line(s) repeated or out of order were dropped")
+    return events, warnings
