@@ -27,11 +27,13 @@ from typing import Any
 import torch
 
 from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, Controls
+from specscope.core.engine.drafters.suffix import SuffixDrafter
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.adaptive import CostModelKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.measure.busy import BusyDetector
 from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.schedule import BASELINE_EARLY_BUDGET, BASELINE_MAX_GAP, BaselineSchedule, VerifyExploration
@@ -85,9 +87,11 @@ class Session:
         self.options = options or SessionOptions()
         self.sinks: list[Sink] = list(sinks or [])
         self.measurement = Measurement(window=self.options.alpha_window)
-        # prompt lookup finds a whole continuation for free: its adaptive k trims what it found, per match
+        # prompt lookup and suffix decoding find a whole continuation for free: their adaptive k trims what
+        # was found (lookup's per match size, suffix decoding's by the draft's own count ratios)
         self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
-            LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
+            SuffixLengthPolicy(self.measurement, pair.drafter) if isinstance(pair.drafter, SuffixDrafter)
+            else LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
             else CostModelKPolicy(self.measurement))
         self.busy = BusyDetector.for_device(pair.target.device, torch.get_num_threads())
         self.detector = PagingDetector(factor=self.options.paging_factor)

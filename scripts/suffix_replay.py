@@ -3,7 +3,9 @@
     .venv/bin/python scripts/suffix_replay.py --record bench-out/suffix-outputs.json \
         [--prompts prose,code,resources/prompts/repeated-task.json,resources/bench/suffix-structured.json]
         [--limit 2] [--max-new-tokens 64]
-    .venv/bin/python scripts/suffix_replay.py --outputs bench-out/suffix-outputs.json
+    .venv/bin/python scripts/suffix_replay.py --outputs bench-out/suffix-outputs.json [--pass-costs N:RATIO,...]
+    .venv/bin/python scripts/suffix_replay.py --measure-pass-costs 11
+    .venv/bin/python scripts/suffix_replay.py --outputs bench-out/suffix-outputs.json --branches 2,4 [--pass-costs ...]
 
 Under greedy decoding every method's output is the target's greedy output, so what a drafter decides is only
 what each verify pass holds; what the pass commits follows from the recorded output. ``--record`` decodes
@@ -16,6 +18,18 @@ added to every method alike.
 
 It prints, per prompt kind, each method's median speed-up over plain decoding, over transformers' prompt
 lookup (its own candidate generator: earliest match of up to 2 tokens, 10 proposals) and tokens per pass.
+
+``--measure-pass-costs ROUNDS`` measures the pass costs on this machine instead: the demo target as specscope
+loads it, one thread, passes of n tokens on a 200-token cache, rounds interleaved, timed in CPU time of the
+thread as well as wall time (on a machine shared with other work the CPU time is what the pass itself costs;
+the wall time adds whatever ran in between). It prints a ``--pass-costs`` value from the CPU times.
+
+``--branches B,...`` measures whether tree proposals could pay (issue 30, item 4): each pass of the shipped
+drafter also verifies one second branch of B tokens (the sibling of a drafted token with the highest running
+probability, continued along its most frequent children), as a tree attention mask would in one pass; the
+branch commits its tokens when the main draft is rejected exactly where the branch starts and the branch's
+first token is the target's. The pass is charged n + B + 1 tokens. It prints the time against the same
+drafter without branches, the share of passes the branch saved, and the extra tokens.
 Report: docs/bench-demo-suffix.md.
 """
 
@@ -34,12 +48,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lookup_ceiling import replay, specscope_lookup, transformers_lookup
+from lookup_ceiling import common_prefix, replay, specscope_lookup, transformers_lookup
 
 from specscope.core.engine.drafters.suffix import SuffixDrafter
+from specscope.core.engine.drafters.suffix_tree import NO_NODE, SuffixDraft, SuffixTree
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.measure.measurement import Measurement
 
+# Two cost curves, as multiples of a plain step: measured here on 2 December 2026 (--measure-pass-costs 11, CPU
+# time; AMD EPYC with AVX-512, prepacked multi-token passes), and the one of docs/bench-lookup-adaptive.md.
+MEASURED_PASS_COSTS = {1: 1.00, 2: 0.83, 3: 0.87, 4: 0.84, 5: 0.92, 7: 0.99, 9: 1.02, 11: 1.07, 13: 1.17, 17: 1.33,
+                       25: 1.59}
 DOC_PASS_COSTS = {1: 1.00, 2: 1.30, 3: 1.39, 4: 1.49, 5: 1.48, 7: 1.60, 9: 1.78, 11: 1.82, 13: 1.93, 17: 2.03}
 Source = Callable[[list[int]], tuple[list[int], int]]
 Method = Callable[[list[int], list[list[int]]], tuple[Source, LookupLengthPolicy | None]]
@@ -66,10 +86,26 @@ def record(path: Path, spec: str, limit: int, max_new_tokens: int) -> None:
     path.write_text(json.dumps({"eos": sorted(pair.eos_token_ids), "runs": runs}), encoding="utf-8")
 
 
-def suffix_method(k: int, factor: float, min_prob: float, cache: bool = True, policy: bool = False) -> Method:
+class ScoreRuleDrafter(SuffixDrafter):
+    """The cross-tree choice before this change: the cache's draft whenever its expected accepted count is higher."""
+
+    def speculate(self, context_ids: list[int], k: int) -> SuffixDraft:
+        self._sync(context_ids)
+        best = self._local.speculate_matches(self._local.suffix_nodes(0), k, self.max_spec_factor,
+                                             self.min_token_prob)
+        if len(self.cache):
+            cached = self.cache.tree.speculate_matches(self._cache_nodes(), k, self.max_spec_factor,
+                                                       self.min_token_prob)
+            best = cached if cached.score > best.score else best
+        self.last_draft = best
+        return best
+
+
+def suffix_method(k: int, factor: float, min_prob: float, cache: bool = True, policy: str = "",
+                  score_rule: bool = False) -> Method:
     def make(prompt: list[int], earlier: list[list[int]]) -> tuple[Source, LookupLengthPolicy | None]:
-        drafter = SuffixDrafter(max_spec_factor=factor, min_token_prob=min_prob,
-                                max_cached_requests=64 if cache else 0)
+        kind = ScoreRuleDrafter if score_rule else SuffixDrafter
+        drafter = kind(max_spec_factor=factor, min_token_prob=min_prob, max_cached_requests=64 if cache else 0)
         for response in earlier:
             drafter.cache.add(response)
         drafter.reset(prompt)
@@ -77,7 +113,12 @@ def suffix_method(k: int, factor: float, min_prob: float, cache: bool = True, po
         def propose(ctx: list[int]) -> tuple[list[int], int]:
             draft = drafter.speculate(ctx, k)
             return list(draft.tokens), draft.match_len
-        return propose, LookupLengthPolicy(Measurement(window=64)) if policy else None
+        chosen: LookupLengthPolicy | None = None
+        if policy == "lookup":
+            chosen = LookupLengthPolicy(Measurement(window=64))
+        elif policy == "suffix":
+            chosen = SuffixLengthPolicy(Measurement(window=64), drafter)
+        return propose, chosen
     return make
 
 
@@ -85,23 +126,25 @@ def methods(eos: frozenset[int]) -> dict[str, Method]:
     out: dict[str, Method] = {
         "transformers' prompt lookup (10)": lambda p, e: (transformers_lookup(eos), None),
         "specscope lookup, adaptive": lambda p, e: (specscope_lookup(), LookupLengthPolicy(Measurement(window=64))),
+        "suffix k=8, factor 1, min prob 0.1 (vLLM's defaults)": suffix_method(8, 1.0, 0.1),
+        "suffix k=8, factor 2, min prob 0.5 (the previous defaults)": suffix_method(8, 2.0, 0.5),
+        "suffix k=8, factor 2, min prob 0.1": suffix_method(8, 2.0, 0.1),
+        "**suffix k=8, factor 3, min prob 0.1 (specscope's defaults)**": suffix_method(8, 3.0, 0.1),
+        "suffix k=8, factor 3, min prob 0.3": suffix_method(8, 3.0, 0.3),
+        "suffix k=8, factor 4, min prob 0.1": suffix_method(8, 4.0, 0.1),
+        "suffix k=16, factor 3, min prob 0.1": suffix_method(16, 3.0, 0.1),
+        "suffix defaults, cache draft by score (before)": suffix_method(8, 3.0, 0.1, score_rule=True),
+        "suffix defaults, no cache": suffix_method(8, 3.0, 0.1, cache=False),
+        "suffix defaults + lookup's adaptive policy": suffix_method(16, 3.0, 0.1, policy="lookup"),
+        "suffix defaults + suffix adaptive policy": suffix_method(16, 3.0, 0.1, policy="suffix"),
+        "suffix factor 2, min prob 0.5 + suffix adaptive policy": suffix_method(16, 2.0, 0.5, policy="suffix"),
     }
-    for factor, min_prob in ((1.0, 0.1), (1.0, 0.5), (2.0, 0.1), (2.0, 0.3), (2.0, 0.5), (3.0, 0.5)):
-        name = f"suffix k=8, factor {factor:g}, min prob {min_prob:g}"
-        out[name + (" (vLLM's defaults)" if (factor, min_prob) == (1.0, 0.1) else "")] = suffix_method(
-            8, factor, min_prob)
-    out["suffix k=16, factor 2, min prob 0.5"] = suffix_method(16, 2.0, 0.5)
-    out["suffix k=8, factor 2, min prob 0.5, no cache"] = suffix_method(8, 2.0, 0.5, cache=False)
-    out["suffix, factor 2, min prob 0.5, lookup's adaptive policy"] = suffix_method(16, 2.0, 0.5, policy=True)
     return out
 
 
 def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: float) -> None:
     xs = sorted(costs)
-
-    def pass_cost(n: int) -> float:
-        return float(np.interp(n, xs, [costs[x] for x in xs]))
-
+    pass_cost = interpolated(costs)
     runs = data["runs"]
     table = methods(frozenset(data["eos"]))
     kinds = list(dict.fromkeys(r["kind"] for r in runs))
@@ -130,7 +173,118 @@ def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: flo
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
+def interpolated(costs: dict[int, float]) -> Callable[[int], float]:
+    xs = sorted(costs)
+    return lambda n: float(np.interp(n, xs, [costs[x] for x in xs]))
+
+
+def measure_pass_costs(rounds: int, context: int = 200) -> None:
+    """CPU (thread) and wall ms of a pass of n tokens on the demo target at one thread, rounds interleaved."""
+    import time
+
+    import torch
+    from transformers import DynamicCache
+
+    from specscope.core.engine.models import PairSpec, load_pair
+
+    torch.set_num_threads(1)
+    model = load_pair(PairSpec(target="demo", drafter="suffix")).target.model
+    lengths = (1, 2, 3, 4, 5, 7, 9, 11, 13, 17, 25)
+    wall: dict[int, list[float]] = {n: [] for n in lengths}
+    cpu: dict[int, list[float]] = {n: [] for n in lengths}
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(torch.randint(100, 20000, (1, context)), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for round_ in range(rounds):
+            for n in lengths[round_ % len(lengths):] + lengths[: round_ % len(lengths)]:
+                ids = torch.randint(100, 20000, (1, n))
+                c0, t0 = time.thread_time(), time.perf_counter()
+                model(ids, past_key_values=cache, use_cache=True, logits_to_keep=n)
+                wall[n].append((time.perf_counter() - t0) * 1000)
+                cpu[n].append((time.thread_time() - c0) * 1000)
+                cache.crop(-n)
+    for label, times in (("wall", wall), ("CPU", cpu)):
+        med = {n: statistics.median(v[1:]) for n, v in times.items()}
+        print(f"{label} ms (× 1 token): " + ", ".join(f"{n}: {med[n]:.0f} ({med[n] / med[1]:.2f})" for n in lengths))
+    med = {n: statistics.median(v[1:]) for n, v in cpu.items()}
+    print("--pass-costs " + ",".join(f"{n}:{med[n] / med[1]:.2f}" for n in lengths))
+
+
+def second_branch(tree: SuffixTree, context: list[int], draft: SuffixDraft, size: int) -> tuple[int, list[int]]:
+    """The branch a tree proposal would add to ``draft``: (position it starts at, its tokens). Of the drafted
+    tokens' siblings, the one with the highest running probability, then its most frequent children."""
+    node = tree.match(context[len(context) - draft.match_len:])
+    best: tuple[float, int, int] = (0.0, -1, NO_NODE)  # (probability, position, sibling's node)
+    prob = 1.0
+    for position, token in enumerate(draft.tokens):
+        if node == NO_NODE:
+            break
+        parent_count = tree.count(node)
+        for sibling, child in tree.children(node):
+            p = prob * tree.count(child) / parent_count
+            if sibling != token and p > best[0]:
+                best = (p, position, child)
+        main = tree.child(node, token)
+        prob *= tree.count(main) / parent_count
+        node = main
+    if best[2] == NO_NODE:
+        return -1, []
+    first = next(t for t, c in tree.children(tree.match(context[len(context) - draft.match_len:] +
+                                                         draft.tokens[: best[1]])) if c == best[2])
+    return best[1], [first, *tree.best_path(best[2], size - 1, 0.0).tokens]
+
+
+def run_branches(data: dict[str, Any], costs: dict[int, float], prefill_steps: float, sizes: list[int]) -> None:
+    pass_cost = interpolated(costs)
+    runs = data["runs"]
+    kinds = list(dict.fromkeys(r["kind"] for r in runs))
+    print(f"Tree proposals replayed: shipped drafter (k=8), one second branch of B tokens per pass; "
+          f"{len(runs)} prompts")
+    print("\n| branch B | " + " | ".join(f"{k}: time × no branch / passes saved / tokens from branches"
+                                        for k in kinds) + " |")
+    print("|---|" + "---|" * len(kinds))
+    for size in [0, *sizes]:
+        cells: dict[str, list[tuple[float, float, int]]] = {}
+        earlier: list[list[int]] = []
+        for r in runs:
+            times = []
+            for b in (0, size):
+                drafter = SuffixDrafter()
+                for response in earlier:
+                    drafter.cache.add(response)
+                drafter.reset(r["prompt"])
+                ctx, pos, total, passes, gained = list(r["prompt"]), 0, 0.0, 0, 0
+                out = r["output"]
+                while pos < len(out):
+                    future = out[pos:]
+                    draft = drafter.speculate(ctx, 8)
+                    tokens = list(draft.tokens)[: len(future)]
+                    accepted = common_prefix(tokens, future)
+                    branch: list[int] = []
+                    if b and tokens:
+                        tree = drafter.cache.tree if drafter.last_source == "cache" else drafter._local
+                        start, branch = second_branch(tree, ctx, draft, b)
+                        if start == accepted and accepted < len(future) and branch:
+                            extra = common_prefix(branch, future[accepted:])
+                            accepted += extra
+                            gained += extra
+                    total += pass_cost(len(tokens) + len(branch) + 1)
+                    passes += 1
+                    step = min(accepted + 1, len(future))
+                    ctx += future[:step]
+                    pos += step
+                times.append((prefill_steps + total, passes, gained))
+            cells.setdefault(r["kind"], []).append((times[1][0] / times[0][0], 1 - times[1][1] / times[0][1],
+                                                    times[1][2]))
+            earlier.append(r["output"])
+        row = [f"{statistics.median(c[0] for c in cells[k]):.3f} / {statistics.median(c[1] for c in cells[k]):.1%}"
+               f" / {sum(c[2] for c in cells[k])}" for k in kinds]
+        print(f"| {size} | " + " | ".join(row) + " |")
+
+
 def _pass_costs(text: str) -> dict[int, float]:
+    if text == "doc":
+        return DOC_PASS_COSTS
     try:
         costs = {int(n): float(r) for n, r in (part.split(":") for part in text.split(","))}
     except ValueError:
@@ -145,15 +299,24 @@ def main() -> None:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--record", type=Path, help="decode the prompts plainly and save the outputs here")
     what.add_argument("--outputs", type=Path, help="replay the outputs saved by --record")
+    what.add_argument("--measure-pass-costs", type=int, metavar="ROUNDS", help="measure pass costs here")
     ap.add_argument("--prompts", default="prose,code,resources/prompts/repeated-task.json,"
                                          "resources/bench/suffix-structured.json")
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--pass-costs", type=_pass_costs, default=DOC_PASS_COSTS)
+    ap.add_argument("--pass-costs", type=_pass_costs, default=MEASURED_PASS_COSTS,
+                    help="N:RATIO,... (default: measured here; 'doc' for docs/bench-lookup-adaptive.md's)")
     ap.add_argument("--prefill-steps", type=float, default=2.4)
+    ap.add_argument("--branches", default="", help="tree proposals: second-branch sizes to replay, e.g. 2,4")
     args = ap.parse_args()
     if args.record:
         record(args.record, args.prompts, args.limit, args.max_new_tokens)
+    elif args.measure_pass_costs:
+        measure_pass_costs(args.measure_pass_costs)
+    elif args.branches:
+        sizes = [int(b) for b in args.branches.split(",")]
+        run_branches(json.loads(args.outputs.read_text(encoding="utf-8")), args.pass_costs, args.prefill_steps,
+                     sizes)
     else:
         run_replay(json.loads(args.outputs.read_text(encoding="utf-8")), args.pass_costs, args.prefill_steps)
 

@@ -178,7 +178,7 @@ def test_a_suffix_bench_runs_its_peers_and_fills_the_cache_only_with_earlier_pro
                             drafter_kind="suffix", vocab_size=VOCAB, description="tiny target with suffix decoding")
     methods = bench.default_methods([4], suffix_pair, heuristic=False, lookup_tokens=3)
     names = [m.name for m in methods]
-    assert names == ["plain", "suffix k=4", "suffix k=4 no cache", "suffix adaptive (lookup policy)",
+    assert names == ["plain", "suffix k=4", "suffix k=4 no cache", "suffix adaptive",
                      "lookup adaptive (lookup policy)", "hf-lookup n=3"]
     seen: list[list[list[int]]] = []  # each suffix run's cache, in run order
     fresh = bench.fresh_suffix_drafter

@@ -12,10 +12,13 @@ import torch
 
 from specscope.core.controls import Controls
 from specscope.core.engine.drafters.suffix import ResponseCache, SuffixDrafter, check_suffix_parameters
-from specscope.core.engine.drafters.suffix_tree import NO_NODE, ROOT, SuffixTree
+from specscope.core.engine.drafters.suffix_tree import NO_NODE, ROOT, SuffixDraft, SuffixTree
 from specscope.core.engine.sampling import processed_probs
 from specscope.core.engine.speculative import DecodeOptions, Decoder
-from specscope.core.records import ControlValues, TokenStatus
+from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
+from specscope.core.measure.measurement import Measurement
+from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenStatus
+from tests.loop_helpers import run_fed
 from tests.models import tiny_model
 from tests.stats import chi_square_pvalue
 
@@ -242,3 +245,98 @@ def test_what_the_proposal_matched_survives_a_trace_round_trip(tmp_path) -> None
     assert [(r.match_len, r.expected_accepted) for r in loaded] == [
         (r.match_len, pytest.approx(r.expected_accepted) if r.expected_accepted is not None else None)
         for r in records]
+
+
+# ---- following the context incrementally -----------------------------------------------------------------
+def test_matches_followed_token_by_token_equal_matching_from_the_root() -> None:
+    """The drafter keeps the matched nodes of both trees as the context grows; what it proposes from them is
+    what a walk from the root over the context's last tokens would propose, through cache changes and a
+    context that is not an extension (rebuilt)."""
+    rng = random.Random(3)
+    d = SuffixDrafter(max_tree_depth=6, max_spec_factor=2.0, min_token_prob=0.0, max_cached_requests=3)
+    for _ in range(5):
+        context = [rng.randrange(5) for _ in range(8)]
+        d.reset(context)
+        for _ in range(40):
+            context = context + [rng.randrange(5) for _ in range(rng.randrange(1, 4))]
+            if rng.random() < 0.1:
+                context = context[:-5]  # not an extension of what the drafter saw
+            draft = d.speculate(context, 5)
+            pattern = context[-d.max_tree_depth :]
+            assert d._cache_nodes() == d.cache.tree.match_suffixes(pattern)
+            local = d._local.speculate(pattern, 5, 2.0, 0.0)
+            cached = d.cache.tree.speculate(pattern, 5, 2.0, 0.0) if len(d.cache) else local
+            expected = cached if cached.tokens and (not local.tokens or cached.match_len > local.match_len) else local
+            assert (draft.tokens, draft.match_len) == (expected.tokens, expected.match_len)
+        d.rollback(context)
+    assert len(d.cache) == 3
+
+
+def test_the_conditional_of_each_drafted_token_is_its_count_ratio_shrunk() -> None:
+    tree = hand_built()
+    draft = tree.best_path(tree.match([1, 2]), 10, 0.0)
+    # "1 2" 5 times, "1 2 3" 4 times, "1 2 3 5" 3 times, "1 2 3 5 7" twice
+    assert draft.conditional == pytest.approx([4 / 6, 3 / 5, 2 / 4])
+    once = SuffixTree(8)
+    once.extend(0, [1, 2, 3])
+    assert once.best_path(once.match([1]), 10, 0.0).conditional == pytest.approx([1 / 2, 1 / 2])
+
+
+def test_the_runs_own_draft_wins_unless_the_cache_matched_a_longer_stretch() -> None:
+    d = SuffixDrafter(max_spec_factor=4.0, min_token_prob=0.0)
+    d.cache.add([7, 8, 9, 1, 1, 1])  # an earlier answer: after "8 9" came 1
+    d.cache.add([8, 9, 1])
+    d.reset([5, 9, 4, 5])  # this run: after "9" came 4
+    assert d.propose([5, 9, 4, 5, 9], 4, ControlValues(), None).tokens[:1] == [4]
+    assert d.last_source == "run"  # equal match lengths (1): the run's own text, though the cache's counts are higher
+    assert d.propose([5, 9, 4, 5, 9, 4, 8, 9], 4, ControlValues(), None).tokens[:1] == [1]
+    assert d.last_source == "cache"  # the cache matched "8 9", longer than the run's "9"
+
+
+# ---- adaptive k by the draft's own count ratios -------------------------------------------------------------
+def suffix_policy(verify: dict[int, float], conditional: list[float]) -> SuffixLengthPolicy:
+    """A policy whose measurement knows the verify costs and one judged proposal (the draft's cost), and
+    whose drafter just drafted tokens with these conditionals."""
+    measurement = Measurement(window=64)
+    for _ in range(3):  # every pass length measured often enough to be trusted (no exploring)
+        measurement.feed(BaselineRecord(0, 10, [verify[1]] * 3, verify_ms_by_len=dict(verify)))
+    drafter = SuffixDrafter()
+    policy = SuffixLengthPolicy(measurement, drafter)
+    probe = IterationRecord(
+        iteration=0, mode="speculative", drafter="suffix", controls=ControlValues(k=1, adaptive_k=True), tokens=[],
+        n_drafted=1, n_accepted=1, n_emitted=2, draft_ms=0.01, verify_ms=verify[2], rollback_ms=0.1,
+        iteration_ms=verify[2] + 0.11, context_len=0, generated_len=0, t_start_s=0.0, t_end_s=0.0)
+    measurement.feed(probe)
+    policy.observe(probe)
+    drafter.last_draft = SuffixDraft(tokens=list(range(len(conditional))), conditional=conditional)
+    return policy
+
+
+STEEP = {n: 10.0 + 8.0 * (n - 1) for n in range(1, 18)}  # a 2-token pass costs 1.8 plain steps
+FLAT = {n: 10.0 for n in range(1, 18)}
+
+
+def test_the_suffix_policy_sends_what_pays_at_the_measured_verify_costs() -> None:
+    likely = [0.95, 0.9, 0.9, 0.3, 0.3, 0.3]
+    assert suffix_policy(FLAT, likely).proposal_length(3, 6) == 6  # free to verify: everything
+    steep = suffix_policy(STEEP, likely)
+    n = steep.proposal_length(3, 6)
+    assert 1 <= n <= 3  # the unlikely tail never pays for its pass
+    assert steep.scores[n] == max(steep.scores.values()) and steep.scores[n] > steep.scores[0]
+    unlikely = suffix_policy(STEEP, [0.2, 0.2, 0.2])
+    assert unlikely.proposal_length(1, 3) <= 1  # nothing pays: no more than a probe
+    assert unlikely.scores[0] > unlikely.scores[1]
+
+
+def test_the_suffix_policy_keeps_the_loop_exact() -> None:
+    target = tiny_model(21, vocab_size=64, layers=3, logit_scale=3.0)
+    drafter = SuffixDrafter(max_cached_requests=4)
+    measurement = Measurement(window=64)
+    dec = Decoder(target, 64, drafter=drafter, k_policy=SuffixLengthPolicy(measurement, drafter))
+    drafted = 0
+    for prompt in PROMPTS * 2:  # the second time round the cache holds the first answers
+        opts = DecodeOptions(max_new_tokens=30)
+        spec = run_fed(dec, prompt, Controls(ControlValues(k=8, adaptive_k=True)), opts, measurement)
+        assert spec.token_ids == dec.run(prompt, options=opts, plain=True).token_ids, prompt
+        drafted += spec.n_drafted
+    assert drafted > 0  # it proposed once the plain step was measured

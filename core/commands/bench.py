@@ -43,10 +43,12 @@ from specscope.core.commands.cli_checks import (
 from specscope.core.controls import K_MAX, Controls
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from specscope.core.engine.drafters.base import Drafter
+from specscope.core.engine.drafters.suffix import SuffixDrafter
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder, KPolicy, synchronize
 from specscope.core.measure.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
+from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.measure.measurement import Estimate, Measurement, RatioInterval, replay
 from specscope.core.measure.schedule import VerifyExploration
 from specscope.core.measure.statistics import paired_ratio
@@ -217,7 +219,7 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
         methods.append(Method(f"suffix k={max(ks)} no cache", "fixed", max(ks), suffix_cache=False))
     if adaptive:
         name = ("adaptive (lookup policy)" if pair.drafter_kind == "lookup" else
-                "suffix adaptive (lookup policy)" if suffix else "adaptive")
+                "suffix adaptive" if suffix else "adaptive")
         methods.append(Method(name, "adaptive"))
         if pair.drafter_kind == "lookup":
             methods += [Method(f"adaptive {v.label}", "adaptive", lookup=v) for v in lookup_variants]
@@ -233,10 +235,13 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
 
 
 # ---- running one method ---------------------------------------------------------------------------
-def _policy(method: Method, drafter_kind: str) -> KPolicy | None:
+def _policy(method: Method, drafter_kind: str, drafter: Drafter) -> KPolicy | None:
     if method.kind == "adaptive":
-        # a lookup or suffix proposal is found whole at once: its policy trims it, keyed on the match length
-        matching = method.lookup is not None or drafter_kind in ("lookup", "suffix")
+        # a lookup or suffix proposal is found whole at once: its policy trims it (suffix decoding's by the
+        # draft's own count ratios, lookup's by acceptance measured per match length)
+        if method.lookup is None and isinstance(drafter, SuffixDrafter):
+            return SuffixLengthPolicy(Measurement(), drafter)
+        matching = method.lookup is not None or drafter_kind == "lookup"
         return LookupLengthPolicy(Measurement()) if matching else CostModelKPolicy(Measurement())
     if method.kind == "heuristic":
         return HeuristicKPolicy()
@@ -247,7 +252,6 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
                   earlier: Sequence[Sequence[int]] = ()) -> RunRow:
     """A specscope run (plain or speculative) timed as prefill + the loop's iterations. ``earlier``: the
     responses to the prompts run before this one in the round (suffix decoding's cross-run cache)."""
-    policy = _policy(method, pair.drafter_kind)
     plain = method.kind == "plain"
     drafter = pair.drafter
     if pair.drafter_kind == "suffix" and method.lookup is None and not plain:
@@ -258,6 +262,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
         v = method.lookup
         drafter = PromptLookupDrafter(max_ngram=v.max_ngram, min_ngram=v.min_ngram, match=v.match,
                                       num_tokens=getattr(pair.drafter, "num_tokens", 10))
+    policy = _policy(method, pair.drafter_kind, drafter)
     # plain decoding gets no drafter: its prefill must not pay for the draft's
     decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else drafter,
                       token_text=pair.token_text, k_policy=policy)
@@ -293,7 +298,7 @@ def fresh_suffix_drafter(like: Drafter, earlier: Sequence[Sequence[int]]) -> Dra
     """A suffix drafter with ``like``'s parameters whose cache holds exactly ``earlier`` (the newest
     ``max_cached_requests`` of them): filled before the run, as a session fills it between runs, so the time
     it takes is not part of the run's."""
-    from specscope.core.engine.drafters.suffix import ResponseCache, SuffixDrafter
+    from specscope.core.engine.drafters.suffix import ResponseCache
 
     if not isinstance(like, SuffixDrafter):
         raise TypeError(f"a suffix pair needs a SuffixDrafter, got {type(like).__name__}")

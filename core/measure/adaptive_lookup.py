@@ -83,6 +83,14 @@ class LookupLengthPolicy:
         """How far past ``n`` measured positions or pass lengths a choice may look: doubling, at least ``reach``."""
         return n + max(self.reach, n)
 
+    def _position_reach(self) -> int:
+        """How many proposals acceptance is known well enough for: double the positions judged."""
+        return self._further(self.counts.pooled.depth(1.0))
+
+    def _conditional(self, match_ngram: int, depth: int) -> list[float]:
+        """P(accept i | 0..i-1 accepted) for the first ``depth`` proposals of this match (measured, by match size)."""
+        return self.counts.conditional(match_ngram, depth, self.prior)
+
     def _decide(self, match_ngram: int, available: int) -> int:
         if available == 0:
             return 0
@@ -91,9 +99,8 @@ class LookupLengthPolicy:
             return 0  # a plain step first: every speed-up is measured against it
         # no further than double the positions judged and the pass lengths measured: a run of full
         # acceptances at 2 proposals is not extrapolated to 10 in one jump
-        measured_positions = self.counts.pooled.depth(1.0)
-        reachable = min(available, self._further(max(0, fit.max_length - 1)), self._further(measured_positions))
-        cond = self.counts.conditional(match_ngram, reachable, self.prior)
+        reachable = min(available, self._further(max(0, fit.max_length - 1)), self._position_reach())
+        cond = self._conditional(match_ngram, reachable)
         scores = self.measurement.scores_for(cond, 0, reachable)
         self.scores = scores
         if 0 not in scores:

@@ -10,9 +10,17 @@ Two suffix trees (``suffix_tree.SuffixTree``), as in SuffixDecoding and vLLM's `
 
 Each tree proposes its best draft (every match length tried; the most frequent child followed; drafting
 stops below ``min_token_prob``; length capped by match length × ``max_spec_factor``, ``max_tree_depth`` and
-k); the cache's draft wins only if its expected accepted count is higher. Proposals are deterministic, so the
-draft distribution is a point mass on them (q = 1, ``q_probs`` None) and the loop stays exact, as with
-prompt lookup.
+k). The run's own draft is taken unless it is empty or the cache matched a longer stretch of the context:
+on a prompt the cache has never seen, short matches into other answers carry count ratios of 1.0 from one
+occurrence and would outscore the run's own text (the replay in docs/bench-demo-suffix.md: comparing the
+scores lost 5% against transformers' lookup on unseen structured prompts, and gained nothing on repeated
+tasks, where the cache's matches are the longer ones). Proposals are deterministic, so the draft
+distribution is a point mass on them (q = 1, ``q_probs`` None) and the loop stays exact, as with prompt
+lookup.
+
+Per iteration the work is O(new tokens × max_tree_depth) to follow the context plus the drafting itself:
+the run's tree keeps the nodes of the context's suffixes as it grows, and the drafter keeps the cache's
+matched nodes the same way (``SuffixTree.extend_matches``), so nothing is matched from the root again.
 """
 
 from __future__ import annotations
@@ -25,15 +33,16 @@ from specscope.core.engine.drafters.base import Drafter, Proposal
 from specscope.core.engine.drafters.suffix_tree import SuffixDraft, SuffixTree
 from specscope.core.records import ControlValues
 
-# vLLM's names (``suffix_decoding_*``). Its tree depth; not its other defaults (factor 1.0, minimum 0.1, 10,000
-# cached responses). On a CPU the first proposal makes a pass cost about 1.3 plain steps (docs/bench-lookup-
-# adaptive.md), so a token must be likelier to be accepted to pay; a replay of recorded greedy outputs over
-# the bench's prompt kinds (docs/bench-demo-suffix.md) put factor 2 and minimum 0.5 ahead of vLLM's values on
-# every kind. The cache is smaller: a Python trie costs more per node than vLLM's C++ one, and a desktop
-# session holds tens of runs, not a server's thousands of requests.
+# vLLM's names (``suffix_decoding_*``). Its tree depth and minimum probability; not its factor (1.0) or its
+# 10,000 cached responses. On this machine's CPU a verify pass of up to ~10 tokens costs about one plain step
+# (docs/bench-demo-suffix.md §1), so longer drafts are nearly free: a replay of recorded greedy outputs put
+# factor 3 ahead of 1 and 2 on every prompt kind. Where longer passes cost more, adaptive k
+# (core/adaptive_suffix) trims the draft by its own count ratios and the measured verify costs. The cache is
+# smaller: a Python trie costs more per node than vLLM's C++ one, and a desktop session holds tens of runs,
+# not a server's thousands of requests.
 DEFAULT_MAX_TREE_DEPTH = 24
-DEFAULT_MAX_SPEC_FACTOR = 2.0
-DEFAULT_MIN_TOKEN_PROB = 0.5
+DEFAULT_MAX_SPEC_FACTOR = 3.0
+DEFAULT_MIN_TOKEN_PROB = 0.1
 DEFAULT_MAX_CACHED_REQUESTS = 64
 LOCAL_SEQ = 0
 
@@ -58,6 +67,7 @@ class ResponseCache:
                  max_cached_requests: int = DEFAULT_MAX_CACHED_REQUESTS):
         self.tree = SuffixTree(max_tree_depth)
         self.max_cached_requests = max_cached_requests
+        self.version = 0  # changes whenever the tree does: nodes a drafter matched may be gone
         self._next_id = 0
 
     def __len__(self) -> int:
@@ -68,6 +78,7 @@ class ResponseCache:
             return
         self.tree.extend(self._next_id, [int(t) for t in response])
         self._next_id += 1
+        self.version += 1
         ids = self.tree.sequence_ids()  # insertion order: the oldest first
         for old in ids[: max(0, len(ids) - self.max_cached_requests)]:
             self.tree.remove(old)
@@ -75,6 +86,7 @@ class ResponseCache:
     def clear(self) -> None:
         for seq_id in self.tree.sequence_ids():
             self.tree.remove(seq_id)
+        self.version += 1
 
 
 class SuffixDrafter(Drafter):
@@ -101,6 +113,8 @@ class SuffixDrafter(Drafter):
         self._local = SuffixTree(max_tree_depth)
         self._tokens: list[int] = []
         self._prompt_len = 0
+        self._cache_matches: list[int] = []  # the cache tree's nodes of the context's suffixes, shortest first
+        self._cache_version = -1
 
     @property
     def max_cached_requests(self) -> int:
@@ -117,6 +131,7 @@ class SuffixDrafter(Drafter):
         self._tokens = [int(t) for t in prompt_ids]
         self._prompt_len = len(self._tokens)
         self._local.extend(LOCAL_SEQ, self._tokens)
+        self._cache_version = -1  # matched afresh at the next proposal
 
     def _sync(self, context_ids: list[int]) -> None:
         """Add the committed tokens the tree has not seen (rebuilt if the context is not an extension)."""
@@ -128,6 +143,17 @@ class SuffixDrafter(Drafter):
         new = [int(t) for t in context_ids[known:]]
         self._tokens += new
         self._local.extend(LOCAL_SEQ, new)
+        if self._cache_version == self.cache.version:
+            tree = self.cache.tree
+            for token in new:
+                self._cache_matches = tree.extend_matches(self._cache_matches, token)
+
+    def _cache_nodes(self) -> list[int]:
+        """The cache's matched nodes for the context, matched from the root only after the cache changed."""
+        if self._cache_version != self.cache.version:
+            self._cache_matches = self.cache.tree.match_suffixes(self._tokens[-self.max_tree_depth :])
+            self._cache_version = self.cache.version
+        return self._cache_matches
 
     def speculate(self, context_ids: list[int], k: int) -> SuffixDraft:
         """The best draft of at most ``k`` tokens for ``context_ids`` (empty if nothing matched)."""
@@ -135,12 +161,13 @@ class SuffixDrafter(Drafter):
         self.last_draft, self.last_source = SuffixDraft(), ""
         if k <= 0:
             return self.last_draft
-        pattern = self._tokens[-self.max_tree_depth :]
-        best = self._local.speculate(pattern, k, self.max_spec_factor, self.min_token_prob)
+        best = self._local.speculate_matches(self._local.suffix_nodes(LOCAL_SEQ), k, self.max_spec_factor,
+                                             self.min_token_prob)
         source = "run" if best.tokens else ""
         if len(self.cache):
-            cached = self.cache.tree.speculate(pattern, k, self.max_spec_factor, self.min_token_prob)
-            if cached.score > best.score:
+            cached = self.cache.tree.speculate_matches(self._cache_nodes(), k, self.max_spec_factor,
+                                                       self.min_token_prob)
+            if cached.tokens and (not best.tokens or cached.match_len > best.match_len):
                 best, source = cached, "cache"
         self.last_draft, self.last_source = best, source
         return best

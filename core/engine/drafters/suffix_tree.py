@@ -16,11 +16,18 @@ children: most nodes of a depth-limited trie over text are links of a chain, and
 per node would cost ten times the memory.
 
 The proposal (``speculate``): every match length of the context's suffix is tried, shortest first, until
-one is not in the trie. From the matched node the draft follows the most frequent child; each drafted token
-carries the product of the count ratios along the way; drafting stops before a token whose product falls
-below ``min_token_prob``, or at ``min(max_tokens, floor(match_len * max_spec_factor))`` tokens, or at the
-trie's depth. A draft's score is the sum of its tokens' products: the expected number of accepted tokens if
-the products were acceptance probabilities. The best score wins; a tie goes to the longer match.
+one is not in the trie. A caller that follows a growing sequence keeps the matched nodes instead
+(``extend_matches``, O(max_depth) per new token; ``suffix_nodes`` for a sequence in the tree itself) and
+proposes from them (``speculate_matches``), so a proposal never walks the trie from the root again.
+From the matched node the draft follows the most frequent child; each drafted token carries the product
+of the count ratios along the way; drafting stops before a token whose product falls below
+``min_token_prob``, or at ``min(max_tokens, floor(match_len * max_spec_factor))`` tokens, or at the trie's
+depth. A draft's score is the sum of its tokens' products: the expected number of accepted tokens if the
+products were acceptance probabilities. The best score wins; a tie goes to the longer match.
+
+Each drafted token also carries a shrunk count ratio, count / (parent's count + 1) (``conditional``): a
+continuation seen once after a context seen once is an even bet, not a certainty. Adaptive k
+(``core/adaptive_suffix``) reads it as the token's chance of acceptance given the ones before it.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class SuffixDraft:
     probs: list[float] = field(default_factory=list)  # the running product of count ratios at each token
     score: float = 0.0  # sum of ``probs``: the expected number of accepted tokens
     match_len: int = 0  # how many of the context's last tokens matched
+    # per token: count / (parent's count + 1), its chance of acceptance after the ones before it, shrunk
+    conditional: list[float] = field(default_factory=list)
 
 
 class SuffixTree:
@@ -73,6 +82,12 @@ class SuffixTree:
 
     def sequence(self, seq_id: int) -> list[int]:
         return list(self._seqs[seq_id])
+
+    def suffix_nodes(self, seq_id: int) -> list[int]:
+        """The nodes of a sequence's current suffixes that a match may use (lengths 1 .. max_depth - 1,
+        shortest first): what ``speculate_matches`` takes, kept up to date by ``append`` at no extra cost."""
+        active = self._active.get(seq_id, [])
+        return active[::-1][: self.max_depth - 1]
 
     # ---- node storage ----------------------------------------------------------------------------------
     def child(self, node: int, token: int) -> int:
@@ -206,24 +221,44 @@ class SuffixTree:
                     best_token, best_node, best_count = token, c, self._count[c]
             if best_node == NO_NODE:
                 break
-            prob *= best_count / self._count[node]
+            parent_count = self._count[node]
+            prob *= best_count / parent_count
             if prob < min_token_prob:
                 break
             draft.tokens.append(best_token)
             draft.probs.append(prob)
+            draft.conditional.append(best_count / (parent_count + 1))
             draft.score += prob
             node = best_node
         return draft
 
-    def speculate(self, context: list[int], max_tokens: int, max_spec_factor: float,
-                  min_token_prob: float) -> SuffixDraft:
-        """The best draft over every match length (see the module's docstring)."""
-        best = SuffixDraft()
-        longest = min(len(context), self.max_depth - 1)  # a match must leave room for one more level
-        for match_len in range(1, longest + 1):
+    def match_suffixes(self, context: list[int]) -> list[int]:
+        """The nodes of the context's suffixes that occur, lengths 1, 2, … (shortest first), at most
+        ``max_depth - 1`` long (a match must leave room for one more level)."""
+        nodes: list[int] = []
+        for match_len in range(1, min(len(context), self.max_depth - 1) + 1):
             node = self.match(context[len(context) - match_len :])
             if node == NO_NODE:
                 break  # a longer suffix cannot occur where a shorter one does not
+            nodes.append(node)
+        return nodes
+
+    def extend_matches(self, nodes: list[int], token: int) -> list[int]:
+        """``match_suffixes`` of a context one ``token`` longer, from that of the context (O(max_depth)):
+        each matched suffix grows by the token, and the token alone is the new shortest one."""
+        out: list[int] = []
+        for node in (ROOT, *nodes[: self.max_depth - 2]):
+            nxt = self.child(node, token)
+            if nxt == NO_NODE:
+                break
+            out.append(nxt)
+        return out
+
+    def speculate_matches(self, nodes: list[int], max_tokens: int, max_spec_factor: float,
+                          min_token_prob: float) -> SuffixDraft:
+        """The best draft from matched suffix nodes (``nodes[i]`` matches the context's last i + 1 tokens)."""
+        best = SuffixDraft()
+        for match_len, node in enumerate(nodes, start=1):
             cap = min(max_tokens, int(match_len * max_spec_factor + 1e-6))
             if cap <= 0:
                 continue
@@ -232,3 +267,8 @@ class SuffixTree:
                 draft.match_len = match_len
                 best = draft
         return best
+
+    def speculate(self, context: list[int], max_tokens: int, max_spec_factor: float,
+                  min_token_prob: float) -> SuffixDraft:
+        """The best draft over every match length (see the module's docstring)."""
+        return self.speculate_matches(self.match_suffixes(context), max_tokens, max_spec_factor, min_token_prob)
