@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from specscope.core.commands import bench
+from specscope.core.commands import bench, bench_report, bench_runs
 from specscope.core.engine.drafters.base import Drafter, Proposal
 from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair import LoadedModel, ModelPair
@@ -120,13 +120,13 @@ def simulated_pair(target_ms: float, per_token_ms: float, draft_ms: float) -> Mo
                      drafter_kind="model", vocab_size=64, description=description)
 
 
-def kind_table(rows: list[bench.RunRow], fixed: list[str]) -> tuple[list[str], bool]:
+def kind_table(rows: list[bench_runs.RunRow], fixed: list[str]) -> tuple[list[str], bool]:
     """Markdown lines comparing adaptive and heuristic with the best fixed k per kind; and the verdict."""
     lines = ["| kind | best fixed k (× plain) | adaptive (× plain, vs best) | heuristic (× plain, vs best) |",
              "|---|---|---|---|"]
     ok = True
     for kind in dict.fromkeys(r.prompt_kind for r in rows):
-        s = {m.method: m for m in bench.summarize_methods(rows, kind)}
+        s = {m.method: m for m in bench_report.summarize_methods(rows, kind)}
         centre = {name: (m.ratio.value if m.ratio is not None else float("nan")) for name, m in s.items()}
         best = max(fixed, key=lambda name: centre[name] if s[name].ratio else 0.0)
         b, a, h = centre[best], centre["adaptive"], centre["heuristic"]
@@ -160,7 +160,7 @@ def main() -> int:
         if args.simulate:
             target_ms, per_token_ms, draft_ms = (float(x) for x in args.sim_costs.split(","))
             pair = simulated_pair(target_ms, per_token_ms, draft_ms)
-            prompts = [bench.BenchPrompt(f"{kind}-{i}", kind, ids) for kind, ps in SIM_PROMPTS.items()
+            prompts = [bench_runs.BenchPrompt(f"{kind}-{i}", kind, ids) for kind, ps in SIM_PROMPTS.items()
                        for i, ids in enumerate(ps[: args.limit or None])]
         else:
             pair = load_pair(PairSpec(target=args.target, draft=args.draft, drafter=args.drafter))
@@ -168,19 +168,19 @@ def main() -> int:
     except (ModelLoadError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    methods = bench.default_methods(ks, pair, transformers=False)
-    rows = bench.run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens,
+    methods = bench_runs.default_methods(ks, pair, transformers=False)
+    rows = bench_runs.run_bench(pair, prompts, methods, args.rounds, args.max_new_tokens,
                            progress=lambda s: print(s, file=sys.stderr, flush=True))
     table, ok = kind_table(rows, [f"k={k}" for k in ks])
     command = "scripts/bench_adaptive.py " + " ".join(sys.argv[1:])
-    report = bench.markdown_report(rows, bench.find_mismatches(rows), pair.description,
+    report = bench_report.markdown_report(rows, bench_runs.find_mismatches(rows), pair.description,
                                    command, args.rounds, args.max_new_tokens)
     report += "\n## Adaptive k vs the best fixed k, per kind\n\n" + "\n".join(table) + "\n\n"
     verdict = "met" if ok else "NOT met"
     report += f"Goal (within 5% of the best fixed k on every kind, ahead of the heuristic): {verdict}\n"
     out = Path(args.out)
     out.with_suffix(".md").write_text(report, encoding="utf-8")
-    bench.write_csv(rows, out.with_suffix(".csv"))
+    bench_report.write_csv(rows, out.with_suffix(".csv"))
     print(report)
     return 0
 

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from specscope.core.commands.bench import BenchPrompt, Method, run_transformers
+from specscope.core.commands.bench_runs import BenchPrompt, Method, run_transformers
 from specscope.core.controls import Controls
 from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair_spec import PairSpec

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specscope.core.commands import bench_report, bench_runs
 from specscope.core.controls import Controls
 from specscope.core.engine.drafters.lookup import PromptLookupDrafter
 from specscope.core.engine.speculative import DecodeOptions, Decoder
@@ -214,20 +215,20 @@ def test_bench_reads_thread_lists_and_lookup_variants_and_reports_per_thread_cou
     assert bench._thread_list("1,2,1") == [1, 2]
     with pytest.raises(argparse.ArgumentTypeError):
         bench._thread_list("1,x")
-    assert bench.LookupVariant.parse("earliest:2:1") == bench.LookupVariant("earliest", 2, 1)
+    assert bench_runs.LookupVariant.parse("earliest:2:1") == bench_runs.LookupVariant("earliest", 2, 1)
     with pytest.raises(ValueError):
-        bench.LookupVariant.parse("latest:2:1")
+        bench_runs.LookupVariant.parse("latest:2:1")
     assert bench._int_list("none") == []
     rows = []
     for threads in (1, 2):
-        part = [bench.RunRow(0, "plain", "p", "structured", 10, 1.0, token_ids=[1, 2]),
-                bench.RunRow(0, "adaptive (lookup policy)", "p", "structured", 10, 0.5, token_ids=[1, 2]),
-                bench.RunRow(0, "hf-lookup n=10", "p", "structured", 10, 0.8, token_ids=[1, 2])]
-        bench.compare_with_plain(part)
+        part = [bench_runs.RunRow(0, "plain", "p", "structured", 10, 1.0, token_ids=[1, 2]),
+                bench_runs.RunRow(0, "adaptive (lookup policy)", "p", "structured", 10, 0.5, token_ids=[1, 2]),
+                bench_runs.RunRow(0, "hf-lookup n=10", "p", "structured", 10, 0.8, token_ids=[1, 2])]
+        bench_runs.compare_with_plain(part)
         for r in part:
             r.threads = threads
         rows += part
     assert rows[1].ratio_to_plain == pytest.approx(2.0) and rows[1].ratio_to_hf_lookup == pytest.approx(1.6)
-    report = bench.markdown_report(rows, [], "pair", "cmd", 1, 10)
+    report = bench_report.markdown_report(rows, [], "pair", "cmd", 1, 10)
     assert "## 1 thread\n" in report and "## 2 threads\n" in report
     assert "× transformers' prompt lookup" in report

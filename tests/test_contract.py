@@ -22,6 +22,7 @@ import torch
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from specscope.core.commands import bench_runs
 from specscope.core.commands.cli import main
 from specscope.core.controls import Controls
 from specscope.core.drill_spec import DrillSpec
@@ -183,12 +184,11 @@ def test_the_app_surfaces_show_the_snapshot(recorded, qtbot) -> None:
 
 
 def test_the_bench_reads_the_same_alpha(recorded) -> None:
-    from specscope.core.commands import bench
 
     live, _ = recorded
     records = [e for e, _ in live if isinstance(e, IterationRecord)]
-    row = bench.RunRow(round=0, method="k=3", prompt_id="p", prompt_kind="prose", tokens=0, seconds=1.0)
-    bench.fill_acceptance(row, records)  # what bench.run_specscope fills its row with
+    row = bench_runs.RunRow(round=0, method="k=3", prompt_id="p", prompt_kind="prose", tokens=0, seconds=1.0)
+    bench_runs.fill_acceptance(row, records)  # what bench_runs.run_specscope fills its row with
     final = live[-1][1]
     assert final is not None and row.alpha == final.alpha
 

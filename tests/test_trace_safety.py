@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from specscope.core.commands import bench_report, bench_runs
 from specscope.core.records import TokenStatus
 from specscope.core.trace.cells import FORMULA_TRIGGERS, spreadsheet_restore, spreadsheet_safe
 from specscope.core.trace.errors import TraceError, TraceFormatError
@@ -72,11 +73,10 @@ def test_neutralising_is_undone_exactly(text: str) -> None:
 
 
 def test_bench_csv_neutralises_text_cells(tmp_path: Path) -> None:
-    from specscope.core.commands import bench
 
-    row = bench.RunRow(round=0, method="@evil", prompt_id="=HYPERLINK(\"x\")", prompt_kind="+1", tokens=3,
+    row = bench_runs.RunRow(round=0, method="@evil", prompt_id="=HYPERLINK(\"x\")", prompt_kind="+1", tokens=3,
                        seconds=0.5)
-    bench.write_csv([row], tmp_path / "b.csv")
+    bench_report.write_csv([row], tmp_path / "b.csv")
     with (tmp_path / "b.csv").open(newline="", encoding="utf-8") as f:
         cells = next(iter(csv.DictReader(f)))
     assert cells["prompt_id"] == "'=HYPERLINK(\"x\")" and cells["method"] == "'@evil" and cells["prompt_kind"] == "'+1"
