@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
-    QModelIndex,
-    QPersistentModelIndex,
     QSize,
-    QSortFilterProxyModel,
     Qt,
     QTimer,
     Signal,
@@ -28,13 +25,9 @@ from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, Q
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
-    QFileSystemModel,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
-    QPushButton,
     QScrollArea,
     QSplitter,
     QVBoxLayout,
@@ -46,6 +39,8 @@ from specscope.app.run_controller import RunController, RunState
 from specscope.app.run_data import RunData
 from specscope.app.sentences import FINISH_WORDS, full_stop
 from specscope.app.settings import AppSettings
+from specscope.app.trace_dialog import trace_file_dialog
+from specscope.app.widgets.banner import Banner
 from specscope.app.widgets.control_panel import ControlPanel
 from specscope.app.widgets.drill_control import DrillControl
 from specscope.app.widgets.legend import TokenLegend
@@ -65,78 +60,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Banner", "MainWindow"]
-
-
-class Banner(QWidget):
-    """A dismissable message strip above the token view (errors, the interrupted-session offer)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(6, 2, 6, 2)
-        self.label = QLabel("")
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.action = QPushButton("")
-        self.close_button = QPushButton("Dismiss")
-        row.addWidget(self.label, 1)
-        row.addWidget(self.action)
-        row.addWidget(self.close_button)
-        self.close_button.clicked.connect(self.hide)
-        self._callback: Callable[[], object] | None = None
-        self.action.clicked.connect(self._run_action)
-        self.hide()
-
-    def show_message(self, text: str, kind: str = "error", action: str = "",
-                     callback: Callable[[], object] | None = None) -> None:
-        colours = {"error": ("#FBE3D1", "#7A3300"), "info": ("#D6ECFA", "#003E66")}
-        bg, fg = colours.get(kind, colours["info"])
-        self.setStyleSheet(f"background:{bg}; color:{fg};")
-        self.label.setText(text)
-        self.action.setVisible(bool(action))
-        self.action.setText(action)
-        self._callback = callback
-        self.show()
-
-    def _run_action(self) -> None:
-        cb = self._callback
-        self.hide()
-        if cb is not None:
-            cb()
+__all__ = ["MainWindow"]
 
 
 SAVE_DELAY_MS = 400  # settings are written this long after the last change (a burst of typing: one write)
-
-TRACE_SIBLINGS = (".tokens.csv", ".baselines.csv")
-
-
-TRACE_OPEN_SUFFIXES = (".events.jsonl", ".session.json")  # beside the iteration CSV: what Open trace lists
-
-
-def is_openable_trace(name: str) -> bool:
-    """A file Open trace lists: the event log (``<stem>.events.jsonl``, the trace itself), an iteration CSV or a
-    session sidecar, not a trace's sibling CSVs, a Chrome trace or a PNG (an export writes all of those next to
-    each other)."""
-    lower = name.lower()
-    return (lower.endswith(".csv") and not lower.endswith(TRACE_SIBLINGS)) or lower.endswith(TRACE_OPEN_SUFFIXES)
-
-
-class TraceFileFilter(QSortFilterProxyModel):
-    def filterAcceptsRow(self, row: int, parent: QModelIndex | QPersistentModelIndex) -> bool:
-        model = self.sourceModel()
-        index = model.index(row, 0, parent)
-        if not isinstance(model, QFileSystemModel) or model.isDir(index):
-            return True
-        return is_openable_trace(model.fileName(index))
-
-
-def trace_file_dialog(parent: QWidget, folder: str) -> QFileDialog:
-    dialog = QFileDialog(parent, "Open trace", folder, "specscope trace (*.events.jsonl *.csv *.session.json)")
-    dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
-    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # a proxy model needs Qt's own dialog
-    dialog.setProxyModel(TraceFileFilter(dialog))
-    return dialog
 
 
 class CentralArea(QWidget):

@@ -63,7 +63,7 @@ def test_a_live_run_after_a_replay_drops_replay_from_the_title(qtbot, tmp_path):
 
 
 def test_open_trace_lists_only_files_it_opens(qtbot, tmp_path):
-    from specscope.app.window import is_openable_trace
+    from specscope.app.trace_dialog import is_openable_trace
 
     from .app_helpers import synthetic_records
 
