@@ -464,6 +464,6 @@ def test_the_client_side_imports_no_torch() -> None:
 @pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),
                                             ("0.0.0.0", False), ("::", False), ("gpu-host", False)])
 def test_serve_knows_when_it_listens_beyond_this_machine(host, loopback) -> None:
-    from specscope.core.remote.command import _loopback
+    from specscope.core.commands.serve import _loopback
 
     assert _loopback(host) is loopback  # beyond loopback, serve warns that the stream is not encrypted
