@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             drafter=args.drafter or default_drafter(target), target_device=args.device or "cpu",
                             target_dtype=args.dtype or "auto")
     if args.open_trace:
-        window.open_trace(args.open_trace)
+        window.files.open_trace(args.open_trace)
     elif not args.no_load:
         if args.run:
             window.pair_ready.connect(window.start_run)

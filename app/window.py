@@ -24,7 +24,6 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
-    QFileDialog,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -39,7 +38,7 @@ from specscope.app.run_controller import RunController, RunState
 from specscope.app.run_data import RunData
 from specscope.app.sentences import FINISH_WORDS, full_stop
 from specscope.app.settings import AppSettings
-from specscope.app.trace_dialog import trace_file_dialog
+from specscope.app.trace_files import TraceFiles
 from specscope.app.widgets.banner import Banner
 from specscope.app.widgets.control_panel import ControlPanel
 from specscope.app.widgets.drill_control import DrillControl
@@ -169,6 +168,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
         self.status = StatusPanel(self.statusBar())
+        self.files = TraceFiles(self)  # export, open and recover traces
         self._build_menus()
         # Settings are written a moment after each change, not only on a clean exit: a killed window keeps
         # its pair, drafter, prompt and controls.
@@ -181,7 +181,7 @@ class MainWindow(QMainWindow):
         self._restore_settings()
         self._render_state(self.controller.state)
         if check_interrupted:
-            QTimer.singleShot(0, self.offer_interrupted_session)
+            QTimer.singleShot(0, self.files.offer_interrupted_session)
 
     # ---- wiring ----------------------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -218,7 +218,7 @@ class MainWindow(QMainWindow):
         mb = self.menuBar()
         file_menu = mb.addMenu("&File")
         self.file_menu = file_menu
-        self._action(file_menu, "&Open trace…", self._open_trace_dialog, QKeySequence.StandardKey.Open)
+        self._action(file_menu, "&Open trace…", self.files.open_dialog, QKeySequence.StandardKey.Open)
         from specscope.app.attach_dialog import add_attach_action
 
         add_attach_action(self, file_menu)
@@ -227,13 +227,13 @@ class MainWindow(QMainWindow):
         self.connect_action = add_connect_action(self, file_menu)
         file_menu.addSeparator()
         self.export_action = self._action(file_menu, "Export &trace (CSV + tokens + session JSON)…",
-                                          self._export_trace_dialog, QKeySequence("Ctrl+E"))
+                                          self.files.export_trace_dialog, QKeySequence("Ctrl+E"))
         from specscope.app.shortcuts import WindowWideShortcuts
 
         # Ctrl+E works wherever the focus is: a spin box with the focus used to take it (X11's "end of line")
         self.window_wide_shortcuts = WindowWideShortcuts(self, [self.export_action])
-        self._action(file_menu, "Export &Chrome trace JSON (Perfetto)…", self._export_chrome_dialog)
-        self._action(file_menu, "Export plots as &PNG…", self._export_png_dialog)
+        self._action(file_menu, "Export &Chrome trace JSON (Perfetto)…", self.files.export_chrome_dialog)
+        self._action(file_menu, "Export plots as &PNG…", self.files.export_png_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         models = mb.addMenu("&Models")
@@ -678,56 +678,7 @@ class MainWindow(QMainWindow):
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
 
-    # ---- export and replay -----------------------------------------------------------------------------
-    def _save_path(self, title: str, filt: str, default: str) -> str | None:
-        start = str(Path(self.settings.last_dir() or Path.home()) / default)
-        path, _ = QFileDialog.getSaveFileName(self, title, start, filt)
-        if path:
-            self.settings.set_last_dir(str(Path(path).parent))
-        return path or None
-
-    def _require_records(self) -> bool:
-        if not self.data.records:
-            self.message_box("Nothing to export", "There are no iterations yet: start a run or open a trace.")
-            return False
-        return True
-
-    def _export_trace_dialog(self) -> None:
-        if self._require_records():
-            path = self._save_path("Export trace", "Trace CSV (*.csv)", "specscope-trace.csv")
-            if path:
-                self.export_trace(path)
-
-    def _export_chrome_dialog(self) -> None:
-        if self._require_records():
-            path = self._save_path("Export Chrome trace", "Trace Event JSON (*.json)", "specscope-trace.json")
-            if path:
-                self.export_chrome_trace(path)
-
-    def _export_png_dialog(self) -> None:
-        path = self._save_path("Export plots", "PNG image (*.png)", "specscope-plots.png")
-        if path:
-            self.export_png(path)
-
-    def current_session_meta(self) -> dict[str, Any]:
-        values = self.panel.values()
-        request = RunRequest(prompt=self.panel.prompt_text(), max_new_tokens=self.panel.max_new.value(),
-                             seed=self.panel.seed_value())
-        return self._session_meta(request, values)
-
-    def shown_session_meta(self) -> dict[str, Any]:
-        """What the sidecar of an export says of the run on screen: its own pair, prompt and controls (the
-        stream's RunStarted), not whatever the panel holds now."""
-        shown = self.controller.shown
-        if shown is None:
-            return self.current_session_meta()
-        c = shown.controls
-        return {"pair_description": shown.description, "target": shown.target, "draft": shown.draft,
-                "drafter": shown.drafter, "prompt": shown.prompt, "max_new_tokens": shown.max_new_tokens,
-                "seed": shown.seed, "controls": {"k": c.k, "temperature": c.temperature, "top_k": c.top_k,
-                                                 "top_p": c.top_p, "adaptive_k": c.adaptive_k},
-                "source": shown.source, "app": "specscope desktop"}
-
+    # ---- replay ----------------------------------------------------------------------------------------
     def _on_shown_run(self, shown: Any, replay: bool) -> None:
         """A replay shows the run it holds: its prompt and the controls it ended with in the editor (a live run's
         are already there), so the panel agrees with the k line and the segment the numbers name."""
@@ -738,95 +689,6 @@ class MainWindow(QMainWindow):
             if shown.max_new_tokens > 0:  # a trace from before the event log does not say
                 self.panel.max_new.setValue(shown.max_new_tokens)
         self._render_state(self.controller.state)
-
-    def export_trace(self, path: str | Path) -> bool:
-        from specscope.core.trace.errors import TraceError
-        from specscope.core.trace.files import write_trace
-
-        try:
-            paths = write_trace(Path(path), self.data.events, self.shown_session_meta())
-        except (TraceError, ValueError, OSError) as exc:
-            self.message_box("Export failed", str(exc))
-            return False
-        self.status.show_message(f"Trace written: {paths.events} (the event stream) and {paths.iterations} "
-                                 "(+ tokens, session) for spreadsheets", 8000)
-        return True
-
-    def export_chrome_trace(self, path: str | Path) -> bool:
-        from specscope.core.trace.chrome_trace import write_chrome_trace
-        from specscope.core.trace.errors import TraceError
-
-        try:
-            write_chrome_trace(Path(path), self.data.events, self.shown_session_meta())
-        except (TraceError, ValueError, OSError) as exc:
-            self.message_box("Export failed", str(exc))
-            return False
-        self.status.show_message(f"Chrome trace written: {path} (open it in ui.perfetto.dev)", 8000)
-        return True
-
-    def export_png(self, path: str | Path) -> bool:
-        if not self.plots.grab_png(str(path)):
-            self.message_box("Export failed", f"could not write {path}")
-            return False
-        self.status.show_message(f"Plots saved: {path}", 8000)
-        return True
-
-    def _open_trace_dialog(self) -> None:
-        dialog = trace_file_dialog(self, self.settings.last_dir())
-        if dialog.exec() and dialog.selectedFiles():
-            path = dialog.selectedFiles()[0]
-            self.settings.set_last_dir(str(Path(path).parent))
-            self.open_trace(path)
-
-    def open_trace(self, path: str | Path) -> bool:
-        """Rebuild the plots and token view from a saved trace or session folder (no model needed)."""
-        if self.state.active:
-            self.message_box("Run in progress", "Stop the run before opening a trace.")
-            return False
-        from specscope.core.trace.errors import TraceError
-        from specscope.core.trace.files import read_trace
-
-        try:
-            loaded = read_trace(Path(path))
-        except TraceError as exc:
-            self.message_box("Cannot open trace", str(exc))
-            return False
-        except Exception as exc:  # a foreign file can fail in ways the reader did not foresee
-            self.message_box("Cannot open trace", f"{Path(path).name} is not a specscope trace ({exc})")
-            return False
-        self.token_view.decode = None  # a replay has no tokenizer: top-5 shows the recorded ids
-        self.controller.replay(loaded, str(path))
-        self.redraw_all()
-        self._render_state(self.controller.state)
-        if loaded.warnings:
-            self.banner.show_message("Opened with warnings: " + "; ".join(loaded.warnings[:3]), "info")
-        self.status.show_message(f"Opened {path}: {len(loaded.records)} iterations", 8000)
-        self.trace_opened.emit(str(path))
-        return True
-
-    def offer_interrupted_session(self) -> None:
-        try:
-            from specscope.app.session_folders import describe_session
-            from specscope.core.trace.autosave import find_interrupted_sessions
-
-            found = find_interrupted_sessions(self.sessions_dir)
-            if not found:
-                return
-            folder = found[0]
-            described = describe_session(folder)
-        except Exception as exc:
-            log.warning("could not look for interrupted sessions: %s", exc)
-            return
-        more = f" ({len(found) - 1} older ones too)" if len(found) > 1 else ""
-        self.banner.show_message(f"A run was interrupted: {described}{more}. Open what it recorded?", "info",
-                                 "Open", lambda: self._open_interrupted(folder))
-        self.interrupted_folder = folder
-
-    def _open_interrupted(self, folder: Path) -> None:
-        from specscope.core.trace.autosave import dismiss_interrupted_session
-
-        if self.open_trace(folder):
-            dismiss_interrupted_session(folder)
 
     # ---- closing ---------------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:

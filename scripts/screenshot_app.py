@@ -74,7 +74,7 @@ def main() -> int:
         print(f"demo unavailable ({reason}); replaying a synthetic trace", flush=True)
         events = synthetic_records(400, k=4, accept=lambda i: (i * 7) % 5, flag_every=97)
         write_trace(tmp / "synthetic.csv", events, {"note": "synthetic"})
-        window.open_trace(tmp / "synthetic.csv")
+        window.files.open_trace(tmp / "synthetic.csv")
 
     def check() -> None:
         n = len(window.data.records)

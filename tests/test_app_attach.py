@@ -146,7 +146,7 @@ def test_an_attached_run_disables_start_and_is_autosaved(qtbot, tmp_path, fake_s
     assert loaded.events[0].prompt == "Tell me about ferries"
     live = w.data.estimate
     with qtbot.waitSignal(w.trace_opened, timeout=10_000):
-        assert w.open_trace(folder)
+        assert w.files.open_trace(folder)
     assert w.state == "replay" and len(w.data.records) == len(result.records)
     assert w.data.estimate is not None and live is not None
     assert w.data.estimate.alpha_text() == live.alpha_text()

@@ -35,7 +35,7 @@ def test_deep_json_names_the_event_log_and_line(qtbot, tmp_path) -> None:
     window = make_window(qtbot, tmp_path)
     paths = write_trace(tmp_path / "run.csv", sample_records(), {})
     _set_first_top5(paths.events, 3, "[" * 1500 + "]" * 1500)
-    assert not window.open_trace(paths.iterations)  # replay reads the event log: that is the file named
+    assert not window.files.open_trace(paths.iterations)  # replay reads the event log: that is the file named
     title, text = window.last_message
     assert title == "Cannot open trace"
     assert text.startswith("run.events.jsonl: line 3:") and "nested deeper than" in text
@@ -46,7 +46,7 @@ def test_non_utf8_session_file_opens_with_a_warning(qtbot, tmp_path) -> None:
     window = make_window(qtbot, tmp_path)
     paths = write_trace(tmp_path / "run.csv", sample_records(), {})
     paths.session.write_bytes(b"{\"format\": \"\xff\"}")
-    assert window.open_trace(paths.iterations)
+    assert window.files.open_trace(paths.iterations)
     assert len(window.data.records) == len(sample_records())
     assert "run.session.json" in window.banner.label.text() and "not UTF-8" in window.banner.label.text()
 
@@ -57,7 +57,7 @@ def test_export_to_a_full_disk_names_the_path_and_leaves_nothing(qtbot, tmp_path
     full_disk(monkeypatch, free=100)
     target = tmp_path / "out" / "run.csv"
     target.parent.mkdir()
-    assert not window.export_trace(target)
+    assert not window.files.export_trace(target)
     title, text = window.last_message
     assert title == "Export failed" and str(target) in text and "No space left on device" in text
     assert leftovers(tmp_path / "out") == [] and list((tmp_path / "out").iterdir()) == []
@@ -72,7 +72,7 @@ def test_a_session_folder_that_holds_nothing_is_not_offered(qtbot, tmp_path) -> 
     (empty / RUNNING_MARKER).write_text('{"pid": 999999999}', encoding="utf-8")
     (empty / "trace.csv").write_text("", encoding="utf-8")
     window = make_window(qtbot, tmp_path, check_interrupted=True)
-    window.offer_interrupted_session()
+    window.files.offer_interrupted_session()
     assert window.banner.isHidden() and getattr(window, "interrupted_folder", None) is None
 
 
@@ -99,7 +99,7 @@ def test_autosave_that_stops_mid_run_is_reported_when_the_run_ends(qtbot, tmp_pa
     assert window.banner.isVisible() and text.startswith("Autosave to ") and "stopped: token_id = -2" in text
     assert "Export trace" in text
     monkeypatch.setattr(event_log.EventLogAppender, "append", original)
-    assert window.export_trace(tmp_path / "kept.csv")  # nothing decoded is lost: it is all still exportable
+    assert window.files.export_trace(tmp_path / "kept.csv")  # nothing decoded is lost: it is all still exportable
 
 
 # --- issue 31: a hostile trace opened, an unwritable export path, the shortcut -----------------------------
@@ -151,7 +151,7 @@ def test_a_hostile_trace_opened_in_the_window_is_one_sentence(qtbot, tmp_path, c
     main = _legacy_trace(tmp_path / "t")
     damage, says = HOSTILE_TRACES[case]
     damage(main.parent)
-    assert not window.open_trace(main)
+    assert not window.files.open_trace(main)
     title, text = window.last_message
     assert title == "Cannot open trace" and says in text, text
     assert "\n" not in text and len(text) < 300 and "Error" not in text  # a sentence, not an exception's name
@@ -163,7 +163,7 @@ def test_a_trace_with_repeated_rows_opens_with_what_was_repaired(qtbot, tmp_path
     main = _legacy_trace(tmp_path)
     lines = main.read_text(encoding="utf-8").splitlines(keepends=True)
     main.write_text("".join([lines[0], *lines[1:3] * 300, *lines[3:]]), encoding="utf-8")
-    assert window.open_trace(main)
+    assert window.files.open_trace(main)
     assert len(window.data.records) == len(sample_records())
     assert "iteration rows repeated an earlier iteration number" in window.banner.label.text()
 
@@ -195,7 +195,7 @@ def test_an_unwritable_export_path_is_one_sentence_and_replaces_nothing(qtbot, t
     out.mkdir()
     target = _unwritable(out, kind)
     before = {p.name: stat.S_IFMT(os.lstat(p).st_mode) for p in out.iterdir()}
-    assert not getattr(window, export)(target)
+    assert not getattr(window.files, export)(target)
     title, text = window.last_message
     assert title == "Export failed" and "\n" not in text and len(text) < 300, text
     assert str(target) in text or target.name in text

@@ -53,9 +53,9 @@ def test_a_live_run_after_a_replay_drops_replay_from_the_title(qtbot, tmp_path):
 
     w = make_window(qtbot, tmp_path)
     w.ingest(synthetic_records(10))
-    assert w.export_trace(tmp_path / "t.csv")
+    assert w.files.export_trace(tmp_path / "t.csv")
     load_tiny(qtbot, w, "perfect")
-    assert w.open_trace(tmp_path / "t.csv") and "(replay)" in w.windowTitle()
+    assert w.files.open_trace(tmp_path / "t.csv") and "(replay)" in w.windowTitle()
     w.panel.max_new.setValue(8)
     with qtbot.waitSignal(w.run_ended, timeout=60_000):
         w.start_run()
@@ -69,12 +69,12 @@ def test_open_trace_lists_only_files_it_opens(qtbot, tmp_path):
 
     w = make_window(qtbot, tmp_path)
     w.ingest(synthetic_records(5))
-    assert w.export_trace(tmp_path / "run.csv") and w.export_chrome_trace(tmp_path / "run.json")
-    assert w.export_png(tmp_path / "run.png")
+    assert w.files.export_trace(tmp_path / "run.csv") and w.files.export_chrome_trace(tmp_path / "run.json")
+    assert w.files.export_png(tmp_path / "run.png")
     listed = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and is_openable_trace(p.name))
     assert listed == ["run.csv", "run.events.jsonl", "run.session.json"]  # the event log is the trace
     for name in listed:
-        assert w.open_trace(tmp_path / name)
+        assert w.files.open_trace(tmp_path / name)
 
 
 def test_runs_prune_old_session_folders_to_the_setting(qtbot, tmp_path):

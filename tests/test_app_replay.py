@@ -68,7 +68,7 @@ def _replay_eagle_after_a_lookup_run(qtbot, tmp_path):
     assert "tiny lookup pair" in w.run_panel.pair.text() and "drafter: lookup" in w.run_panel.pair.text()
     paths, events = _eagle_trace(tmp_path)
     with qtbot.waitSignal(w.trace_opened, timeout=10_000):
-        assert w.open_trace(paths.iterations)
+        assert w.files.open_trace(paths.iterations)
     return w, events
 
 
@@ -165,7 +165,7 @@ def test_every_surface_shows_the_snapshots_alpha_and_speedup_live_and_in_replay(
     folders = list((w.data_dir / "sessions").iterdir())
     assert len(folders) == 1
     with qtbot.waitSignal(w.trace_opened, timeout=10_000):
-        assert w.open_trace(folders[0])
+        assert w.files.open_trace(folders[0])
     again = w.data.estimate
     assert again is not None
     assert (again.alpha_text(), again.speedup_text(), again.best_k_text()) == (

@@ -141,7 +141,7 @@ def test_model_raising_mid_run_leaves_app_usable(qtbot, window, tmp_path):
     assert window.banner.isVisible()
     kept = len(window.data.records)
     assert kept >= 1
-    assert window.export_trace(tmp_path / "after_error.csv")
+    assert window.files.export_trace(tmp_path / "after_error.csv")
     # The app goes on: a fresh pair loads and runs.
     load_tiny(qtbot, window, "perfect")
     assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
@@ -156,14 +156,14 @@ def test_export_then_reopen_gives_the_same_data(qtbot, window, tmp_path):
               for r in window.data.records]
     shown = [(it, t.token_id, t.status.value) for it, t in window.token_view.shown_tokens()]
     n_baselines = len(window.data.baselines)
-    assert window.export_trace(tmp_path / "run.csv")
-    assert window.export_chrome_trace(tmp_path / "run.json")
-    assert window.export_png(tmp_path / "plots.png")
+    assert window.files.export_trace(tmp_path / "run.csv")
+    assert window.files.export_chrome_trace(tmp_path / "run.json")
+    assert window.files.export_png(tmp_path / "plots.png")
     assert json.loads((tmp_path / "run.json").read_text())["traceEvents"]
     assert (tmp_path / "plots.png").stat().st_size > 1000
 
     with qtbot.waitSignal(window.trace_opened, timeout=10_000):
-        assert window.open_trace(tmp_path / "run.csv")
+        assert window.files.open_trace(tmp_path / "run.csv")
     after = [(r.iteration, r.controls.k, r.n_accepted, r.draft_ms, [(t.token_id, t.status.value, t.p)
                                                                       for t in r.tokens])
              for r in window.data.records]
@@ -177,7 +177,7 @@ def test_export_then_reopen_gives_the_same_data(qtbot, window, tmp_path):
 def test_corrupt_trace_gets_a_clear_message(qtbot, window, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,age\nalice,31\n")
-    assert not window.open_trace(bad)
+    assert not window.files.open_trace(bad)
     assert window.last_message is not None
     title, text = window.last_message
     assert title == "Cannot open trace" and text
