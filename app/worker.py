@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from specscope.core.controls import Controls
+from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, Controls
 from specscope.core.events import Event
 from specscope.core.gc_freeze import freeze_what_is_loaded, unfreeze
 from specscope.core.measure.snapshot import Estimate
@@ -60,7 +60,7 @@ class RecordBuffer:
 @dataclass
 class RunRequest:
     prompt: str
-    max_new_tokens: int = 256
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     seed: int | None = None
     plain: bool = False
     memory_period_s: float = 0.25

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from specscope.core.events import Event, RunFinished, RunStarted, control_changes
-from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenRecord
+from specscope.core.records import (
+    PLAIN_MODE,
+    SPECULATIVE_MODE,
+    BaselineRecord,
+    ControlValues,
+    IterationRecord,
+    TokenRecord,
+)
 from specscope.core.trace.cells import FLOAT, INT, MEMORY_JSON_MAX_CHARS, OPT_FLOAT
 from specscope.core.trace.errors import (
     JsonLimitError,
@@ -323,7 +330,7 @@ def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
         baselines, _ = _parse_rows(
             paths.baselines, header, rows, lambda row: _parse_baseline(row, verify_cols), warnings
         )
-    elif records and any(r.mode == "speculative" for r in records):
+    elif records and any(r.mode == SPECULATIVE_MODE for r in records):
         warnings.append(f"{paths.baselines.name}: missing; no measured speed-up can be replayed")
 
     meta = _read_sidecar(paths.session, warnings)
@@ -363,7 +370,7 @@ def legacy_stream(records: list[IterationRecord], baselines: list[BaselineRecord
         def text_of(*values: Any) -> str:
             return next((v for v in values if isinstance(v, str) and v), "")
 
-        kind = next((r.drafter for r in records if r.mode != "plain"), "none")
+        kind = next((r.drafter for r in records if r.mode != PLAIN_MODE), "none")
         events.append(RunStarted(source="trace", target=text_of(session.get("target"), pair.get("target")),
                                  draft=text_of(session.get("draft"), pair.get("draft")), drafter=kind,
                                  description=text_of(session.get("pair_description")),

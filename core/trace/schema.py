@@ -212,7 +212,6 @@ LEGACY_VERIFY_JSON_COLUMN = "verify_ms_by_len_json"  # how 0.1.0's autosave held
 ITERATION_COLUMNS = tuple(c.name for c in ITERATION_SCHEMA)
 TOKEN_COLUMNS = tuple(c.name for c in TOKEN_SCHEMA)
 BASELINE_COLUMNS = tuple(c.name for c in BASELINE_SCHEMA)
-PLOTTED_COLUMNS = tuple(c.name for c in ITERATION_SCHEMA if c.plotted)
 _ITERATION_FIXED = frozenset((*ITERATION_COLUMNS, MEMORY_JSON_COLUMN))
 
 _UNIT_SUFFIXES = (
@@ -234,11 +233,6 @@ def _memory_columns(memory_keys: Sequence[str] | None) -> list[Column]:
         return [MEMORY_JSON_SPEC]
     return [_col(k, unit_of(k), OPT_FLOAT, "memory sample joined to the iteration",
                  getter=lambda r, k=k: r.memory.get(k)) for k in memory_keys]
-
-
-def iteration_columns(memory_keys: Sequence[str] | None) -> list[str]:
-    """Header of the iteration CSV: memory keys as columns, or ``None`` for the one-JSON-column form."""
-    return [*ITERATION_COLUMNS, *(c.name for c in _memory_columns(memory_keys))]
 
 
 def column_specs(memory_keys: Sequence[str] | None) -> dict[str, Any]:
