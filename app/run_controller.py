@@ -187,16 +187,22 @@ class RunController(QObject):
         return str(device) if device is not None else ""
 
     # ---- loading ---------------------------------------------------------------------------------------
-    def load(self, what: LoadRequest) -> bool:
+    def _begin_loading(self, refusal: str) -> bool:
+        """Clear the screen for another pair (what was on it belonged to the old pair or a replay: nothing of it
+        may stay under the new one); False, with ``refusal`` said, while a run is active."""
         if self.state.active:
-            self.error.emit("Stop the run before loading other models.")
+            self.error.emit(refusal)
             return False
         self.has_pair = False
-        # what was on screen belonged to the old pair or a replay: nothing of it may stay under the new one
         self.reset_data()
         self.replay_path = None
         self.finish_reason = ""
         self._set_state(RunState.LOADING)
+        return True
+
+    def load(self, what: LoadRequest) -> bool:
+        if not self._begin_loading("Stop the run before loading other models."):
+            return False
         if isinstance(what, PairChoice) and not decode_in_process():
             self.link.start_local(what.worker_args())  # a worker process loads it; the window imports no torch
         else:
@@ -207,14 +213,8 @@ class RunController(QObject):
 
     def connect_worker(self, address: WorkerAddress) -> bool:
         """Decode on a worker someone started with ``specscope serve`` (this app's own worker is stopped)."""
-        if self.state.active:
-            self.error.emit("Stop the run before connecting to another worker.")
+        if not self._begin_loading("Stop the run before connecting to another worker."):
             return False
-        self.has_pair = False
-        self.reset_data()
-        self.replay_path = None
-        self.finish_reason = ""
-        self._set_state(RunState.LOADING)
         self.progress.emit(f"Connecting to the worker at {address.netloc}…", -1.0)
         self.link.connect_remote(address)
         return True

@@ -148,11 +148,9 @@ def resolve_drafter_defaults(args: argparse.Namespace) -> None:
         args.k = default_k(drafter)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    resolve_drafter_defaults(args)
-    controls = _controls(args)
-    drill = _drill(args)
-    text = _prompt_text(args)
+def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
+    """Refuse unwritable ``--trace``/``--chrome-trace`` paths before anything runs; True (and the libraries'
+    progress bars silenced) when the run reports quietly (``--quiet`` or ``--json``)."""
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)
     if args.chrome_trace is not None:
@@ -160,6 +158,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet = bool(args.quiet or args.json)
     if quiet:
         _quiet_libraries()
+    return quiet
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    resolve_drafter_defaults(args)
+    controls = _controls(args)
+    drill = _drill(args)
+    text = _prompt_text(args)
+    quiet = check_outputs_and_quiet(args)
 
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.engine.models import load_pair

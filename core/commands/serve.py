@@ -159,8 +159,7 @@ def remote_description(args: argparse.Namespace, client: WorkerClient) -> dict[s
 
 
 def cmd_run_remote(args: argparse.Namespace) -> int:
-    from specscope.core.commands.cli_checks import check_writable
-    from specscope.core.commands.run import _controls, _drill, _prompt_text, _quiet_libraries
+    from specscope.core.commands.run import _controls, _drill, _prompt_text, check_outputs_and_quiet
     from specscope.core.drafter_catalogue import adaptive_k_default, default_k
     from specscope.core.session import SessionOptions
 
@@ -169,13 +168,7 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
         address = parse_worker_url(args.remote)
     except BadWorkerUrl as exc:
         raise CliError(f"--remote: {exc}") from None
-    if args.trace is not None:
-        check_writable(args.trace, "--trace", trace=True)
-    if args.chrome_trace is not None:
-        check_writable(args.chrome_trace, "--chrome-trace")
-    quiet = bool(args.quiet or args.json)
-    if quiet:
-        _quiet_libraries()
+    quiet = check_outputs_and_quiet(args)
     try:
         client = WorkerClient.connect(address)
     except WorkerRefused as exc:
