@@ -1,6 +1,6 @@
 """An attached server as a source of the run's event stream, like a local decode.
 
-``core.attach.attach`` is blocking I/O (no torch); it runs on a plain Python thread here. That thread is the
+``core.attach.client.attach`` is blocking I/O (no torch); it runs on a plain Python thread here. That thread is the
 attached run's session: it emits ``RunStarted``, every verify pass the engine reports, and ``RunFinished``;
 feeds each event to the run's measurement (the one owner of its numbers); and hands the event with the snapshot
 after it to the sinks — the window's buffer, drained by the run controller's tick like a local run's, and the
