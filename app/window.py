@@ -508,7 +508,8 @@ class MainWindow(QMainWindow):
         if last is not None and last.mode == ATTACHED_MODE and not k:  # the engine did not say its k: what it drafted
             k = max(r.n_drafted for r in data.records[-8:])
         adaptive = bool(est and est.adaptive)
-        numbers = f"{est.alpha_text()} · speed-up {est.speedup_text()}" if est is not None else ""
+        numbers = "" if est is None else " · ".join(
+            [est.alpha_text(), f"speed-up {est.speedup_text()}", *([est.cost.text()] if est.cost else [])])
         self.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "",
                               numbers)
         # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing

@@ -138,6 +138,8 @@ def _assert_surfaces_show(w, est) -> None:
         assert est.alpha_text() in shown[name], (name, shown[name], est.alpha_text())
     for name in ("status bar", "run panel k line", "speed-up plot", "k advisor"):
         assert est.speedup_text() in shown[name], (name, shown[name], est.speedup_text())
+    # the measurement's own cost, from the same snapshot (issue 25: the run panel says what measuring costs)
+    assert est.cost is not None and est.cost.text() in shown["run panel k line"], shown["run panel k line"]
 
 
 def test_every_surface_shows_the_snapshots_alpha_and_speedup_live_and_in_replay(qtbot, tmp_path):
