@@ -412,9 +412,7 @@ def load_demo_pair(
         from specscope.core.engine.drafters.suffix import SuffixDrafter
 
         # ``suffix``: a PairSpec carrying the suffix_* parameters; None = vLLM's defaults
-        drafter_obj = SuffixDrafter() if suffix is None else SuffixDrafter(
-            max_tree_depth=suffix.suffix_max_tree_depth, max_spec_factor=suffix.suffix_max_spec_factor,
-            min_token_prob=suffix.suffix_min_token_prob, max_cached_requests=suffix.suffix_max_cached_requests)
+        drafter_obj = SuffixDrafter() if suffix is None else SuffixDrafter.from_spec(suffix)
         description += " with suffix decoding"
     else:
         from specscope.core.engine.drafters.early_exit import EarlyExitDrafter

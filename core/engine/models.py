@@ -178,7 +178,9 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
 
         return PromptLookupDrafter(max_ngram=spec.lookup_max_ngram, num_tokens=spec.lookup_num_tokens)
     if spec.drafter == "suffix":
-        return suffix_drafter(spec)
+        from specscope.core.engine.drafters.suffix import SuffixDrafter
+
+        return SuffixDrafter.from_spec(spec)
     if spec.drafter == "eagle":
         from specscope.core.engine.drafters.eagle import EagleDrafter
         from specscope.core.engine.drafters.eagle_files import load_head
@@ -193,14 +195,6 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
     total = int(target.model.config.get_text_config().num_hidden_layers)
     n = spec.early_exit_layers if spec.early_exit_layers is not None else default_early_exit_layers(total)
     return EarlyExitDrafter(target.model, n, vocab_size=width, device=target.device)
-
-
-def suffix_drafter(spec: PairSpec) -> Drafter:
-    from specscope.core.engine.drafters.suffix import SuffixDrafter
-
-    return SuffixDrafter(max_tree_depth=spec.suffix_max_tree_depth, max_spec_factor=spec.suffix_max_spec_factor,
-                         min_token_prob=spec.suffix_min_token_prob,
-                         max_cached_requests=spec.suffix_max_cached_requests)
 
 
 def _eagle_dtype(text: str, target_dtype: torch.dtype, device: torch.device) -> torch.dtype:

@@ -26,6 +26,7 @@ matched nodes the same way (``SuffixTree.extend_matches``), so nothing is matche
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -97,6 +98,12 @@ class SuffixDrafter(Drafter):
     """
 
     name = "suffix"
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SuffixDrafter:
+        """The drafter a pair spec asks for (its ``suffix_*`` fields, as the CLI and the app set them)."""
+        return cls(max_tree_depth=spec.suffix_max_tree_depth, max_spec_factor=spec.suffix_max_spec_factor,
+                   min_token_prob=spec.suffix_min_token_prob, max_cached_requests=spec.suffix_max_cached_requests)
 
     def __init__(self, max_tree_depth: int = DEFAULT_MAX_TREE_DEPTH,
                  max_spec_factor: float = DEFAULT_MAX_SPEC_FACTOR,
