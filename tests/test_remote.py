@@ -258,6 +258,13 @@ def test_nothing_listening_is_one_sentence(capsys) -> None:
     assert rc == 2 and "Could not connect to a worker at 127.0.0.1:" in one_sentence(err)
 
 
+@pytest.mark.parametrize("host", ["", "   "])
+def test_serve_refuses_an_empty_host_before_loading(capsys, host) -> None:
+    """An empty --host would listen on every interface and print the unusable URL specscope://:7777/."""
+    rc, _out, err = cli(capsys, "serve", "--demo", "--host", host)
+    assert rc == 2 and "argument --host: needs an address" in err.strip().splitlines()[-1]
+
+
 def test_a_second_client_is_refused_until_the_first_leaves(worker) -> None:
     first = WorkerClient.connect(worker.address)
     with pytest.raises(WorkerRefused, match=r"The worker already has a client; .* one client at a time"):

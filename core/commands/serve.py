@@ -31,13 +31,21 @@ _PAIR_OPTIONS = ("target", "draft", "demo", "drafter")
 
 
 # ---- serve ------------------------------------------------------------------------------------------------
+def _host(text: str) -> str:
+    """An address to listen on; an empty one would listen on every interface and print an unusable URL."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs an address (127.0.0.1, or 0.0.0.0 for every interface), got an "
+                                          "empty one")
+    return text.strip()
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from specscope.core.commands.cli_checks import whole_number
     from specscope.core.commands.pair_arguments import add_pair_arguments
 
     add_pair_arguments(parser)
     g = parser.add_argument_group("serving")
-    g.add_argument("--host", default="127.0.0.1",
+    g.add_argument("--host", type=_host, default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: reach it from elsewhere through an ssh tunnel)")
     g.add_argument("--port", type=whole_number(0, 65535), default=7777,
                    help="port (default 7777; 0 = any free port, the printed URL has the real one)")
