@@ -6,12 +6,14 @@ import queue
 import sys
 import threading
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from specscope.core.controls import Controls
+from specscope.core.engine import speculative
 from specscope.core.engine.drafters.base import Drafter, Proposal
 from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.sampling import processed_probs
@@ -313,7 +315,9 @@ class _Interrupt(BaseException):
     """What a SIGINT handler raises (the CLI's ``Interrupted`` is a BaseException too)."""
 
 
-_WATCHED = ("specscope", "torch/utils/_contextlib.py", "torch/autograd/grad_mode.py")
+# The loop's own files (wherever the package is installed: an editable install's paths do not contain
+# "specscope"), and torch's grad-mode wrappers around the steps.
+_WATCHED = (str(Path(speculative.__file__).parent), "torch/utils/_contextlib.py", "torch/autograd/grad_mode.py")
 
 
 def _consume_with_interrupt_at(decoder: Decoder, prompt: list[int], at: int | None) -> tuple[int, BaseException | None]:
@@ -360,5 +364,7 @@ def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
         if caught is None:
             continue  # this line ran only in the traced-through run: nothing was interrupted
         landed += 1
-        assert decoder.result is not None, f"the result was lost when the interrupt landed at line {at} of {total}"
+        result = decoder.result
+        assert result is not None, f"the result was lost when the interrupt landed at line {at} of {total}"
+        assert result.token_ids == [t.token_id for r in result.iterations for t in r.tokens if t.status.committed]
     assert landed > 100

@@ -198,6 +198,20 @@ class Decoder:
             return int(torch.argmax(logits_row).item())
         return sample_from(processed_probs(logits_row.unsqueeze(0), controls)[0], gen)
 
+    def _seeded_generators(self, seed: int | None) -> torch.Generator | None:
+        """The target's generator for a seeded run (None unseeded); a draft on another device gets its own."""
+        self._draft_gen = None
+        if seed is None:
+            return None
+        gen = torch.Generator(device=self.target.device)
+        gen.manual_seed(seed)
+        draft_device = getattr(self.drafter, "device", None)
+        if isinstance(draft_device, torch.device) and draft_device != self.target.device:
+            # A generator only draws on its own device: the draft samples with its own, seeded too.
+            self._draft_gen = torch.Generator(device=draft_device)
+            self._draft_gen.manual_seed(seed + 1)
+        return gen
+
     # ---- the loops -----------------------------------------------------------------------------------
     # The steps run in inference mode; the generator itself is not wrapped. torch's decorator turns a generator
     # into an outer one that enters the mode around each send, and an exception raised in that outer frame
@@ -210,12 +224,14 @@ class Decoder:
         plain: bool = False,
     ) -> Generator[IterationRecord | ControlChange, None, None]:
         """Iteration records in order, with a :class:`ControlChange` before the first iteration that runs
-        under changed controls. Every target pass here commits tokens: a baseline is a few plain iterations."""
+        under changed controls. Every target pass here commits tokens: a baseline is a few plain iterations.
+
+        Bad arguments raise here, before anything runs. ``result`` holds an empty run from this call on, so an
+        interrupt that lands before the loop's first line still leaves a result (with nothing decoded)."""
         if not prompt_ids:
             raise ValueError("the prompt is empty: at least one token is needed")
         if not plain and self.drafter is None:
             raise ValueError("speculative decoding needs a drafter (or pass plain=True)")
-        controls = controls or Controls()
         opts = options or DecodeOptions()
         window_bound = False  # the context window, not max_new_tokens, ends the run
         if opts.context_window is not None:
@@ -225,28 +241,25 @@ class Decoder:
                                  f"({opts.context_window:,} positions)")
             if room < opts.max_new_tokens:
                 opts, window_bound = replace(opts, max_new_tokens=room), True
-        gen: torch.Generator | None = None
-        self._draft_gen = None
-        if opts.seed is not None:
-            gen = torch.Generator(device=self.target.device)
-            gen.manual_seed(opts.seed)
-            draft_device = getattr(self.drafter, "device", None)
-            if isinstance(draft_device, torch.device) and draft_device != self.target.device:
-                # A generator only draws on its own device: the draft samples with its own, seeded too.
-                self._draft_gen = torch.Generator(device=draft_device)
-                self._draft_gen.manual_seed(opts.seed + 1)
+        self.result = RunResult(prompt_ids=list(prompt_ids), token_ids=[], text="", iterations=[],
+                                finish_reason="max_new_tokens", elapsed_s=0.0)
+        return self._loop(list(prompt_ids), controls or Controls(), opts, window_bound, plain)
+
+    def _loop(
+        self, prompt_ids: list[int], controls: Controls, opts: DecodeOptions, window_bound: bool, plain: bool,
+    ) -> Generator[IterationRecord | ControlChange, None, None]:
         ids = list(prompt_ids)
         n_prompt = len(prompt_ids)
         records: list[IterationRecord] = []
         finish = "max_new_tokens"
         t_run = time.perf_counter()
-        self.result = None
-        last_values: ControlValues | None = None
-        baseline_left = 0  # plain steps still to run in the baseline under way
-        since_baseline = 0  # speculative iterations since the last baseline
-        gap = opts.baseline_every
-        first_baseline_due = bool(opts.baseline_every and opts.baseline_first)  # before the first iteration
         try:
+            gen = self._seeded_generators(opts.seed)
+            last_values: ControlValues | None = None
+            baseline_left = 0  # plain steps still to run in the baseline under way
+            since_baseline = 0  # speculative iterations since the last baseline
+            gap = opts.baseline_every
+            first_baseline_due = bool(opts.baseline_every and opts.baseline_first)  # before the first iteration
             self._prefill(prompt_ids)
             iteration = 0
             while len(ids) - n_prompt < opts.max_new_tokens:
@@ -285,7 +298,9 @@ class Decoder:
                     break
                 yield rec
         finally:
-            gen_ids = ids[n_prompt:]
+            # The tokens of the recorded iterations: an interrupt inside a step (after its tokens joined the
+            # context, before its record did) leaves the result as consistent as the trace.
+            gen_ids = ids[n_prompt:n_prompt + records[-1].generated_len] if records else []
             self.result = RunResult(
                 prompt_ids=list(prompt_ids),
                 token_ids=gen_ids,
