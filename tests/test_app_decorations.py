@@ -151,14 +151,14 @@ def test_memory_series_are_distinct_grouped_and_leave_the_plot_its_height(qtbot,
 def test_tokens_go_beside_the_plots_only_when_both_fit(qtbot, tmp_path):
     from PySide6.QtCore import Qt
 
-    from specscope.app.window import BESIDE_MIN_WIDTH, MIN_PLOT_COLUMN_PX
+    from specscope.app.arrangement import BESIDE_MIN_WIDTH, MIN_PLOT_COLUMN_PX
 
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)
     w.ingest([replace(e, memory=DEMO_MEMORY) if hasattr(e, "tokens") else e for e in synthetic_records(30, k=4)])
-    w.beside_action.trigger()
+    w.arrangement.beside_action.trigger()
     qtbot.wait(50)
-    assert w.beside_action.isChecked()  # the wish is kept...
+    assert w.arrangement.beside_action.isChecked()  # the wish is kept...
     assert w.centralWidget().width() < BESIDE_MIN_WIDTH
     assert w.splitter.orientation() == Qt.Orientation.Vertical  # ...but at 1280x720 the tokens stay below
     assert "beside them needs" in w.status.message.text()
