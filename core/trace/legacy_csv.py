@@ -172,6 +172,12 @@ def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
     return baseline
 
 
+def _current_names(header: list[str], schema: Sequence[Column]) -> list[str]:
+    """The header with a column's old name (``Column.old_names``) read as its name, unless both are there."""
+    current = {old: c.name for c in schema for old in c.old_names if c.name not in header}
+    return [current.get(name, name) for name in header]
+
+
 def _read_csv(
     path: Path, what: str, schema: Sequence[Column], warnings: list[str]
 ) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -200,7 +206,7 @@ def _read_csv(
         if rows and not terminated:
             line, _ = rows.pop()
             warnings.append(f"{path.name}: line {line}: truncated last row dropped")
-    header = [h.strip() for h in header]
+    header = _current_names([h.strip() for h in header], schema)
     missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
         if tuple(header[:3]) == TOKEN_COLUMNS[:3] and what == "trace":
@@ -378,10 +384,10 @@ def legacy_stream(records: list[IterationRecord], baselines: list[BaselineRecord
                                  prompt_tokens=max(0, first.context_len - first.generated_len),
                                  controls=first.controls, max_new_tokens=0, t_s=first.t_start_s))
     changes = {c.iteration: c for c in control_changes(records)}
-    pending = sorted(baselines, key=lambda b: b.after_iteration)
+    pending = sorted(baselines, key=lambda b: b.iterations_done)
     i = 0
     for r in records:
-        while i < len(pending) and pending[i].after_iteration <= r.iteration:
+        while i < len(pending) and pending[i].iterations_done <= r.iteration:
             events.append(pending[i])
             i += 1
         if r.iteration in changes:
