@@ -20,7 +20,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from specscope.core.engine.acceptance import residual_distribution
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.sampling import processed_probs
 from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.progress import Progress, report_progress
 from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
 from specscope.core.records import ControlValues
 from specscope.core.trace.errors import TraceError
@@ -59,7 +60,6 @@ from specscope.core.trace.files import atomic_text_files
 RULES = ("correct", "resample-from-p", "keep-draft")
 MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them
 MAX_OFFSETS = 64  # contexts per prompt
-Progress = Callable[[str, float], None]
 
 
 # ---- statistics -------------------------------------------------------------------------------------
@@ -405,8 +405,7 @@ def verify_pair(
     def tick(message: str) -> None:
         nonlocal done
         done += 1
-        if progress is not None:
-            progress(message, done / max(1, steps))
+        report_progress(progress, message, done / max(1, steps))
 
     need_plain = greedy or any(o > 0 for o in context_offsets)
     for prompt in prompts:
