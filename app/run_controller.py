@@ -41,7 +41,7 @@ from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
-    from specscope.core.attach.client import AttachOptions
+    from specscope.core.attach.options import AttachOptions
     from specscope.core.engine.pair import ModelPair
     from specscope.core.remote.url import WorkerAddress
     from specscope.core.trace.layout import LoadedTrace

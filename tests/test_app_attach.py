@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.attach.client import AttachOptions
+from specscope.core.attach.options import AttachOptions
 
 from .app_helpers import load_tiny, make_window, qt_binding_broken
 
