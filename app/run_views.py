@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specscope.app.run_controller import RunState
+from specscope.app.run_state import RunState
 from specscope.app.sentences import FINISH_WORDS
 from specscope.app.widgets.plot_base import IDLE_TEXT
 from specscope.core.records import ATTACHED_MODE, IterationRecord

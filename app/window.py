@@ -22,8 +22,9 @@ from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QScrollArea
 
 from specscope.app.arrangement import Arrangement
 from specscope.app.pair_choice import PairChoice
-from specscope.app.run_controller import RunController, RunState
+from specscope.app.run_controller import RunController
 from specscope.app.run_data import RunData
+from specscope.app.run_state import RunState
 from specscope.app.run_views import RunViews
 from specscope.app.sentences import full_stop
 from specscope.app.settings import AppSettings
