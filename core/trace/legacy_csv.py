@@ -218,6 +218,18 @@ def _read_csv(
     return header, rows
 
 
+def _read_side_csv(
+    path: Path, what: str, schema: Sequence[Column], noun: str, warnings: list[str]
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """A tokens or baselines CSV (``_read_csv``), rows identical to an earlier one dropped with a warning."""
+    header, rows = _read_csv(path, what, schema, warnings)
+    rows, repeated = drop_repeated_rows(rows)
+    if repeated:
+        warnings.append(f"{path.name}: {repeated:,} {noun} row{'s' * (repeated != 1)} repeating an earlier one "
+                        "dropped")
+    return header, rows
+
+
 def _parse_rows(
     path: Path,
     header: list[str],
@@ -308,11 +320,7 @@ def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
     warnings += sequence_warnings(paths.iterations.name, len(parsed), records, dropped)
 
     if paths.tokens.exists():
-        header, rows = _read_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, warnings)
-        rows, repeated = drop_repeated_rows(rows)
-        if repeated:
-            warnings.append(f"{paths.tokens.name}: {repeated:,} token row{'s' * (repeated != 1)} repeating an "
-                            "earlier one dropped")
+        header, rows = _read_side_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, "token", warnings)
         tokens, _ = _parse_rows(paths.tokens, header, rows, _parse_token, warnings)
         _attach_tokens(records, tokens, paths.tokens.name, warnings)
         for record, line in zip(records, lines, strict=True):
@@ -326,11 +334,7 @@ def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
 
     baselines: list[BaselineRecord] = []
     if paths.baselines.exists():
-        header, rows = _read_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, warnings)
-        rows, repeated = drop_repeated_rows(rows)
-        if repeated:
-            warnings.append(f"{paths.baselines.name}: {repeated:,} baseline row{'s' * (repeated != 1)} repeating "
-                            "an earlier one dropped")
+        header, rows = _read_side_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, "baseline", warnings)
         verify_cols = {c: int(c[len(VERIFY_PREFIX):]) for c in header
                        if c.startswith(VERIFY_PREFIX) and re.fullmatch("[0-9]{1,4}", c[len(VERIFY_PREFIX):])}
         baselines, _ = _parse_rows(
