@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from specscope.app.run_state import RunState
 from specscope.app.sentences import FINISH_WORDS
 from specscope.app.widgets.plot_base import IDLE_TEXT
-from specscope.core.records import ATTACHED_MODE, IterationRecord
+from specscope.core.records import ATTACHED_MODE, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
     from specscope.app.window import MainWindow
@@ -85,6 +85,11 @@ class RunViews:
         else:
             what = c.pair_description if c.has_pair else "speculative decoding profiler"
         self._window.setWindowTitle(f"specscope — {what}")
+
+    def show_drills(self, events: list[DrillEvent]) -> None:
+        """A paging drill started or ended: the drill control says so."""
+        for e in events:
+            self._window.drill_control.on_event(e)
 
     # ---- tokens, plots and numbers ---------------------------------------------------------------------
     def clear(self) -> None:

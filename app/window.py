@@ -43,7 +43,7 @@ from specscope.app.window_menus import WindowMenus
 from specscope.app.worker import Event, PairFactory, RunRequest, WorkerHost
 from specscope.core.controls import switched_drafter_controls
 from specscope.core.events import ControlChange
-from specscope.core.records import ControlValues, DrillEvent
+from specscope.core.records import ControlValues
 
 if TYPE_CHECKING:
     from specscope.core.trace.autosave import SessionRecorder
@@ -130,7 +130,7 @@ class MainWindow(QMainWindow):
         self.panel.drafter_changed.connect(self.change_drafter)
         self.legend.show_rejected_changed.connect(self.token_view.set_show_rejected)
         c.state_changed.connect(self.views.render_state)
-        c.drill_changed.connect(self._on_drill_events)
+        c.drill_changed.connect(self.views.show_drills)
         c.progress.connect(self.status.show_progress)
         c.pair_loaded.connect(self._on_loaded)
         c.load_failed.connect(self._on_load_failed)
@@ -177,10 +177,6 @@ class MainWindow(QMainWindow):
     @property
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
-
-    def _on_drill_events(self, events: list[DrillEvent]) -> None:
-        for e in events:
-            self.drill_control.on_event(e)
 
     # ---- models ----------------------------------------------------------------------------------------
     def choose_models(self) -> None:
