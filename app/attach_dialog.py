@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.core.attach.client import API_KEY_VARIABLES, AttachError, AttachOptions, base_url
+from specscope.core.attach.options import API_KEY_VARIABLES, AttachError, AttachOptions, base_url
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 

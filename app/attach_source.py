@@ -17,7 +17,8 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from specscope.app.worker import RecordBuffer
-from specscope.core.attach.client import AttachError, AttachOptions, AttachResult, attach, redact_url
+from specscope.core.attach.client import AttachResult, attach
+from specscope.core.attach.options import AttachError, AttachOptions, redact_url
 from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.measure.measurement import Measurement
 from specscope.core.records import ControlValues, IterationRecord

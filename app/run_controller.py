@@ -3,8 +3,8 @@ attached server, a decode on a thread of this process), the events drained from 
 
 ``MainWindow`` lays out widgets and forwards the user's intents here (load, start, pause, stop, baseline,
 control changes, open a trace, attach); widgets render what this controller announces through its signals.
-No widget sets run state and no flag lives in two places: the state enum below is the only answer to "what
-is the run doing", and the buttons, the status panel and the window title all read it.
+No widget sets run state and no flag lives in two places: ``RunState`` (``run_state``) is the only answer to
+"what is the run doing", and the buttons, the status panel and the window title all read it.
 
 Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it. A
 chosen pair decodes in a worker process (``worker_link``: this app's own, spawned for the pair, or one File ▸
@@ -24,7 +24,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from specscope.app.pair_choice import PairChoice
 from specscope.app.remote_run import FINISHED, REFUSED, RemoteRun
 from specscope.app.run_data import Marker, Observed, RunData
+from specscope.app.run_state import RunState
 from specscope.app.sentences import finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
@@ -41,7 +41,7 @@ from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
-    from specscope.core.attach.client import AttachOptions
+    from specscope.core.attach.options import AttachOptions
     from specscope.core.engine.pair import ModelPair
     from specscope.core.remote.url import WorkerAddress
     from specscope.core.trace.layout import LoadedTrace
@@ -58,28 +58,6 @@ IN_PROCESS_VARIABLE = "SPECSCOPE_IN_PROCESS"  # "1": decode a chosen pair on a t
 def decode_in_process() -> bool:
     """The pair decodes in the window's own process (tests, debugging) instead of a worker process."""
     return os.environ.get(IN_PROCESS_VARIABLE, "") == "1"
-
-
-
-class RunState(str, Enum):
-    """What the run is doing, in the words the window shows."""
-
-    NO_MODEL = "no model"  # nothing loaded (started with --no-load, or the last load failed)
-    LOADING = "loading"
-    READY = "ready"  # a pair is loaded, no run yet
-    RUNNING = "running"
-    PAUSED = "paused"
-    FINISHED = "finished"  # end of sequence or max tokens
-    STOPPED = "stopped"  # the user stopped it
-    FAILED = "failed"  # a load or a run failed (the error says which)
-    REPLAY = "replay"  # showing a saved run (its own pair, prompt and end); a loaded pair can still start
-
-    @property
-    def active(self) -> bool:
-        """A run is in progress (running or paused)."""
-        return self in (RunState.RUNNING, RunState.PAUSED)
-
-
 
 
 class RunController(QObject):

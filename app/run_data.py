@@ -114,7 +114,7 @@ class RunData:
                 if event.label:
                     self.markers.append(Marker(event.iteration, event.label))
             elif isinstance(event, DrillEvent):
-                self.markers.append(Marker(event.before_iteration, event.label))
+                self.markers.append(Marker(event.iterations_done, event.label))
             elif isinstance(event, BaselineRecord):
                 self.baselines.append(event)
             elif isinstance(event, RunStarted):

@@ -59,7 +59,7 @@ class TraceFiles:
         values = self.window.panel.values()
         request = RunRequest(prompt=self.window.panel.prompt_text(), max_new_tokens=self.window.panel.max_new.value(),
                              seed=self.window.panel.seed_value())
-        return self.window._session_meta(request, values)
+        return self.window.session_meta(request, values)
 
     def shown_session_meta(self) -> dict[str, Any]:
         """What the sidecar of an export says of the run on screen: its own pair, prompt and controls (the
@@ -131,8 +131,8 @@ class TraceFiles:
             return False
         self.window.token_view.decode = None  # a replay has no tokenizer: top-5 shows the recorded ids
         self.window.controller.replay(loaded, str(path))
-        self.window.redraw_all()
-        self.window._render_state(self.window.controller.state)
+        self.window.views.redraw_all()
+        self.window.views.render_state(self.window.controller.state)
         if loaded.warnings:
             self.window.banner.show_message("Opened with warnings: " + "; ".join(loaded.warnings[:3]), "info")
         self.window.status.show_message(f"Opened {path}: {len(loaded.records)} iterations", 8000)

@@ -24,6 +24,7 @@ from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, Controls
 from specscope.core.events import Event
 from specscope.core.gc_freeze import freeze_what_is_loaded, unfreeze
 from specscope.core.measure.snapshot import Estimate
+from specscope.core.progress import Progress
 from specscope.core.records import ControlValues
 
 if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at run time loads torch
@@ -34,8 +35,7 @@ if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at
     from specscope.core.trace.autosave import SessionRecorder
 
 Observed = tuple[Event, Estimate | None]  # an event and the measurement's snapshot after it
-ProgressFn = Callable[[str, float], None]
-PairFactory = Callable[[ProgressFn], "ModelPair"]
+PairFactory = Callable[[Progress], "ModelPair"]
 LoadRequest = Union["PairChoice", "PairSpec", PairFactory]
 
 

@@ -142,7 +142,7 @@ class BaselineRecord:
     committed their tokens hold them (read and replayed, never produced now: a baseline is now a run of plain
     iterations in the stream)."""
 
-    after_iteration: int
+    iterations_done: int  # when the plain steps ran (older traces: after_iteration; the readers take both)
     context_len: int
     step_ms: list[float]  # one plain step each
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)  # pass length -> ms (optional sweep)
@@ -161,7 +161,8 @@ class BaselineRecord:
 class DrillEvent:
     """A paging drill started or ended at an iteration boundary (an event in the record stream).
 
-    ``before_iteration`` is the first iteration that ran in the new state. The same state is also in every
+    ``iterations_done`` is how many iterations the run had done when the state changed, which is also the
+    number of the first iteration in the new state (iterations count from 0). The same state is also in every
     iteration's memory sample as ``drill_{model}_layers_count``, so a trace keeps it.
     """
 
@@ -170,7 +171,7 @@ class DrillEvent:
     layers: int  # layers moved
     total_layers: int
     place: str  # where they went: "disk" (from a CPU) or "cpu" (host memory, from an accelerator)
-    before_iteration: int
+    iterations_done: int  # older traces name it before_iteration; the event log reader takes both
     moved_bytes: int = 0
     t_s: float = 0.0  # time.monotonic()
     error: str = ""  # why the drill could not start or end ("" when it did)

@@ -37,7 +37,8 @@ def local_round(target_dir: Path, max_tokens: int) -> dict[str, Any]:
 
 
 def attached_round(url: str, max_tokens: int) -> dict[str, Any]:
-    from specscope.core.attach.client import AttachOptions, attach
+    from specscope.core.attach.client import attach
+    from specscope.core.attach.options import AttachOptions
     from specscope.core.attach.summary import summarize_attached
 
     result = attach(AttachOptions(url=url, prompt=PROMPT, max_tokens=max_tokens))

@@ -104,9 +104,9 @@ def run_model(pair, model: str, drills: int, quiet: int, drill_len: int, k: int)
     time_only = PagingDetector().flag_trace(stripped)
     in_drill: set[int] = set()
     for s, e in zip(starts, ends, strict=False):
-        span = [r for r in records if s.before_iteration <= r.iteration < e.before_iteration]
+        span = [r for r in records if s.iterations_done <= r.iteration < e.iterations_done]
         in_drill.update(r.iteration for r in span)
-        before = [r for r in records if s.before_iteration - quiet <= r.iteration < s.before_iteration
+        before = [r for r in records if s.iterations_done - quiet <= r.iteration < s.iterations_done
                   and judged(r, model) and r.iteration not in in_drill]
         during = [r for r in span if judged(r, model)]
         base = statistics.median(step_ms(r, model) or 0.0 for r in before) if before else float("nan")
@@ -120,7 +120,7 @@ def run_model(pair, model: str, drills: int, quiet: int, drill_len: int, k: int)
             ratio=slow / base if base else float("nan"), detected=detected, judged=len(after_first),
             detected_time_only=by_time,
             first_flag_s=(first.t_end_s - s.t_s) if first else None,
-            first_flag_iterations=(first.iteration - s.before_iteration) if first else None,
+            first_flag_iterations=(first.iteration - s.iterations_done) if first else None,
             sentence=next((f for f in first.flags if f.startswith(model)), "") if first else ""))
     quiet_records = [r for r in records if r.iteration not in in_drill]
     res.quiet_iterations = len(quiet_records)

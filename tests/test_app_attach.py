@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.attach.client import AttachOptions
+from specscope.core.attach.options import AttachOptions
 
 from .app_helpers import load_tiny, make_window, qt_binding_broken
 
@@ -117,13 +117,13 @@ def test_an_attached_run_disables_start_and_is_autosaved(qtbot, tmp_path, fake_s
 
     w = make_window(qtbot, tmp_path)
     load_tiny(qtbot, w, "perfect")  # a local pair is loaded: Start would be live but for the attached run
-    assert w.start_action.isEnabled()
+    assert w.menus.start_action.isEnabled()
     runner = start_attach(w, AttachOptions(url=fake_server.url, prompt="Tell me about ferries", max_tokens=64))
     assert runner is not None
     qtbot.waitUntil(lambda: len(w.data.records) >= 2, timeout=60_000)  # the server holds the rest back
     # one run owner: the attached run is the controller's running run
     assert w.state == "running" and not w.controller.can_start
-    assert not w.start_action.isEnabled() and not w.panel.start_button.isEnabled()
+    assert not w.menus.start_action.isEnabled() and not w.panel.start_button.isEnabled()
     assert not w.start_run()
     assert "attached to" in w.windowTitle() and "127.0.0.1" in w.run_panel.pair.text()
     assert "tiny perfect pair" not in w.run_panel.pair.text()
@@ -134,7 +134,7 @@ def test_an_attached_run_disables_start_and_is_autosaved(qtbot, tmp_path, fake_s
     result = w.attach_result
     assert result.error is None, result.error
     assert len(w.data.records) == len(result.records) > 4
-    assert w.state == "finished" and w.start_action.isEnabled()
+    assert w.state == "finished" and w.menus.start_action.isEnabled()
     assert "attached: finished" in w.run_panel.state.text()
     # the autosaved session: the whole stream, closed, and it replays
     folder = folders[0]

@@ -151,14 +151,14 @@ def test_memory_series_are_distinct_grouped_and_leave_the_plot_its_height(qtbot,
 def test_tokens_go_beside_the_plots_only_when_both_fit(qtbot, tmp_path):
     from PySide6.QtCore import Qt
 
-    from specscope.app.window import BESIDE_MIN_WIDTH, MIN_PLOT_COLUMN_PX
+    from specscope.app.arrangement import BESIDE_MIN_WIDTH, MIN_PLOT_COLUMN_PX
 
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)
     w.ingest([replace(e, memory=DEMO_MEMORY) if hasattr(e, "tokens") else e for e in synthetic_records(30, k=4)])
-    w.beside_action.trigger()
+    w.arrangement.beside_action.trigger()
     qtbot.wait(50)
-    assert w.beside_action.isChecked()  # the wish is kept...
+    assert w.arrangement.beside_action.isChecked()  # the wish is kept...
     assert w.centralWidget().width() < BESIDE_MIN_WIDTH
     assert w.splitter.orientation() == Qt.Orientation.Vertical  # ...but at 1280x720 the tokens stay below
     assert "beside them needs" in w.status.message.text()
@@ -178,3 +178,29 @@ def test_tokens_go_beside_the_plots_only_when_both_fit(qtbot, tmp_path):
     qtbot.waitUntil(lambda: w.splitter.orientation() == Qt.Orientation.Vertical)
     w.close()
     assert w.settings.token_layout() == (True, [])  # the wish is saved, not the narrow layout's sizes
+
+
+def test_the_k_advisors_title_stays_within_the_plot_with_the_rest_on_hover(qtbot, tmp_path):
+    """Adaptive k's explanation under the k advisor's title ran past the plot's right edge at 1280x720."""
+    from specscope.core.measure.measurement import replay
+
+    w = make_window(qtbot, tmp_path)
+    w.resize(1280, 720)
+    note = "exploring k=5 to measure the next position and pass length"
+    events = [replace(e, controls=replace(e.controls, adaptive_k=True), k_note=note)
+              for e in synthetic_records(80, k=4, baseline_every=8)]
+    w.ingest(events)
+    est = w.data.estimate
+    assert est == replay(events).estimate() and est is not None and est.controller_text().endswith(note)
+    plot = w.plots.k_advisor
+    qtbot.wait(50)
+    label = plot.getPlotItem().titleLabel
+    assert plot.geometry().right() <= w.plots.width()  # the plot keeps to its column...
+    assert label.item.boundingRect().width() <= plot.width()  # ...and its title to the plot
+    shown = label.text
+    assert "…" in shown and note not in shown
+    assert est.best_k_text() in shown and est.alpha_text() in shown  # what gives way is the controller's words
+    assert est.controller_text() in label.toolTip() and plot.title_text.endswith(est.controller_text())
+    w.resize(2400, 900)  # room for all of it: nothing elided, no tooltip needed
+    qtbot.waitUntil(lambda: note in label.text, timeout=5000)
+    assert "…" not in label.text and label.toolTip() == ""

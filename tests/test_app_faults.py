@@ -256,6 +256,6 @@ def test_ctrl_e_exports_while_a_spin_box_has_focus(qtbot, tmp_path) -> None:
     window.activateWindow()
     spin.setFocus()
     qtbot.waitUntil(spin.hasFocus, timeout=5000)
-    with qtbot.waitSignal(window.export_action.triggered, timeout=5000):
+    with qtbot.waitSignal(window.menus.export_action.triggered, timeout=5000):
         qtbot.keyClick(spin, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
     assert window.last_message[0] == "Nothing to export"  # the export ran (and found nothing to write)

@@ -19,15 +19,16 @@ pytestmark = [pytest.mark.gui,
 def test_empty_plots_name_the_first_step_and_run_keys_exist(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     assert "Start (F5)" in w.plots.timing.empty.text()
-    keys = {a.text(): a.shortcut().toString() for a in (w.start_action, w.pause_action, w.stop_action)}
+    menus = w.menus
+    keys = {a.text(): a.shortcut().toString() for a in (menus.start_action, menus.pause_action, menus.stop_action)}
     assert keys == {"&Start": "F5", "&Pause / resume": "F6", "S&top": "Shift+F5"}
-    assert w.full_screen_action.shortcut() == QKeySequence(QKeySequence.StandardKey.FullScreen)
-    assert not w.start_action.isEnabled()  # nothing loaded yet
+    assert w.arrangement.full_screen_action.shortcut() == QKeySequence(QKeySequence.StandardKey.FullScreen)
+    assert not w.menus.start_action.isEnabled()  # nothing loaded yet
     load_tiny(qtbot, w, "perfect")
-    assert w.start_action.isEnabled()
+    assert w.menus.start_action.isEnabled()
     w.panel.max_new.setValue(8)
     with qtbot.waitSignal(w.run_ended, timeout=60_000):
-        w.start_action.trigger()
+        w.menus.start_action.trigger()
     assert w.state == "finished"
 
 

@@ -50,14 +50,14 @@ def test_token_view_has_a_real_share_and_the_layout_choice_is_remembered(qtbot, 
     assert tokens >= 0.29 * (plots + tokens)  # 40%, or 30% when the room is short
     assert w.splitter.handleWidth() >= 6
     w.resize(1600, 1000)  # beside the plots needs a wide window (tests/test_app_decorations.py)
-    w.beside_action.trigger()
+    w.arrangement.beside_action.trigger()
     qtbot.waitUntil(lambda: w.splitter.orientation() == Qt.Orientation.Horizontal)
     w.splitter.setSizes([760, 400])
     w.close()
     beside, saved = w.settings.token_layout()
     assert beside and saved == w.splitter.sizes()
     again = make_window(qtbot, tmp_path)
-    assert again.beside_action.isChecked()
+    assert again.arrangement.beside_action.isChecked()
     again.resize(1600, 1000)  # the offscreen screen is smaller than the saved geometry, which Qt clamps to it
     qtbot.waitUntil(lambda: again.splitter.orientation() == Qt.Orientation.Horizontal)  # once laid out wide
 
@@ -115,7 +115,7 @@ def test_the_adaptive_k_note_goes_when_adaptive_is_unticked(qtbot, tmp_path):
     w.panel.adaptive.setChecked(False)
     assert not note.isVisible() and note.text() == ""  # at once, not at the next frame
     w.tick()  # and the next frames do not bring it back
-    w.redraw_all()
+    w.views.redraw_all()
     assert not note.isVisible() and note.text() == ""
 
 
@@ -195,8 +195,8 @@ def test_measure_baseline_while_paused_says_at_once_when_it_will_run(qtbot, tmp_
     assert w.start_run()
     qtbot.waitUntil(lambda: len(w.data.records) >= 3, timeout=60_000)
     w.panel.pause_button.click()
-    assert w.state == "paused" and w.baseline_action.isEnabled()
-    w.baseline_action.trigger()  # F7
+    assert w.state == "paused" and w.menus.baseline_action.isEnabled()
+    w.menus.baseline_action.trigger()  # F7
     message = w.status.message.text()
     assert "Baseline requested" in message and "paused" in message and "resume (F6)" in message
     w.panel.pause_button.click()

@@ -81,12 +81,12 @@ def test_the_run_end_is_said_in_words(qtbot, tmp_path):
 def test_view_controls_toggles_the_dock_and_f11_is_full_screen(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
     toggle = w.controls_dock.toggleViewAction()
-    assert toggle in w.view_menu.actions() and toggle.isEnabled()
+    assert toggle in w.menus.view_menu.actions() and toggle.isEnabled()
     toggle.trigger()
     assert not w.controls_dock.isVisible()
     toggle.trigger()
     assert w.controls_dock.isVisible()
-    assert QKeySequence("F11") in w.full_screen_action.shortcuts()
+    assert QKeySequence("F11") in w.arrangement.full_screen_action.shortcuts()
 
 
 def test_a_drafter_switch_keeps_adaptive_k_the_user_unticked(qtbot, tmp_path):

@@ -152,7 +152,7 @@ def test_a_wrong_token_garbage_or_nobody_there_is_one_sentence(qtbot, tmp_path, 
     def refused(address: WorkerAddress) -> str:
         with qtbot.waitSignal(window.controller.error, timeout=30_000):
             connect_worker(window, address)
-        assert window.state == "no model" and not window.start_action.isEnabled()
+        assert window.state == "no model" and not window.menus.start_action.isEnabled()
         assert window.banner.isVisible() and window.last_error == errors[-1]
         return errors[-1]
 
@@ -207,7 +207,7 @@ def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again
     assert window.last_error == f"The worker process (pid {local.pid}) was killed by signal 9. The {n} iterations " \
                                 "received are kept."
     assert window.banner.isVisible() and window.banner.action.text() == "Restart the worker"
-    assert not window.start_action.isEnabled() and window.restart_worker_action.isEnabled()
+    assert not window.menus.start_action.isEnabled() and window.menus.restart_worker_action.isEnabled()
     # every event received is on screen and in the autosave (closed as failed), and none was invented
     saved = read_trace(folder)
     assert len(saved.records) == n and len(saved.events) == len(window.data.events)
@@ -228,7 +228,7 @@ def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again
         os.kill(restarted.pid, signal.SIGKILL)
     assert window.last_error == f"The worker process (pid {restarted.pid}) was killed by signal 9."
     assert window.state == "finished" and len(committed_ids(window)) == 8  # the last run stays as it was
-    assert not window.start_action.isEnabled() and window.banner.action.text() == "Restart the worker"
+    assert not window.menus.start_action.isEnabled() and window.banner.action.text() == "Restart the worker"
 
 
 GUI_SCRIPT = textwrap.dedent("""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.attach.client import AttachError, AttachOptions, attach, base_url, redact_url
+from specscope.core.attach.client import attach
+from specscope.core.attach.options import AttachError, AttachOptions, base_url, redact_url
 from specscope.core.trace.files import read_trace
 from tests.cli_helpers import cli, one_sentence
 from tests.fake_engine import LLAMACPP_METRICS, FakeEngine, Script, good_stream, llama_chunk

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from specscope.core.attach.client import AttachOptions, attach
+from specscope.core.attach.client import attach
 from specscope.core.attach.llama_server import LlamaServer, LlamaServerUnavailable, free_port, llama_server_binary
+from specscope.core.attach.options import AttachOptions
 from specscope.core.attach.passes import PROMPT_PASS_FLAG
 from specscope.core.attach.summary import summarize_attached
 from specscope.core.commands.cli import main as cli_main

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from specscope.core.attach.chunks import ChunkError, parse_sse_data
-from specscope.core.attach.client import AttachError, base_url, redact_url
+from specscope.core.attach.options import AttachError, base_url, redact_url
 from specscope.core.attach.passes import PROMPT_PASS_FLAG, PassBuilder, RecordContext, RecordMaker
 from specscope.core.attach.prometheus import Engine, MetricsError, parse_counters
 from specscope.core.attach.summary import summarize_attached

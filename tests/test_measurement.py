@@ -116,7 +116,7 @@ def plain(i: int, ms: float) -> IterationRecord:
 
 def baseline(after: int, *steps: float, sweep: dict[int, float] | None = None) -> BaselineRecord:
     """A baseline as traces from before productive baselines hold it (steps thrown away, a sweep)."""
-    return BaselineRecord(after_iteration=after, context_len=5, step_ms=list(steps), verify_ms_by_len=sweep or {})
+    return BaselineRecord(iterations_done=after, context_len=5, step_ms=list(steps), verify_ms_by_len=sweep or {})
 
 
 def test_no_baseline_yet_means_no_speedups_and_says_why():

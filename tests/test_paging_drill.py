@@ -83,9 +83,9 @@ def test_a_drill_is_flagged_with_its_cause_and_leaves_tokens_unchanged(pair: Mod
     assert session.result.token_ids == quiet.result.token_ids  # the weights came back bit-identical
     starts = [e for e in session.drill_events if e.kind == "start"]
     ends = [e for e in session.drill_events if e.kind == "end"]
-    assert [(e.before_iteration, e.layers, e.total_layers, e.place, e.error) for e in starts] == [
+    assert [(e.iterations_done, e.layers, e.total_layers, e.place, e.error) for e in starts] == [
         (6, 3, 4, "disk", "")]
-    assert [e.before_iteration for e in ends] == [14] and ends[0].error == ""
+    assert [e.iterations_done for e in ends] == [14] and ends[0].error == ""
     in_drill = [r for r in session.records if 6 <= r.iteration < 14]
     outside = [r for r in session.records if not 6 <= r.iteration < 14]
     assert all(r.memory[f"drill_{model}_layers_count"] == 3 for r in in_drill)
@@ -136,7 +136,7 @@ def test_a_live_drill_through_the_controls(pair: ModelPair, tmp_path) -> None:
             if n == 9:
                 controls.end_drill()
     drills = [e for e in events if isinstance(e, DrillEvent)]
-    assert [(e.kind, e.before_iteration, e.layers) for e in drills] == [("start", 4, 4), ("end", 9, 4)]
+    assert [(e.kind, e.iterations_done, e.layers) for e in drills] == [("start", 4, 4), ("end", 9, 4)]
     assert "draft 4/4 layers → disk" in drills[0].label
 
 

@@ -140,7 +140,7 @@ def test_session_file_lists_columns_with_units(written) -> None:
     assert units["draft_ms"] == "ms" and units["t_start_s"] == "s" and units["gpu_used_bytes"] == "bytes"
     assert units["pcie_rx_bytes_per_s"] == "bytes/s"
     baseline_names = [c["name"] for c in meta["columns"]["baselines"]]
-    assert baseline_names[:5] == ["after_iteration", "context_len", "step_ms", "median_step_ms", "t_s"]
+    assert baseline_names[:5] == ["iterations_done", "context_len", "step_ms", "median_step_ms", "t_s"]
     assert baseline_names[5:] == [f"verify_ms_len_{n}" for n in range(1, 18)]  # fixed: one form everywhere
     assert meta["format_version"] == 1 and meta["specscope_version"]
     assert unit_of("host_major_faults_per_s") == "1/s" and unit_of("gpu0_lost") == ""

@@ -107,7 +107,7 @@ def test_token_fields_are_range_checked(legacy: Path, column: str, value: str, s
     ("step_ms", "1;inf", "column step_ms: '1;inf' is not finite numbers joined with ';'"),
     ("step_ms", "-4", "s = -4.0 is outside"),
     ("verify_ms_len_2", "nan", "column verify_ms_len_2: 'nan' is not a finite number"),
-    ("after_iteration", "-1", "after_iteration = -1 is outside"),
+    ("iterations_done", "-1", "iterations_done = -1 is outside"),
 ])
 def test_baseline_fields_are_range_checked(legacy: Path, column: str, value: str, says: str) -> None:
     _set(legacy / "run.baselines.csv", column, 0, value)

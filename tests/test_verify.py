@@ -10,12 +10,14 @@ import torch
 from scipy.stats import chi2
 
 from specscope.core.commands import verify
-from specscope.core.commands.verify import (
+from specscope.core.commands.verify import verify_pair
+from specscope.core.commands.verify_statistics import (
+    RULES,
     _upper_gamma_regularized,
     chi_square_top,
     simulate_first_token,
     total_variation,
-    verify_pair,
+    wrong_rule_gaps,
 )
 from specscope.core.engine.models import load_pair
 from specscope.core.engine.pair_spec import PairSpec
@@ -42,7 +44,7 @@ def test_draws_accept_the_right_rule_and_catch_both_wrong_ones() -> None:
     assert total_variation(p, q) > 0.4
     g = torch.Generator().manual_seed(1)
     pvalues = {rule: chi_square_top(simulate_first_token(p, q, 200_000, rule, g), p).pvalue
-               for rule in verify.RULES}
+               for rule in RULES}
     assert pvalues["correct"] > 1e-3
     assert pvalues["resample-from-p"] < 1e-6 and pvalues["keep-draft"] < 1e-6
 
@@ -54,12 +56,12 @@ def test_wrong_rule_gaps_match_the_draws_and_vanish_where_rules_coincide() -> No
     g = torch.Generator().manual_seed(3)
     counts = simulate_first_token(p, q, 200_000, "resample-from-p", g)
     assert chi_square_top(counts, resample_out).pvalue > 1e-3
-    gaps = verify.wrong_rule_gaps(p, q)
+    gaps = wrong_rule_gaps(p, q)
     assert gaps["resample-from-p"] == pytest.approx(total_variation(resample_out, p))
     assert gaps["keep-draft"] == pytest.approx(total_variation(p, q))
     never = torch.zeros_like(p)
     never[int(torch.argmin(p))] = 1.0  # a proposal the target (almost) never accepts: rules coincide
-    assert verify.wrong_rule_gaps(p, never)["resample-from-p"] < 1e-3
+    assert wrong_rule_gaps(p, never)["resample-from-p"] < 1e-3
 
 
 def test_a_deterministic_draft_is_exact_with_the_residual() -> None:
@@ -114,7 +116,7 @@ def test_verify_pair_reports_equality_pvalues_and_tv(tiny_pair_dir) -> None:
     assert len(report.sampling) == 4 and report.sampling_ok and report.ok
     contexts = [s.context_len for s in report.sampling]
     assert contexts == [5, 9, 4, 8]
-    assert all(0.0 < s.tv < 1.0 and set(s.pvalues) == set(verify.RULES) for s in report.sampling)
+    assert all(0.0 < s.tv < 1.0 and set(s.pvalues) == set(RULES) for s in report.sampling)
     big = [s for s in report.sampling if s.tv > 0.3]
     assert big and all(s.wrong_rules_caught(1e-3) for s in big)
     assert all(s.gaps["keep-draft"] == pytest.approx(s.tv) for s in report.sampling)
@@ -155,4 +157,3 @@ def test_a_greedy_difference_is_explained_with_its_gap(tiny_pair_dir) -> None:
     pair = load_pair(PairSpec(str(tiny_pair_dir / "t"), drafter="lookup"))
     detail = verify._near_tie_detail(pair, [5, 6, 7], [9, 10, 11], [9, 12, 11], 1)
     assert detail.startswith("outputs differ at position 1: 10 'w10' vs 12 'w12'") and "ulp" in detail
-    assert verify._first_difference([1, 2, 3], [1, 2]) == 2 and verify._first_difference([1], [1]) is None

@@ -94,9 +94,9 @@ def sample_records() -> list[IterationRecord]:
 
 def sample_baselines() -> list[BaselineRecord]:
     return [
-        BaselineRecord(after_iteration=1, context_len=23, step_ms=[3.1, 3.3, 0.1 + 0.2],
+        BaselineRecord(iterations_done=1, context_len=23, step_ms=[3.1, 3.3, 0.1 + 0.2],
                        verify_ms_by_len={1: 3.2, 2: 3.4, 5: 4.0}, t_s=1000.05),
-        BaselineRecord(after_iteration=3, context_len=29, step_ms=[3.5], verify_ms_by_len={}, t_s=1000.07),
-        BaselineRecord(after_iteration=4, context_len=31, step_ms=[], verify_ms_by_len={3: 1 / 3},
+        BaselineRecord(iterations_done=3, context_len=29, step_ms=[3.5], verify_ms_by_len={}, t_s=1000.07),
+        BaselineRecord(iterations_done=4, context_len=31, step_ms=[], verify_ms_by_len={3: 1 / 3},
                        t_s=1000.09),
     ]

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.app.run_controller import RunState
+from specscope.app.run_state import RunState
 from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, K_MIN
 from specscope.core.drafter_catalogue import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues

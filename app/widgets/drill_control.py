@@ -65,10 +65,10 @@ class DrillControl(QGroupBox):
             self.status.setText(f"The drill failed: {event.error}")
         elif event.kind == "start":
             self._active = True
-            self.status.setText(f"{event.label} (from iteration {event.before_iteration}).")
+            self.status.setText(f"{event.label} (from iteration {event.iterations_done}).")
         else:
             self._active = False
-            self.status.setText(f"Layers back on the device from iteration {event.before_iteration}.")
+            self.status.setText(f"Layers back on the device from iteration {event.iterations_done}.")
         self.end_button.setEnabled(self._active)
 
     def set_state(self, state: str) -> None:

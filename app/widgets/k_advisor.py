@@ -1,5 +1,9 @@
 """'What k should I use': the measurement's predicted speed-up versus k (one cost model: the verify fit, the
-draft step and acceptance by position), with the best k and the current k marked. k=0 is plain decoding."""
+draft step and acceptance by position), with the best k and the current k marked. k=0 is plain decoding.
+
+The title's three lines (best k, α, the measured speed-up and what adaptive k did) are elided to the plot's
+width, the full text on hover: pyqtgraph makes a title's natural width the plot's minimum width, so adaptive
+k's longer explanations ran past the plot's right edge."""
 
 from __future__ import annotations
 
@@ -8,21 +12,32 @@ import html
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.elided_label import Span, elide_spans
 from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
 from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
+TITLE = "Predicted speed-up vs k (cost model)"
+HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
+TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
+
+
+def _metrics(pt: int, bold: bool) -> QFontMetrics:
+    font = QFont()
+    font.setPointSize(pt)
+    font.setBold(bold)
+    return QFontMetrics(font)
 
 
 class KAdvisorPlot(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pi = self.getPlotItem()
-        pi.setTitle("Predicted speed-up vs k (cost model)", size="9pt")
+        pi.setTitle(TITLE, size=f"{HEADLINE_PT}pt")
         pi.setLabel("bottom", "k")
         pi.setLabel("left", "×")
         pi.showGrid(x=True, y=True, alpha=0.2)
@@ -45,12 +60,14 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)
         self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
         self.estimate: Estimate | None = None
-        self._title = "Predicted speed-up vs k (cost model)"
+        self._lines: list[list[Span]] = [[Span(TITLE)]]
+        self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
         super().resizeEvent(ev)
         if "note" in self.__dict__:
             self.note.place()
+            self._render_title()
 
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""
@@ -89,17 +106,47 @@ class KAdvisorPlot(pg.PlotWidget):
         the curve redraws at its own turn): best k, then α, then the measured speed-up and the controller."""
         known = est is not None and any(p.speedup is not None for p in est.curve)
         if est is None or not known:
-            title = "Predicted speed-up vs k (cost model)"
+            self._lines = [[Span(TITLE)]]
         else:
             controller = f" · {est.controller_text()}" if est.controller_text() else ""
-            small = "<br><span style='font-size:8pt'>{}</span>"
-            title = (f"<b>{html.escape(f'Predicted speed-up vs k — {est.best_k_text()}')}</b>"
-                     + small.format(html.escape(est.alpha_text()))
-                     + small.format(html.escape(f"measured {est.speedup_text()}{controller}")))
-        if title != self._title:
-            self._title = title
-            pi = self.getPlotItem()
-            pi.setTitle(title, size="9pt")
-            # setTitle fixes the title row at 30 px: room for three lines
-            pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)
-            pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+            # What gives way first when the plot is narrow: the controller's words, then the rest of a line;
+            # the best k is never cut.
+            self._lines = [[Span("Predicted speed-up vs k — ", bold=True, elide=True),
+                            Span(est.best_k_text(), bold=True)],
+                           [Span(est.alpha_text(), elide=True)],
+                           [Span(f"measured {est.speedup_text()}", elide=True), Span(controller, elide=True)]]
+        self._render_title()
+
+    @property
+    def title_text(self) -> str:
+        """The title's whole text, a line each (what is on screen may end in "…"; the tooltip holds this)."""
+        return "\n".join("".join(s.text for s in line) for line in self._lines)
+
+    def _title_width(self) -> int:
+        """The width of the data area's column, where pyqtgraph puts the title (between the side axes)."""
+        pi = self.getPlotItem()
+        axes = sum(max(int(pi.getAxis(side).geometry().width()), 30) for side in ("left", "right")
+                   if pi.getAxis(side).isVisible())
+        return max(60, self.width() - axes - TITLE_MARGIN_PX)
+
+    def _render_title(self) -> None:
+        width = self._title_width()
+        key = (self.title_text, width)
+        if key == self._title_shown:
+            return
+        self._title_shown = key
+        rows: list[str] = []
+        elided = False
+        for n, line in enumerate(self._lines):
+            pt = HEADLINE_PT if n == 0 else LINE_PT
+            texts = elide_spans(line, width, _metrics(pt, False), _metrics(pt, True))
+            elided |= texts != [s.text for s in line]
+            row = "".join(f"<b>{html.escape(t)}</b>" if s.bold else html.escape(t)
+                          for s, t in zip(line, texts, strict=True))
+            rows.append(row if n == 0 else f"<span style='font-size:{LINE_PT}pt'>{row}</span>")
+        pi = self.getPlotItem()
+        pi.setTitle("<br>".join(rows), size=f"{HEADLINE_PT}pt")
+        pi.titleLabel.setToolTip(html.escape(self.title_text).replace("\n", "<br>") if elided else "")
+        # setTitle fixes the title row at 30 px: room for three lines
+        pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)
+        pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)

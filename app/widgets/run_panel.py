@@ -10,7 +10,7 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from specscope.app.run_controller import RunState
+from specscope.app.run_state import RunState
 from specscope.app.widgets.elided_label import ElidedLabel, Span
 
 STATE_COLOURS = {

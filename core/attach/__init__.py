@@ -4,7 +4,8 @@ No Qt here. ``client.attach`` runs one request; ``baseline.interleaved_baseline`
 against a plain endpoint; ``summary.summarize_attached`` reads the numbers through ``core.measure.metrics``.
 """
 
-from specscope.core.attach.client import AttachError, AttachOptions, AttachResult, attach, redact_url
+from specscope.core.attach.client import AttachResult, attach
+from specscope.core.attach.options import AttachError, AttachOptions, redact_url
 from specscope.core.attach.prometheus import CounterSnapshot, Engine, parse_counters
 
 __all__ = ["AttachError", "AttachOptions", "AttachResult", "CounterSnapshot", "Engine", "attach", "parse_counters",

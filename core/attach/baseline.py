@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specscope.core.attach.client import AttachOptions, AttachResult, attach
+from specscope.core.attach.client import AttachResult, attach
+from specscope.core.attach.options import AttachOptions
 from specscope.core.attach.summary import summarize_attached
 from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
 

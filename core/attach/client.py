@@ -4,73 +4,38 @@
 mode "attached"), the scrapes of ``/metrics`` taken before, during (every ``scrape_interval_s`` on a thread of
 their own, so the stream is never held up) and after the request, the engine's final timings, and the
 session description a trace writes. It never raises for a server problem: the result's ``error`` holds one
-sentence and everything received until then is kept. Bad options raise ``AttachError`` before any I/O.
+sentence and everything received until then is kept. Bad options raise ``AttachError`` before any I/O
+(``options.check_options``).
 
 The API key is read from the environment (``SPECSCOPE_API_KEY``, else ``OPENAI_API_KEY``) and only ever
-put in the request header; the URL recorded anywhere has any user:password removed.
+put in the request header; the URL recorded anywhere has any user:password removed (``options.redact_url``).
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from specscope.core.attach.chunks import Chunk, ChunkError, StreamSanity, parse_sse_data
+from specscope.core.attach.options import (
+    AttachOptions,
+    api_key_from_env,
+    auth_from_url,
+    base_url,
+    check_options,
+    redact_url,
+    request_url,
+)
 from specscope.core.attach.passes import Pass, PassBuilder, RecordContext, RecordMaker
 from specscope.core.attach.prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
 from specscope.core.records import ControlValues, IterationRecord
 
-API_KEY_VARIABLES = ("SPECSCOPE_API_KEY", "OPENAI_API_KEY")
 OnRecord = Callable[[IterationRecord], None]
-
-
-class AttachError(ValueError):
-    """Options that cannot work (a URL that is not http(s), a negative timeout): one sentence."""
-
-
-MAX_TIMEOUT_S = 24 * 3600.0
-MIN_SCRAPE_INTERVAL_S, MAX_SCRAPE_INTERVAL_S = 0.01, 3600.0
-MAX_ATTACH_TOKENS = 131_072  # the CLI's --max-new-tokens bound (cli_checks.MAX_NEW_TOKENS)
-
-
-def check_options(options: AttachOptions) -> None:
-    """AttachError (one sentence) for options no request can be made with; before any I/O."""
-    base_url(options.url)
-    if not options.prompt.strip():
-        raise AttachError("the prompt is empty: give some text to continue")
-    if not (math.isfinite(options.timeout_s) and 0 < options.timeout_s <= MAX_TIMEOUT_S):
-        raise AttachError(f"the timeout must be a finite number of seconds above 0 and at most "
-                          f"{MAX_TIMEOUT_S:g}, got {options.timeout_s}")
-    if not (math.isfinite(options.scrape_interval_s)
-            and MIN_SCRAPE_INTERVAL_S <= options.scrape_interval_s <= MAX_SCRAPE_INTERVAL_S):
-        raise AttachError(f"the scrape interval must be a finite number of seconds from {MIN_SCRAPE_INTERVAL_S:g} "
-                          f"to {MAX_SCRAPE_INTERVAL_S:g}, got {options.scrape_interval_s}")
-    if not (math.isfinite(options.temperature) and options.temperature >= 0):
-        raise AttachError(f"the temperature must be a finite number of 0 or more, got {options.temperature}")
-    if not 1 <= options.max_tokens <= MAX_ATTACH_TOKENS:
-        raise AttachError(f"max tokens must be from 1 to {MAX_ATTACH_TOKENS:,}, got {options.max_tokens:,}")
-
-
-@dataclass
-class AttachOptions:
-    url: str
-    prompt: str
-    model: str | None = None  # None: the first model the server lists
-    max_tokens: int = 128
-    temperature: float = 0.0
-    timeout_s: float = 60.0  # connect and per-read timeout
-    scrape_interval_s: float = 0.5
-    metrics_path: str = "/metrics"
-    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"speculative": false} for a plain run
 
 
 @dataclass
@@ -105,84 +70,6 @@ def _idle_scrape(scraper: _Scraper, timeout_s: float) -> CounterSnapshot | None:
         snap = scraper.scrape()
     scraper.start_from_last()  # the totals run from this scrape, not from the busy ones before it
     return snap
-
-
-_USERINFO = re.compile(r"//[^/?#]*@")  # greedy up to the last @ before the path: a password may hold an @
-
-
-def mask_credentials(text: str) -> str:
-    """``text`` with any ``user:password@`` after a ``//`` replaced by ``***@``; works on URLs too broken to
-    parse, so that an error message about a bad URL never prints its password."""
-    return _USERINFO.sub("//***@", text)
-
-
-def _without_userinfo(url: str, keep_query: bool) -> str:
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:  # not parseable: say what it was, without credentials or query
-        return mask_credentials(url).split("?", 1)[0]
-    if ":" in host:  # an IPv6 address keeps its brackets ("http://[::1]:8080")
-        host = f"[{host}]"
-    if port:
-        host = f"{host}:{port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query if keep_query else "", ""))
-
-
-def redact_url(url: str) -> str:
-    """The URL without user:password (and without a query, where tokens are sometimes passed)."""
-    return _without_userinfo(url, keep_query=False)
-
-
-def api_key_from_env() -> str | None:
-    for name in API_KEY_VARIABLES:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-def base_url(url: str) -> str:
-    """The server root: a trailing ``/v1`` (as OpenAI clients are often given) is dropped. AttachError (one
-    sentence, credentials masked) for anything that is not a usable http(s) URL."""
-    shown = repr(mask_credentials(url))
-    if not url.strip():
-        raise AttachError("the server URL is empty: give one such as http://127.0.0.1:8080")
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise AttachError(f"the URL {shown} holds a space or a control character: URLs cannot (write a space as %20)")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed bracket
-        raise AttachError(f"{shown} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AttachError(f"{shown} is not an http:// or https:// URL")
-    try:
-        port = parts.port
-    except ValueError:  # "Port out of range 0-65535", "Port could not be cast to integer value"
-        port = 0
-    if port == 0:
-        raise AttachError(f"the port in {shown} must be a whole number from 1 to 65535")
-    try:
-        httpx.URL(url)  # what the client will parse: refuse here what it would refuse later
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise AttachError(f"{shown} is not a valid URL ({mask_credentials(str(exc))})") from None
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def _auth_from_url(url: str) -> httpx.BasicAuth | None:
-    parts = urlsplit(url)
-    if parts.username:
-        return httpx.BasicAuth(parts.username, parts.password or "")
-    return None
-
-
-def _strip_userinfo(url: str) -> str:
-    """The URL to request: credentials go in the auth header instead; the query stays."""
-    return _without_userinfo(url, keep_query=True)
 
 
 def describe_http_error(exc: Exception, url: str) -> str:
@@ -331,13 +218,13 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
     """Run one attached request (see the module docstring). ``cancel`` set → the stream is closed early."""
     check_options(options)
     root = base_url(options.url)
-    clean_root = _strip_userinfo(root)
+    clean_root = request_url(root)
     headers = {"Accept": "text/event-stream"}
     key = api_key_from_env()
     if key:
         headers["Authorization"] = f"Bearer {key}"
     timeout = httpx.Timeout(options.timeout_s, connect=min(options.timeout_s, 10.0))
-    auth = _auth_from_url(root)
+    auth = auth_from_url(root)
     started = time.monotonic()
     result = AttachResult(records=[], text="", session={}, scrapes=[], final_timings=None)
     with httpx.Client(headers=headers, timeout=timeout, auth=auth) as client, \

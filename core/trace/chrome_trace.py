@@ -98,7 +98,7 @@ def chrome_trace(
     for b in baselines:
         dur_ms = sum(b.step_ms) + sum(b.verify_ms_by_len.values())
         complete("baseline", "plain baseline", b.t_s - dur_ms / 1000.0, dur_ms, {
-            "after_iteration": b.after_iteration, "context_len": b.context_len, "step_ms": b.step_ms,
+            "iterations_done": b.iterations_done, "context_len": b.context_len, "step_ms": b.step_ms,
             "verify_ms_by_len": {str(n): ms for n, ms in sorted(b.verify_ms_by_len.items())},
         })
     events.sort(key=lambda e: e["ts"])  # stable: per-track order within one timestamp is kept

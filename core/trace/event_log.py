@@ -278,7 +278,7 @@ def _baseline(d: dict[str, Any]) -> BaselineRecord:
     if not isinstance(by_len, dict):
         raise _Bad("verify_ms_by_len is not an object")
     return BaselineRecord(
-        after_iteration=_int(d, "after_iteration", 0, 10**9), context_len=_int(d, "context_len", 0, 2**31),
+        iterations_done=_int(d, "iterations_done", 0, 10**9), context_len=_int(d, "context_len", 0, 2**31),
         step_ms=[_num({"s": s}, "s") for s in steps],
         verify_ms_by_len={_int({"n": int(n)}, "n", 1, K_MAX + 1): _num({"ms": ms}, "ms") for n, ms in by_len.items()},
         t_s=_num(d, "t_s", -math.inf, default=0.0),
@@ -292,7 +292,7 @@ def _drill(d: dict[str, Any]) -> DrillEvent:
     return DrillEvent(
         kind=kind, model=_text(d, "model", max_chars=40), layers=_int(d, "layers", 0, 100_000),
         total_layers=_int(d, "total_layers", 0, 100_000), place=_text(d, "place", max_chars=40),
-        before_iteration=_int(d, "before_iteration", 0, 10**9), moved_bytes=_int(d, "moved_bytes", 0, 2**62, 0),
+        iterations_done=_int(d, "iterations_done", 0, 10**9), moved_bytes=_int(d, "moved_bytes", 0, 2**62, 0),
         t_s=_num(d, "t_s", -math.inf, default=0.0), error=_text(d, "error", "", 2000),
     )
 
@@ -325,6 +325,23 @@ def _finished(d: dict[str, Any]) -> RunFinished:
     )
 
 
+# Keys renamed since traces were first written, by event type: old key -> the key it is now. A line with the
+# old key reads as one with the new (the new one wins where a line has both); writers write only the new.
+OLD_KEYS: dict[str, dict[str, str]] = {
+    "baseline": {"after_iteration": "iterations_done"},
+    "drill": {"before_iteration": "iterations_done"},
+}
+
+
+def _with_current_keys(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with the old keys of its event type under their current names (the line itself when it has
+    none: iterations, the bulk of a log, pass straight through)."""
+    renamed = {old: new for old, new in OLD_KEYS.get(kind, {}).items() if old in obj and new not in obj}
+    if not renamed:
+        return obj
+    return {renamed.get(key, key): value for key, value in obj.items()}
+
+
 _DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = {
     "run_started": _started, "iteration": _iteration, "baseline": _baseline, "control_change": _change,
     "drill": _drill, "run_finished": _finished,
@@ -337,9 +354,9 @@ def decode(obj: Any) -> Event:
         raise _Bad("the line is not a JSON object")
     kind = obj.get("type")
     parse = _DECODERS.get(kind) if isinstance(kind, str) else None
-    if parse is None:
+    if parse is None or not isinstance(kind, str):
         raise _Bad(f"unknown event type {_shown(kind)}")
-    event: Event = parse(obj)
+    event: Event = parse(_with_current_keys(kind, obj))
     return event
 
 

@@ -172,6 +172,12 @@ def _parse_baseline(row: _Row, verify_cols: dict[str, int]) -> BaselineRecord:
     return baseline
 
 
+def _current_names(header: list[str], schema: Sequence[Column]) -> list[str]:
+    """The header with a column's old name (``Column.old_names``) read as its name, unless both are there."""
+    current = {old: c.name for c in schema for old in c.old_names if c.name not in header}
+    return [current.get(name, name) for name in header]
+
+
 def _read_csv(
     path: Path, what: str, schema: Sequence[Column], warnings: list[str]
 ) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -200,7 +206,7 @@ def _read_csv(
         if rows and not terminated:
             line, _ = rows.pop()
             warnings.append(f"{path.name}: line {line}: truncated last row dropped")
-    header = [h.strip() for h in header]
+    header = _current_names([h.strip() for h in header], schema)
     missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
         if tuple(header[:3]) == TOKEN_COLUMNS[:3] and what == "trace":
@@ -209,6 +215,18 @@ def _read_csv(
         raise TraceFormatError(f"{path.name}: not a specscope {what} (missing columns: {shown})")
     if len(set(header)) != len(header):
         raise TraceFormatError(f"{path.name}: duplicate column names in the header")
+    return header, rows
+
+
+def _read_side_csv(
+    path: Path, what: str, schema: Sequence[Column], noun: str, warnings: list[str]
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """A tokens or baselines CSV (``_read_csv``), rows identical to an earlier one dropped with a warning."""
+    header, rows = _read_csv(path, what, schema, warnings)
+    rows, repeated = drop_repeated_rows(rows)
+    if repeated:
+        warnings.append(f"{path.name}: {repeated:,} {noun} row{'s' * (repeated != 1)} repeating an earlier one "
+                        "dropped")
     return header, rows
 
 
@@ -302,11 +320,7 @@ def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
     warnings += sequence_warnings(paths.iterations.name, len(parsed), records, dropped)
 
     if paths.tokens.exists():
-        header, rows = _read_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, warnings)
-        rows, repeated = drop_repeated_rows(rows)
-        if repeated:
-            warnings.append(f"{paths.tokens.name}: {repeated:,} token row{'s' * (repeated != 1)} repeating an "
-                            "earlier one dropped")
+        header, rows = _read_side_csv(paths.tokens, "tokens file", TOKEN_SCHEMA, "token", warnings)
         tokens, _ = _parse_rows(paths.tokens, header, rows, _parse_token, warnings)
         _attach_tokens(records, tokens, paths.tokens.name, warnings)
         for record, line in zip(records, lines, strict=True):
@@ -320,11 +334,7 @@ def _read_legacy(paths: TracePaths, warnings: list[str]) -> LoadedTrace:
 
     baselines: list[BaselineRecord] = []
     if paths.baselines.exists():
-        header, rows = _read_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, warnings)
-        rows, repeated = drop_repeated_rows(rows)
-        if repeated:
-            warnings.append(f"{paths.baselines.name}: {repeated:,} baseline row{'s' * (repeated != 1)} repeating "
-                            "an earlier one dropped")
+        header, rows = _read_side_csv(paths.baselines, "baselines file", BASELINE_SCHEMA, "baseline", warnings)
         verify_cols = {c: int(c[len(VERIFY_PREFIX):]) for c in header
                        if c.startswith(VERIFY_PREFIX) and re.fullmatch("[0-9]{1,4}", c[len(VERIFY_PREFIX):])}
         baselines, _ = _parse_rows(
@@ -378,10 +388,10 @@ def legacy_stream(records: list[IterationRecord], baselines: list[BaselineRecord
                                  prompt_tokens=max(0, first.context_len - first.generated_len),
                                  controls=first.controls, max_new_tokens=0, t_s=first.t_start_s))
     changes = {c.iteration: c for c in control_changes(records)}
-    pending = sorted(baselines, key=lambda b: b.after_iteration)
+    pending = sorted(baselines, key=lambda b: b.iterations_done)
     i = 0
     for r in records:
-        while i < len(pending) and pending[i].after_iteration <= r.iteration:
+        while i < len(pending) and pending[i].iterations_done <= r.iteration:
             events.append(pending[i])
             i += 1
         if r.iteration in changes:

@@ -52,6 +52,7 @@ class Column:
     plotted: bool = False  # a per-iteration number the app keeps a column array of
     getter: Callable[[Any], Any] | None = None  # when the value is not at ``field`` as it is
     group: str = ""  # columns shown as one row of the docs' table
+    old_names: tuple[str, ...] = ()  # what older traces call it: read under these too, written only as ``name``
 
     @property
     def path(self) -> str:
@@ -199,7 +200,8 @@ def _verify_column(n: int) -> Column:
 
 
 BASELINE_SCHEMA: tuple[Column, ...] = (
-    _col("after_iteration", "", INT, "iteration after which the plain steps ran", required=True),
+    _col("iterations_done", "", INT, "iterations the run had done when the plain steps ran", required=True,
+         old_names=("after_iteration",)),
     _col("context_len", "tokens", INT, "context they ran on", required=True),
     _col("step_ms", "ms", STEPS, "each plain step, joined with `;`", required=True),
     _col("median_step_ms", "ms", OPT_FLOAT, "median of `step_ms` (derived)", derived=True,
@@ -257,7 +259,8 @@ def doc_table(schema: Sequence[Column]) -> str:
             name = f"`{members[0]}` … `{members[-1]}`"
         else:
             name = f"`{c.name}`"
-        cells = (name, c.unit, c.type.name.replace("|", "\\|"), c.doc.replace("|", "\\|"))
+        doc = c.doc + "".join(f" (older traces: `{old}`)" for old in c.old_names)
+        cells = (name, c.unit, c.type.name.replace("|", "\\|"), doc.replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -178,7 +178,7 @@ def drill_checks(rep: Report, pair: ModelPair, tokens: int, cuda: bool) -> None:
     quiet = session_run(pair, tokens)
     drilled = session_run(pair, tokens, DrillSpec("draft", None, DRILL_START, DRILL_END))
     place = "cpu" if cuda else "disk"
-    events = [(e.kind, e.before_iteration, e.place, e.error) for e in drilled.drill_events]
+    events = [(e.kind, e.iterations_done, e.place, e.error) for e in drilled.drill_events]
     rep.check(events == [("start", DRILL_START, place, ""), ("end", DRILL_END, place, "")],
               f"drill events {events}")
     assert quiet.result is not None and drilled.result is not None

@@ -77,7 +77,8 @@ def main() -> int:
     if not args.skip_install:
         pip_install()
     from specscope.core.attach.baseline import interleaved_baseline
-    from specscope.core.attach.client import AttachOptions, attach
+    from specscope.core.attach.client import attach
+    from specscope.core.attach.options import AttachOptions
     from specscope.core.attach.summary import summarize_attached
 
     report: dict[str, object] = {"model": MODEL, "checks": {}}

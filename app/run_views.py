@@ -1,0 +1,160 @@
+"""The window's views of the run, brought up to date with what its controller announces: the state (buttons,
+Run actions, the run panel, the plots' idle text, the title), the numbers (status bar, run panel, the k note)
+and the tokens and plots, at the live pace while a run decodes and at once otherwise.
+
+Every number shown is read from the run's snapshot (``RunData.estimate``); nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specscope.app.run_state import RunState
+from specscope.app.sentences import FINISH_WORDS
+from specscope.app.widgets.plot_base import IDLE_TEXT
+from specscope.core.records import ATTACHED_MODE, DrillEvent, IterationRecord
+
+if TYPE_CHECKING:
+    from specscope.app.window import MainWindow
+
+__all__ = ["LIVE_VIEW_PERIOD_S", "RunViews"]
+
+# While a run is live, the token view, status and plot titles are brought up to date at most this often (10 Hz):
+# on the tiny pair at every 33 ms tick they took 5 of the app's 10 ms of CPU per iteration, and the GUI thread
+# shares the interpreter lock with the decode (scripts/bench_app_rate.py, docs/bench-overhead.md).
+LIVE_VIEW_PERIOD_S = 0.1
+
+
+class RunViews:
+    """Renders one window's run; the window connects its controller's signals here."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self._window = window
+        self._unshown: list[IterationRecord] = []  # ingested, not in the token view yet (see show_tokens)
+        self._shown_at = -1e9
+
+    # ---- the state -------------------------------------------------------------------------------------
+    def render_state(self, state: RunState) -> None:
+        w = self._window
+        c = w.controller
+        w.panel.set_state(state, c.can_start)
+        menus = w.menus
+        for action, on in ((menus.start_action, c.can_start), (menus.pause_action, state.active),
+                           (menus.stop_action, state.active), (menus.baseline_action, state.active)):
+            action.setEnabled(on)
+        detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
+            RunState.FINISHED, RunState.REPLAY) else ""
+        w.run_panel.show_state(state, detail)
+        if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
+            w.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
+        shown = c.shown
+        if shown is not None:  # the run on screen: a replay's, an attached engine's, or the live run's own
+            w.run_panel.show_pair(shown.description or shown.target, shown.drafter)
+        else:
+            drafter = c.pair_drafter or w.pair_choice.drafter
+            w.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
+        w.panel.set_drafter(w.pair_choice.drafter)
+        w.drill_control.set_state(state.value)
+        menus.restart_worker_action.setEnabled(c.on_worker and not state.active and state != RunState.LOADING)
+        w.plots.set_idle_text(self.idle_text(state), c.data)
+        self.update_title()
+
+    def idle_text(self, state: RunState) -> str:
+        """What the plots say before the run's first iteration: a run under way is not 'press Start'."""
+        if state.active:
+            shown = self._window.controller.shown
+            prefill = (f"prefill of {shown.prompt_tokens} prompt tokens" if shown is not None
+                       and shown.prompt_tokens else "prefill of the prompt")
+            return f"{state.value}: waiting for the first iteration ({prefill}…)"
+        if state == RunState.LOADING:
+            return "no data yet: loading the pair…"
+        return IDLE_TEXT
+
+    def update_title(self) -> None:
+        c = self._window.controller
+        shown = c.shown
+        if c.replay_path and c.state == RunState.REPLAY:
+            what = f"{Path(c.replay_path).name} (replay" + (f" of {shown.description or shown.target})"
+                                                             if shown is not None else ")")
+        elif c.state == RunState.LOADING:
+            what = "loading a pair…"  # not the old pair's name, nor a replay's
+        elif shown is not None and shown.source == "attach":
+            what = shown.description
+        else:
+            what = c.pair_description if c.has_pair else "speculative decoding profiler"
+        self._window.setWindowTitle(f"specscope — {what}")
+
+    def show_drills(self, events: list[DrillEvent]) -> None:
+        """A paging drill started or ended: the drill control says so."""
+        for e in events:
+            self._window.drill_control.on_event(e)
+
+    # ---- tokens, plots and numbers ---------------------------------------------------------------------
+    def clear(self) -> None:
+        w = self._window
+        self._unshown.clear()
+        w.token_view.clear_tokens()
+        w.legend.set_counts({})
+        w.plots.reset()
+        self.render_numbers()
+
+    def add_records(self, records: list[IterationRecord]) -> None:
+        self._unshown.extend(records)
+        if not self._window.controller.state.active:
+            self.show_tokens()
+
+    def show_tokens(self) -> None:
+        """Append the records not shown yet to the token view (while a run is live, at most every
+        ``LIVE_VIEW_PERIOD_S``: each append lays out and repaints the text, the GUI thread's largest cost per
+        record, and that thread shares the interpreter lock with the decode)."""
+        self._shown_at = time.monotonic()
+        if self._unshown:
+            records, self._unshown = self._unshown, []
+            self._window.token_view.append_records(records)
+            self._window.legend.set_counts(self._window.token_view.counts)
+
+    def on_frame(self, time_left: bool) -> None:
+        """End of a controller tick. While a run is live: tokens, status and titles every
+        ``LIVE_VIEW_PERIOD_S``, one plot in turn when the tick left time for it; otherwise everything now."""
+        c, plots = self._window.controller, self._window.plots
+        data = c.data
+        if c.state.active:
+            if time.monotonic() - self._shown_at < LIVE_VIEW_PERIOD_S:
+                return
+            self.show_tokens()
+            if time_left and plots.stale(data):
+                plots.refresh_one(data)
+        else:
+            self.show_tokens()
+            if plots.stale(data):
+                plots.refresh(data)
+        plots.refresh_titles(data)  # the titles agree with the status bar
+        self.render_numbers()
+
+    def render_numbers(self) -> None:
+        w = self._window
+        data = w.controller.data
+        w.status.update(data)
+        est = data.estimate
+        last = data.records[-1] if data.records else None
+        k = est.k if est is not None else None
+        if last is not None and last.mode == ATTACHED_MODE and not k:  # the engine did not say its k: what it drafted
+            k = max(r.n_drafted for r in data.records[-8:])
+        adaptive = bool(est and est.adaptive)
+        numbers = "" if est is None else " · ".join(
+            [est.alpha_text(), f"speed-up {est.speedup_text()}", *([est.cost.text()] if est.cost else [])])
+        w.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "",
+                           numbers)
+        # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
+        w.panel.show_k_in_use(k if adaptive and w.panel.values().adaptive_k else None)
+        w.run_panel.show_verdict(est.verdict if est is not None else None)
+        band = data.flag_bands[-1] if data.flag_bands else None
+        w.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
+                                 band.end if band else None)
+
+    def redraw_all(self) -> None:
+        self.show_tokens()
+        self._window.plots.refresh(self._window.controller.data)
+        self.render_numbers()
