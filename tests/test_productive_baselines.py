@@ -182,10 +182,10 @@ def _lookup_rec(i: int, drafted: int, accepted: int, ms: float) -> IterationReco
                            0.0, ms, 0.0, ms, 0, 0, 0.0, 0.0)
 
 
-def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets_two_blocks() -> None:
-    """Baselines every 3 speculative iterations, one plain step each, none before the first: every plain step
-    closes one block and opens the next, the first block is closed by the first baseline and the last by the
-    run's end. n plain steps give n + 1 blocks."""
+def test_no_baseline_before_the_first_iteration_and_every_plain_step_is_a_plain_sample() -> None:
+    """Baselines every 3 speculative iterations, one plain step each, none before the first: each plain step is
+    one plain sample of the measured speed-up, and so is an iteration that proposed nothing (the last one, with
+    one token of room left)."""
     inner = tiny_model(0, vocab_size=V, logit_scale=3.0)
     decoder = Decoder(inner, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
     m = Measurement()
@@ -198,8 +198,9 @@ def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets
     assert modes.startswith("sssP") and "PP" not in modes
     m.feed(RunFinished(result.finish_reason, len(result.iterations), 60, result.elapsed_s, decoder.prefill_ms))
     est = m.estimate()
-    last_block = len(modes) - 1 - modes.rindex("P")
-    assert est is not None and est.blocks == modes.count("P") + (1 if last_block >= 2 else 0)
+    nothing_proposed = sum(1 for r in result.iterations if r.mode == "speculative" and r.n_drafted == 0)
+    assert est is not None and est.plain_samples == modes.count("P") + nothing_proposed
+    assert est.measured is not None and est.measured.n == est.plain_samples
 
 
 def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_was_timed() -> None:
@@ -217,9 +218,9 @@ def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_
     assert gap_after(0, 12.0) == 6  # 1 token in 12 ms: speculation loses, a plain step costs nothing extra
 
 
-def _one_block(speedup: float) -> Measurement:
-    """The run's first block (6 speculative iterations of 2 tokens, before any baseline), closed by one plain
-    step of 10 ms: one block whose ratio is ``speedup``."""
+def _one_plain_step(speedup: float) -> Measurement:
+    """6 speculative iterations of 2 tokens, one plain step of 10 ms, one more iteration: speculation runs
+    ``speedup`` times as fast, and one plain sample of the two the measured speed-up needs is in."""
     m = Measurement()
     for i in range(6):
         m.feed(_rec(i, "speculative", 2 * 10.0 / speedup, 2))
@@ -229,20 +230,22 @@ def _one_block(speedup: float) -> Measurement:
 
 
 def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_run_when_that_is_affordable() -> None:
-    m = _one_block(1.5)
+    m = _one_plain_step(1.5)
     est = m.estimate()
-    assert est is not None and est.blocks == 1 and m.provisional_speedup() == pytest.approx(1.5)
+    assert est is not None and est.plain_samples == 1 and est.measured is None
+    assert m.provisional_speedup() == pytest.approx(1.5)
     schedule = BaselineSchedule(m, min_gap=2, budget=0.03, early_budget=0.045)
     # x1.5 at 2 tokens an iteration (1.33 plain-step times): a plain step costs 1/3 of a step more than
     # speculation, so the 3% budget allows one every (0.33 / 0.03 - 1) / 1.33 = 7.6 iterations, 4.5% every 4.8
     assert schedule.next_gap(1) == 8  # no horizon: the budget's spacing
-    assert schedule.next_gap(1, 400) == 8  # 200 iterations left: 3 more baselines come at that spacing anyway
-    # 40 tokens left (21 iterations from the last baseline): 3 more baselines every 5 give 5 blocks by the end,
-    # within 4.5%
-    assert schedule.next_gap(1, 40) == 5
-    # 12 tokens left: 5 blocks would need a baseline every 2 iterations, dearer than 4.5%: the 3% spacing
+    assert schedule.next_gap(1, 400) == 8  # 200 iterations left: the one more baseline needed comes anyway
+    # 26 tokens left (14 iterations from the last baseline): one more baseline halfway gives the interval before
+    # the end, within 4.5%
+    assert schedule.next_gap(1, 26) == 7
+    # 12 tokens left: halfway is 3.5 iterations away, dearer than 4.5%: the 3% spacing
     assert schedule.next_gap(1, 12) == 8
-    assert schedule.due(8, 12) and not schedule.due(7, 12)
+    # asked later, with the same 6 iterations left: halfway from the last baseline is affordable now
+    assert schedule.due(6, 12) and not schedule.due(5, 12)
 
 
 def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:
