@@ -118,10 +118,12 @@ def new_interval(records: Sequence[IterationRecord]) -> RatioInterval | None:
     return measured_speedup(samples).interval
 
 
-def block_interval(records: Sequence[IterationRecord], min_blocks: int = 5) -> RatioInterval | None:
+def block_interval(records: Sequence[IterationRecord], min_blocks: int = 5,
+                   finished: bool = True) -> RatioInterval | None:
     """The previous method: a block is the speculative iterations between two runs of plain steps (the run's first
     and last blocks bracketed on one side), its ratio its tokens/ms times the median of the plain steps on its
-    sides; blocks under 2 iterations are dropped; the Hodges-Lehmann interval over ``min_blocks`` or more."""
+    sides; blocks under 2 iterations are dropped; the Hodges-Lehmann interval over ``min_blocks`` or more. A run
+    not ``finished`` has not closed its last block yet (nor a block whose plain steps are still going on)."""
     ratios: list[float] = []
     plain_runs: list[list[float]] = []  # runs of plain steps, in order
     blocks: list[tuple[int, float, int, int]] = []  # (tokens, ms, iterations, plain runs before it)
@@ -138,8 +140,10 @@ def block_interval(records: Sequence[IterationRecord], min_blocks: int = 5) -> R
             plain_runs[-1].append(r.verify_ms)
         else:
             tokens, ms, iterations = tokens + r.n_emitted, ms + r.iteration_ms, iterations + 1
-    if iterations:
+    if iterations and finished:
         blocks.append((tokens, ms, iterations, len(plain_runs)))
+    if not finished and records and records[-1].mode == PLAIN_MODE and blocks:
+        blocks.pop()  # the plain steps after it are still going on
     for tok, dur, its, before in blocks:
         sides = (plain_runs[before - 1] if before else []) + (plain_runs[before] if before < len(plain_runs) else [])
         if its >= 2 and sides and dur > 0:

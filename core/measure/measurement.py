@@ -254,7 +254,7 @@ class Measurement:
     def _speedup(self, samples: SpeedupSamples) -> SpeedupResult:
         """The measured speed-up over these samples, recomputed at each plain sample, at the run's end and every
         max(1, N // SPEEDUP_REFRESH) speculative iterations (N so far); the last result in between."""
-        iterations = len(samples.it_pos)
+        iterations = samples.iterations.n
         hit = self._speedup_cache.get(id(samples))
         if hit is not None:
             (plain, done, finished), result = hit

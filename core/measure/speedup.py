@@ -36,7 +36,7 @@ data. Two plain samples give a number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,24 +49,34 @@ MIN_PASSES = 4  # verify passes tracking the drift (of lengths timed at least tw
 PASSES_EACH_SIDE = 4  # passes on each side of a position that make its level
 
 
-@dataclass
-class SpeedupSamples:
-    """What the measured speed-up is computed from, collected in stream order: plain samples, verify passes and
-    speculative iterations, each at its position in the run and flagged when the machine was busy."""
+class _Rows:
+    """Rows of floats appended one at a time, read as one array (no conversion at each computation)."""
 
-    plain_pos: list[int] = field(default_factory=list)
-    plain_log: list[float] = field(default_factory=list)
-    plain_busy: list[bool] = field(default_factory=list)
-    pass_pos: list[int] = field(default_factory=list)
-    pass_log: list[float] = field(default_factory=list)
-    pass_len: list[int] = field(default_factory=list)
-    pass_busy: list[bool] = field(default_factory=list)
-    it_pos: list[int] = field(default_factory=list)
-    it_tokens: list[float] = field(default_factory=list)
-    it_ms: list[float] = field(default_factory=list)
-    it_busy: list[bool] = field(default_factory=list)
-    busy_records: int = 0
-    quiet_records: int = 0
+    def __init__(self, columns: int):
+        self._a = np.empty((16, columns))
+        self.n = 0
+
+    def append(self, *row: float) -> None:
+        if self.n == len(self._a):
+            self._a = np.concatenate((self._a, np.empty_like(self._a)))
+        self._a[self.n] = row
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self._a[: self.n]
+
+
+class SpeedupSamples:
+    """What the measured speed-up is computed from, collected in stream order: plain samples (position, log ms,
+    busy), verify passes (position, log ms, length, busy) and speculative iterations (position, tokens, ms,
+    busy), each at its position in the run and flagged when the machine was busy."""
+
+    def __init__(self) -> None:
+        self.plain = _Rows(3)
+        self.passes = _Rows(4)
+        self.iterations = _Rows(4)
+        self.busy_records = 0
+        self.quiet_records = 0
 
     def add_record(self, position: int, record: IterationRecord, busy: bool) -> None:
         """One iteration of a speculative run: a baseline's plain step, or a speculative iteration."""
@@ -79,9 +89,7 @@ class SpeedupSamples:
     def add_plain(self, position: int, ms: float, busy: bool) -> None:
         """A plain step of the measurement (a baseline): a plain sample only."""
         if ms > 0 and math.isfinite(ms):
-            self.plain_pos.append(position)
-            self.plain_log.append(math.log(ms))
-            self.plain_busy.append(busy)
+            self.plain.append(position, math.log(ms), busy)
             self._count(busy)
 
     def add_iteration(self, position: int, tokens: int, ms: float, verify_ms: float, drafted: int,
@@ -91,21 +99,13 @@ class SpeedupSamples:
         if not (ms > 0 and math.isfinite(ms)):
             return
         self._count(busy)
-        self.it_pos.append(position)
-        self.it_tokens.append(float(tokens))
-        self.it_ms.append(ms)
-        self.it_busy.append(busy)
+        self.iterations.append(position, tokens, ms, busy)
         if not (verify_ms > 0 and math.isfinite(verify_ms)):
             return
         if drafted == 0:
-            self.plain_pos.append(position)
-            self.plain_log.append(math.log(verify_ms))
-            self.plain_busy.append(busy)
+            self.plain.append(position, math.log(verify_ms), busy)
         else:
-            self.pass_pos.append(position)
-            self.pass_log.append(math.log(verify_ms))
-            self.pass_len.append(drafted + 1)
-            self.pass_busy.append(busy)
+            self.passes.append(position, math.log(verify_ms), drafted + 1, busy)
 
     def _count(self, busy: bool) -> None:
         if busy:
@@ -115,7 +115,7 @@ class SpeedupSamples:
 
     @property
     def plain_samples(self) -> int:
-        return len(self.plain_pos)
+        return self.plain.n
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,8 @@ def _levels(track_pos: np.ndarray, cum: np.ndarray, where: np.ndarray) -> np.nda
     return (cum[hi] - cum[lo]) / (hi - lo)
 
 
-def _select(flags: list[bool], quiet_only: bool) -> np.ndarray:
-    busy = np.asarray(flags, dtype=bool)
-    return ~busy if quiet_only else np.ones(len(busy), dtype=bool)
+def _used(rows: np.ndarray, quiet_only: bool) -> np.ndarray:
+    return rows[rows[:, -1] == 0.0] if quiet_only else rows
 
 
 def measured_speedup(s: SpeedupSamples, confidence: float = CONFIDENCE) -> SpeedupResult:
@@ -156,21 +155,19 @@ def measured_speedup(s: SpeedupSamples, confidence: float = CONFIDENCE) -> Speed
 
     Records flagged "machine busy" are left out once the quiet ones suffice (a stall of another program's
     making is not the speed-up); a machine busy throughout still gets a number from all of them."""
-    quiet_plain = s.plain_busy.count(False)
-    quiet_passes = s.pass_busy.count(False)
-    quiet_only = quiet_plain >= MIN_PLAIN_SAMPLES and quiet_passes >= MIN_PASSES and s.busy_records > 0
+    plain_rows, pass_rows, it_rows = s.plain.view(), s.passes.view(), s.iterations.view()
+    quiet_only = (s.busy_records > 0 and int((plain_rows[:, 2] == 0.0).sum()) >= MIN_PLAIN_SAMPLES
+                  and int((pass_rows[:, 3] == 0.0).sum()) >= MIN_PASSES)
     left_out = s.busy_records if quiet_only else 0
-    sel_p, sel_v, sel_i = (_select(s.plain_busy, quiet_only), _select(s.pass_busy, quiet_only),
-                           _select(s.it_busy, quiet_only))
-    plain_pos = np.asarray(s.plain_pos, dtype=float)[sel_p]
-    plain_log = np.asarray(s.plain_log)[sel_p]
+    plain_rows, pass_rows, it_rows = (_used(plain_rows, quiet_only), _used(pass_rows, quiet_only),
+                                      _used(it_rows, quiet_only))
+    plain_pos, plain_log = plain_rows[:, 0], plain_rows[:, 1]
     n = len(plain_pos)
     if n < MIN_PLAIN_SAMPLES:
         return SpeedupResult(None, f"{NOT_ENOUGH} ({n} of {MIN_PLAIN_SAMPLES} plain steps)", n, left_out)
-    track_pos, rel = _tracker(np.asarray(s.pass_pos, dtype=float)[sel_v], np.asarray(s.pass_log)[sel_v],
-                              np.asarray(s.pass_len)[sel_v])
+    track_pos, rel = _tracker(pass_rows[:, 0], pass_rows[:, 1], pass_rows[:, 2])
     passes = len(track_pos)
-    it_ms = np.asarray(s.it_ms)[sel_i]
+    it_ms = it_rows[:, 2]
     if passes < MIN_PASSES or len(it_ms) < 2:
         return SpeedupResult(None, f"{NOT_ENOUGH} ({passes} of {MIN_PASSES} verify passes)", n, left_out)
     cum = np.concatenate(([0.0], np.cumsum(rel)))
@@ -188,7 +185,7 @@ def measured_speedup(s: SpeedupSamples, confidence: float = CONFIDENCE) -> Speed
     if var_own > var_q:  # the plain samples spread more than the passes say: theirs, with their own df
         var_q, df_q = var_own, float(n - 1)
     se_q2 = var_q / n
-    a = np.asarray(s.it_tokens)[sel_i] * np.exp(_levels(track_pos, cum, np.asarray(s.it_pos, dtype=float)[sel_i]))
+    a = it_rows[:, 1] * np.exp(_levels(track_pos, cum, it_rows[:, 0]))
     total_a, total_m = float(a.sum()), float(it_ms.sum())
     if total_a <= 0 or total_m <= 0:
         return SpeedupResult(None, f"{NOT_ENOUGH} (no tokens timed)", n, left_out)
