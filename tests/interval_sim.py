@@ -210,6 +210,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     # prompt lookup: an answer that starts in prose (mostly proposing nothing) and then copies
     Scenario("lookup, prose then copying, 1 baseline", 18, (6,), draft_ms=0.1, verify_ms=90.0,
              phases=lambda i, n: (0.3, 0 if i < 8 and i % 4 != 3 else 1) if i < 8 else (0.92, 8)),
+    Scenario("lookup, prose then copying, no baseline", 18, (), draft_ms=0.1, verify_ms=90.0,
+             phases=lambda i, n: (0.3, 0 if i < 8 and i % 4 != 3 else 1) if i < 8 else (0.92, 8)),
     Scenario("lookup, a quarter proposing nothing, 1 baseline", 40, (6,), k=6, alpha=0.8, draft_ms=0.1,
              verify_ms=90.0, nothing_proposed=0.25),
 )

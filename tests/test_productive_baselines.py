@@ -218,6 +218,33 @@ def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_
     assert gap_after(0, 12.0) == 6  # 1 token in 12 ms: speculation loses, a plain step costs nothing extra
 
 
+def test_an_iteration_that_proposed_nothing_counts_as_a_baseline_for_the_schedule() -> None:
+    """Prompt lookup in prose proposes nothing: each such iteration is a plain sample, so no baseline is due
+    until the priced gap has passed since the last of them."""
+    m = Measurement()
+    for i in range(8):
+        m.feed(_lookup_rec(i, 0 if i % 2 == 0 else 3, 3, 12.0))  # every other iteration proposes nothing
+    schedule = BaselineSchedule(m, min_gap=6)
+    assert m.iterations_since_plain_sample() == 1
+    assert not schedule.due(8, 1000)  # 8 iterations since the last baseline (none), 1 since a plain sample
+    for i in range(8, 40):
+        m.feed(_lookup_rec(i, 3, 3, 12.0))  # copying from here on: 4 tokens in 12 ms
+    assert m.iterations_since_plain_sample() == 33 and schedule.due(40, 1000)
+
+
+def test_a_plain_step_dearer_than_a_short_pass_prices_the_baselines_as_timed() -> None:
+    """On this CPU a one-token pass can cost more than a 4-token one; the verify fit pools them (it never falls
+    with length), but the plain step the schedule prices is the length-1 passes as timed."""
+    m = Measurement()
+    m.feed(_rec(0, "plain", 10.0, 1))
+    for i in range(1, 20):
+        r = _rec(i, "speculative", 9.0, 3)  # 3 tokens in 9 ms, a 4-token pass of 8 ms
+        r.verify_ms = 8.0
+        m.feed(r)
+    assert m.fit.points[1] < 10.0  # pooled with the cheaper 4-token passes
+    assert m.provisional_speedup() == pytest.approx(3 / 9.0 * 10.0)
+
+
 def _one_plain_step(speedup: float) -> Measurement:
     """6 speculative iterations of 2 tokens, one plain step of 10 ms, one more iteration: speculation runs
     ``speedup`` times as fast, and one plain sample of the two the measured speed-up needs is in."""
@@ -245,7 +272,11 @@ def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_ru
     # 12 tokens left: halfway is 3.5 iterations away, dearer than 4.5%: the 3% spacing
     assert schedule.next_gap(1, 12) == 8
     # asked later, with the same 6 iterations left: halfway from the last baseline is affordable now
-    assert schedule.due(6, 12) and not schedule.due(5, 12)
+    for i in range(8, 12):
+        m.feed(_rec(i, "speculative", 2 * 10.0 / 1.5, 2))
+    assert m.iterations_since_plain_sample() == 5 and not schedule.due(5, 12)
+    m.feed(_rec(12, "speculative", 2 * 10.0 / 1.5, 2))
+    assert schedule.due(6, 12)
 
 
 def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:

@@ -147,6 +147,7 @@ class Measurement:
         self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
         self._position = 0  # records (and legacy baseline steps) so far: where each sample sits in the run
         self._finished = False
+        self._since_plain: int | None = None  # speculative iterations since the last plain sample
         self._speedup_cache: dict[int, tuple[tuple[int, int, bool], SpeedupResult]] = {}
         self._last_record: IterationRecord | None = None
         self._last_judging: IterationRecord | None = None  # the k, drafter and controller note in use (a
@@ -169,6 +170,7 @@ class Measurement:
                     for samples in (self._samples, self._segments[-1].samples):
                         samples.add_plain(self._position, ms, False)
                     self._position += 1
+                    self._since_plain = 0
                 for n, ms in event.verify_ms_by_len.items():
                     self.fit.add(int(n), ms)
             elif isinstance(event, RunStarted):
@@ -208,10 +210,13 @@ class Measurement:
         if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
             self.fit.add(r.n_drafted + 1, r.verify_ms)
         position, self._position = self._position, self._position + 1
-        if not self._plain_run:  # a --plain run's steps are the decoding: nothing to compare them with
+        if not self._plain_run and r.mode in (PLAIN_MODE, SPECULATIVE_MODE):
+            # a --plain run's steps are the decoding: nothing to compare them with
             busy = any(f.startswith(BUSY_PREFIX) for f in r.flags)
             for samples in (self._samples, self._segments[-1].samples):
                 samples.add_record(position, r, busy)  # a plain step: its target pass, as plain decoding runs it
+            plain_sample = r.mode == PLAIN_MODE or r.n_drafted == 0
+            self._since_plain = 0 if plain_sample else None if self._since_plain is None else self._since_plain + 1
         if r.mode == PLAIN_MODE:
             if not self._plain_run:
                 self._baseline_ms += r.iteration_ms
@@ -273,15 +278,23 @@ class Measurement:
 
     def provisional_speedup(self) -> float | None:
         """Speculation's rate over the recent window (tokens / ms of its speculative iterations) times the plain
-        step (the fit at length 1): a rough figure for what a plain step costs right now, to space baselines
-        before and beside the measured speed-up (a run whose answer starts in prose and then copies changes
-        its speed-up mid-run); never shown. None before a length-1 pass was timed."""
+        step (the median of the recent length-1 passes as timed): a rough figure for what a plain step costs
+        right now, to space baselines before and beside the measured speed-up (a run whose answer starts in
+        prose and then copies changes its speed-up mid-run); never shown. None before a length-1 pass was
+        timed."""
         with self._lock:
-            plain = self.fit.points.get(1)
+            plain = self.fit.median(1)
             spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
             ms = sum(r.iteration_ms for r in spec)
             tokens = sum(r.n_emitted for r in spec)
             return tokens / ms * plain if plain and ms > 0 and tokens else None
+
+    def iterations_since_plain_sample(self) -> int | None:
+        """Speculative iterations since the last plain sample (a baseline's plain step, or an iteration that
+        proposed nothing); None before any. Where the drafter's own iterations give plain samples, a baseline
+        adds nothing they do not."""
+        with self._lock:
+            return self._since_plain
 
     def window_records(self) -> list[IterationRecord]:
         with self._lock:

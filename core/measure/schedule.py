@@ -15,7 +15,9 @@ than speculation at the user's k would have, and that is what these two bound.
   nothing) the baselines are spread so that it exists by the run's last token, if that costs at most
   ``early_budget``; a run too short for that keeps the ``budget`` spacing and says "not enough data" (2 plain
   steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where speculation does not pay
-  (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``.
+  (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An iteration that proposed nothing
+  (prompt lookup or suffix decoding without a match) is a plain sample too, at no cost: the gap counts from
+  the last plain sample of either kind, so a drafter that gives them needs no baseline while it does.
 - :class:`VerifyExploration` runs an occasional speculative iteration at a k whose verify pass length
   (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
   to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
@@ -91,7 +93,10 @@ class BaselineSchedule:
         return int(min(self.max_gap, max(self.min_gap, round(gap))))
 
     def due(self, since: int, remaining_tokens: int | None = None) -> bool:
-        """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start)."""
+        """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start). An
+        iteration that proposed nothing was a plain sample as good as a baseline's: the gap counts from it."""
+        free = self.measurement.iterations_since_plain_sample()
+        since = min(since, free) if free is not None else since
         return since >= self.next_gap(since, remaining_tokens)
 
 
