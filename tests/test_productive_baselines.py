@@ -269,12 +269,15 @@ def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_ru
     # 26 tokens left (14 iterations from the last baseline): one more baseline halfway gives the interval before
     # the end, within 4.5%
     assert schedule.next_gap(1, 26) == 7
-    # 12 tokens left: halfway is 3.5 iterations away, dearer than 4.5%: the 3% spacing
-    assert schedule.next_gap(1, 12) == 8
-    # asked later, with the same 6 iterations left: halfway from the last baseline is affordable now
+    # 12 tokens left (7 iterations from the last baseline): a third of a plain step in 9.3 plain-step times,
+    # 3.3%: halfway, 3.5 iterations on
+    assert schedule.next_gap(1, 12) == 4
+    # 4 tokens left: a third of a step in 4 is dearer than 4.5%: the 3% spacing, and no interval in this run
+    assert schedule.next_gap(1, 4) == 8
+    # asked as the iterations come, with 12 tokens left: due halfway through what is left since the baseline
     for i in range(8, 12):
         m.feed(_rec(i, "speculative", 2 * 10.0 / 1.5, 2))
-    assert m.iterations_since_plain_sample() == 5 and not schedule.due(5, 12)
+    assert m.iterations_since_plain_sample() == 5 and not schedule.due(5, 12)  # 11 iterations: 5.5 -> 6
     m.feed(_rec(12, "speculative", 2 * 10.0 / 1.5, 2))
     assert schedule.due(6, 12)
 

@@ -12,8 +12,8 @@ than speculation at the user's k would have, and that is what these two bound.
   have, against g iterations of c = L / S plain-step times each (L: tokens per speculative iteration), so a
   share ``budget`` of the wall time allows a baseline every g = b·((1 − 1/S)/budget − 1)/c iterations. Until
   the measured speed-up exists (``MIN_PLAIN_SAMPLES`` plain samples: baselines, or iterations that proposed
-  nothing) the baselines are spread so that it exists by the run's last token, if that costs at most
-  ``early_budget``; a run too short for that keeps the ``budget`` spacing and says "not enough data" (2 plain
+  nothing) the baselines still needed are spread evenly over the rest of the run so that it exists before the
+  run's last token, if they cost at most ``early_budget`` of the rest; a run too short for that keeps the ``budget`` spacing and says "not enough data" (2 plain
   steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where speculation does not pay
   (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An iteration that proposed nothing
   (prompt lookup or suffix decoding without a match) is a plain sample too, at no cost: the gap counts from
@@ -87,9 +87,9 @@ class BaselineSchedule:
         more = -(-(self.min_plain - est.plain_samples) // self.steps)  # baselines still needed for a measured speed-up
         if est.run_measured is None and more > 0 and remaining_tokens is not None:
             stretch = since + remaining_tokens / est.mean_acceptance_length  # iterations from the last baseline
-            planned = stretch / (more + 1)  # ``more`` baselines split it into more + 1 stretches
-            if planned >= budget_gap(self.early_budget, self.steps, s, cost):  # affordable: interval in the run
-                gap = min(gap, planned)
+            extra = more * self.steps * (1.0 - 1.0 / s)  # what they cost beyond speculation, in plain-step times
+            if extra <= self.early_budget * (stretch * cost + more * self.steps):  # affordable: interval in the run
+                gap = min(gap, stretch / (more + 1))  # ``more`` baselines split the stretch evenly
         return int(min(self.max_gap, max(self.min_gap, round(gap))))
 
     def due(self, since: int, remaining_tokens: int | None = None) -> bool:
