@@ -5,19 +5,20 @@ speculative iteration at another k; both commit their tokens. What they cost is 
 than speculation at the user's k would have, and that is what these two bound.
 
 - :class:`BaselineSchedule` decides when a baseline (``steps`` plain steps, one by default) runs. The run opens
-  with ``min_gap`` speculative iterations and no baseline before them (the measurement makes them a block
-  closed by the first baseline). From the first rough speed-up S on (speculation's rate over the recent
-  window against the plain step, known once a length-1 pass was timed: a baseline, or prompt lookup's own
-  pass that proposed nothing), each plain step costs (1 − 1/S) of a plain step more than speculation would
-  have, against g iterations of c = L / S plain-step times each (L: tokens per speculative iteration), so a
-  share ``budget`` of the wall time allows a baseline every g = b·((1 − 1/S)/budget − 1)/c iterations. Until
-  the measured speed-up exists (``MIN_PLAIN_SAMPLES`` plain samples: baselines, or iterations that proposed
-  nothing) the baselines still needed are spread evenly over the rest of the run so that it exists before the
-  run's last token, if they cost at most ``early_budget`` of the rest; a run too short for that keeps the ``budget`` spacing and says "not enough data" (2 plain
-  steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where speculation does not pay
-  (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An iteration that proposed nothing
-  (prompt lookup or suffix decoding without a match) is a plain sample too, at no cost: the gap counts from
-  the last plain sample of either kind, so a drafter that gives them needs no baseline while it does.
+  with ``min_gap`` speculative iterations and no baseline before them. From the first rough speed-up S on
+  (speculation's rate over the recent window against the plain step, known once a length-1 pass was timed:
+  a baseline, or prompt lookup's own pass that proposed nothing), each plain step costs (1 − 1/S) of a plain
+  step more than speculation would have, against g iterations of c = L / S plain-step times each (L: tokens
+  per speculative iteration), so a share ``budget`` of the wall time allows a baseline every
+  g = b·((1 − 1/S)/budget − 1)/c iterations. Until the measured speed-up exists (``MIN_PLAIN_SAMPLES``
+  plain samples: baselines, or iterations that proposed nothing) the baselines still needed are spread
+  evenly over the rest of the run so that it exists before the run's last token, if they cost at most
+  ``early_budget`` of the rest; a run too short for that keeps the ``budget`` spacing and says "not enough
+  data" (2 plain steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where
+  speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An
+  iteration that proposed nothing (prompt lookup or suffix decoding without a match) is a plain sample too,
+  at no cost: the gap counts from the last plain sample of either kind, so a drafter that gives them needs
+  no baseline while it does.
 - :class:`VerifyExploration` runs an occasional speculative iteration at a k whose verify pass length
   (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
   to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
