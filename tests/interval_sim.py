@@ -196,8 +196,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("eagle, 3 plain steps", 50, every(19, 6, 3)),
     Scenario("eagle, 4 plain steps", 50, (6, 17, 36, 51)),
     Scenario("eagle, 7 plain steps (384 tokens)", 120, every(19, 6, 7)),
-    Scenario("eagle, 2-step baselines every 8 (old schedule)", 80,
-             (0, 1, *[p for i in range(1, 11) for p in (i * 10, i * 10 + 1)])),
+    # the schedule before issue 25 at 128 tokens: 2-step baselines first and every 6 until 5 blocks (12 steps)
+    Scenario("eagle, 2-step baselines every 6 (old schedule)", 48,
+             tuple(p for i in range(6) for p in (8 * i, 8 * i + 1))),
     Scenario("eagle, no drift", 50, every(19, 6, 3), drift=0.0, walk=0.0),
     Scenario("eagle, strong drift", 50, every(19, 6, 3), drift=0.3, walk=0.03),
     Scenario("eagle, plain steps 1.75x as noisy", 50, every(19, 6, 3), plain_sigma=0.14),
