@@ -51,6 +51,15 @@ def test_with_the_same_plain_steps_the_interval_is_no_wider_than_the_block_metho
     assert new.median_width <= old.median_width and new.rate >= 0.9
 
 
+def test_at_128_tokens_three_plain_steps_give_no_wider_an_interval_than_the_old_schedules_twelve() -> None:
+    """The issue's target, in simulation: the old schedule (2-step baselines every 6 iterations, 12 plain steps
+    in 48 iterations) with the block method, against the default's 3 plain steps in 50 with this method."""
+    old = coverage(BY_NAME["eagle, 2-step baselines every 6 (old schedule)"], SEEDS, block_interval)
+    new = coverage(BY_NAME["eagle, 3 plain steps"], SEEDS)
+    assert old.shown == new.shown == len(SEEDS)
+    assert new.median_width <= old.median_width
+
+
 def test_the_measurement_gives_the_simulated_streams_interval() -> None:
     """The coverage above is the owner's: the measurement fed the stream hands out the same interval."""
     for seed in range(3):

@@ -26,11 +26,11 @@ the usual ratio-estimator variance. The interval is Student's t with the Welch-S
 It is an interval for the speed-up this drafter gives on this text, not only this run's realized one, so
 acceptance's sampling noise is in it.
 
-Coverage on synthetic streams with known speed-up, noise, heavy-tailed spikes and slow drift
-(tests/interval_sim.py, scripts/bench_interval_coverage.py): at or near its 95% for 2 to 16 plain steps,
-about 91% where plain steps are three times as noisy as the passes; the Hodges-Lehmann interval over blocks
-between baselines that it replaces needed 5 blocks (4 plain steps) for any interval and was wider at the same
-data. Two plain samples give a number.
+Coverage on synthetic streams with a known speed-up, noise, spikes and slow drift (tests/interval_sim.py,
+scripts/bench_interval_coverage.py, 300 runs a scenario): 96–98% of the 95% intervals cover the truth with 2 to
+7 plain steps, 96% where plain steps are 3x as noisy as the passes. The Hodges-Lehmann interval over the blocks
+between baselines that this replaces needed 5 blocks (4 plain steps) for any interval; on the same records it
+was wider (hi/lo 1.72 against 1.47 with 4 plain steps in 50 iterations) and covered 90–96%.
 """
 
 from __future__ import annotations
