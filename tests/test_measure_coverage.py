@@ -72,6 +72,30 @@ def test_the_measurement_gives_the_simulated_streams_interval() -> None:
         assert est.busy_left_out > 0  # the busy records were left out, as the simulated truth has them
 
 
+def test_a_replayed_trace_gives_the_same_interval_free_plain_samples_included(tmp_path) -> None:
+    """The trace is the event stream: written to the event log and read back, a run whose plain samples are
+    iterations that proposed nothing (no baseline at all) replays to the same snapshot."""
+    from specscope.core.events import RunStarted
+    from specscope.core.measure.measurement import replay
+    from specscope.core.records import ControlValues
+    from specscope.core.trace.event_log import read_events, write_events
+
+    records, _ = synthetic_run(np.random.default_rng(7), BY_NAME["lookup, prose then copying, no baseline"])
+    events = [RunStarted("local", "t", "", "lookup", "", "p", 5, ControlValues(k=3), 128), *records,
+              RunFinished("eos", len(records), 0, 1.0, 1.0)]
+    live = Measurement()
+    for e in events:
+        live.feed(e)
+    path = tmp_path / "run.events.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        write_events(f, events)
+    back, problems = read_events(path)
+    assert not problems and len(back) == len(events)
+    est = live.estimate()
+    assert est is not None and est.measured is not None and est.plain_samples >= 2
+    assert replay(back).estimate() == est
+
+
 @pytest.mark.parametrize("df", [1.0, 1.7, 2.0, 3.4, 9.0, 48.5, 1e4])
 def test_student_t_quantile_matches_scipy(df: float) -> None:
     for p in (0.6, 0.9, 0.975, 0.995, 0.025):
