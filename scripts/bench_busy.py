@@ -1,7 +1,7 @@
 """Busy-machine benchmark (issue 10): is the measured speed-up robust to another program taking the CPU?
 
 Runs ``specscope run --demo --drafter lookup`` on a structured preset whose answer copies its input (so
-speculation pays and the run is long enough for several plain/speculative blocks), alternately on a quiet
+speculation pays and the run is long enough for several plain steps among its iterations), alternately on a quiet
 machine and with CPU hogs beside it (one busy process per core), ``--rounds`` times each, and reports the
 measured speed-up with its interval, and how many iterations were flagged "machine busy" or as paging.
 The busy runs must be flagged, and their interval must cover the quiet figure or be within 10% of it.
@@ -64,9 +64,9 @@ def main() -> int:
             m = js["metrics"]
             rows.append({"round": rnd + 1, "label": label, "iterations": m["iterations"],
                          "measured": m["measured_speedup"], "lo": m["measured_speedup_lo"],
-                         "hi": m["measured_speedup_hi"], "blocks": m["measured_speedup_blocks"],
+                         "hi": m["measured_speedup_hi"], "plain": m["measured_speedup_plain_samples"],
                          "note": m["measured_speedup_note"], "busy": len(js["busy_flags"]),
-                         "left_out": m.get("measured_speedup_busy_blocks_left_out", 0),
+                         "left_out": m.get("measured_speedup_busy_iterations_left_out", 0),
                          "paging": len(js["paging_flags"]), "tok_s": m["tokens_per_s"],
                          "plain_ms": m["plain_step_ms"], "wall_s": js["wall_s"]})
             print(rows[-1], file=sys.stderr, flush=True)
@@ -83,19 +83,19 @@ def main() -> int:
         "processes beside them; quiet and busy alternate, the order flipping each round.",
         f"- Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
         "",
-        "| round | machine | iterations | measured × plain (95% interval) | blocks used | busy blocks left out "
-        "| busy flags | paging flags | tok/s | plain step ms |",
+        "| round | machine | iterations | measured × plain (95% interval) | plain steps used "
+        "| busy iterations left out | busy flags | paging flags | tok/s | plain step ms |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         measured = (f"{r['measured']:.2f} ({r['lo']:.2f}–{r['hi']:.2f})" if r["measured"] is not None
                     else r["note"])
-        lines.append(f"| {r['round']} | {r['label']} | {r['iterations']} | {measured} | {r['blocks']} "
+        lines.append(f"| {r['round']} | {r['label']} | {r['iterations']} | {measured} | {r['plain']} "
                      f"| {r['left_out']} | {r['busy']} "
                      f"| {r['paging']} | {r['tok_s']:.1f} | {r['plain_ms']:.1f} |")
     lines += ["", "## Verdict", ""]
     if quiet_figure is None:
-        lines.append("No quiet run reached enough blocks for a measured speed-up.")
+        lines.append("No quiet run reached enough plain steps for a measured speed-up.")
     else:
         lines.append(f"Quiet figure (median of the quiet runs' centres): ×{quiet_figure:.2f}.")
         for r in busy:

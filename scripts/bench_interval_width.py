@@ -1,22 +1,27 @@
-"""What the cheaper baselines cost the measured speed-up's interval: the default schedule against the one before
-issue 25's last round, on the same demo prompt, interleaved, in one process (one model load).
+"""What the measured speed-up's interval costs and gives, on the same demo prompt, interleaved, in one process (one
+model load): the default schedule and measurement against the schedule of before issue 25 with the block method.
 
-- ``new``: the default session (core/measure/schedule.py): one plain step a baseline, none before the first block,
-  spaced by what a plain step costs at the recent speed-up;
-- ``old``: the previous schedule, emulated with the same loop: a baseline of 2 plain steps before the first
-  speculative iteration and every 6 speculative iterations until 5 blocks give the measured speed-up, then
-  spaced by the 3% budget at that speed-up; exploration within 2% of the wall time on its own.
+- ``new``: the default session: one plain step a baseline, none before the first speculative iteration, spaced
+  by what a plain step costs at the recent speed-up (core/measure/schedule.py); the measured speed-up from the
+  plain samples paired with the verify passes around them (core/measure/speedup.py);
+- ``old``: the schedule before issue 25, emulated with the same loop: a baseline of 2 plain steps before the
+  first speculative iteration and every 6 speculative iterations until 5 blocks give a measured speed-up, then
+  spaced by the 3% budget; exploration within 2% of the wall time on its own; its intervals are the block
+  method's (tests/interval_sim.block_interval: Hodges-Lehmann over blocks between baselines).
 
-Per run: iterations, plain steps, the overhead share the run reports, the interval at the end, the first
-iteration with an interval, and the interval at the same number of iterations for both (the shorter run's).
+For the ``new`` run the block method is computed on the same records too (``blocks`` columns): what the interval
+was before this change with these plain steps. Per run: iterations, plain steps, the overhead share, the first
+iteration with an interval, the interval at the end and at the same number of iterations for all (the shorter
+run's).
 
-    .venv/bin/python scripts/bench_interval_width.py eagle [--max-new-tokens 384] [--rounds 2]
+    .venv/bin/python scripts/bench_interval_width.py eagle [--max-new-tokens 128] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,53 +35,61 @@ from specscope.core.engine.models import PairSpec, load_pair
 from specscope.core.gc_freeze import loaded_objects_frozen
 from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.schedule import VerifyExploration
+from specscope.core.measure.snapshot import Estimate, RatioInterval
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.session import Session, SessionOptions
+from tests.interval_sim import block_interval
 
 
-def old_gap(m: Measurement, steps: int = 2, min_gap: int = 6, max_gap: int = 48, budget: float = 0.03) -> int:
-    """The previous schedule: dense until the measured speed-up exists, then the budget's spacing at it."""
+def old_gap(m: Measurement, records: list[IterationRecord], steps: int = 2, min_gap: int = 6, max_gap: int = 48,
+            budget: float = 0.03) -> int:
+    """The schedule before issue 25: dense until the block method's interval exists, then the budget's spacing."""
     est = m.estimate()
-    if est is None or est.run_measured is None or est.mean_acceptance_length is None:
+    ci = block_interval(records, finished=False)
+    if est is None or ci is None or est.mean_acceptance_length is None:
         return min_gap
-    s = est.run_measured.value
+    s = ci.value
     if s <= 1.0:
         return min_gap
     c = est.mean_acceptance_length / s
     return int(min(max_gap, max(min_gap, round(steps * ((1.0 - 1.0 / s) / budget - 1.0) / c))))
 
 
-def run(pair: object, ids: list[int], drafter: str, kind: str, max_new: int) -> tuple[Session, dict[int, object]]:
+def run(pair: object, ids: list[int], drafter: str, kind: str, max_new: int) -> tuple[Session, list[Estimate]]:
     controls = Controls(ControlValues(k=default_k(drafter), adaptive_k=adaptive_k_default(drafter)))
-    seen: list[tuple[object, object]] = []
-    s = Session(pair, controls, SessionOptions(max_new_tokens=max_new),  # type: ignore[arg-type]
-                sinks=[lambda e, est: seen.append((e, est))])
+    snapshots: list[Estimate] = []
+
+    def sink(event: object, est: Estimate | None) -> None:
+        if isinstance(event, IterationRecord) and est is not None:
+            snapshots.append(est)
+
+    s = Session(pair, controls, SessionOptions(max_new_tokens=max_new), sinks=[sink])  # type: ignore[arg-type]
     if kind == "old":
         base = s.decode_options
 
         def opts() -> object:
             return replace(base(), baseline_first=True, baseline_steps=2,
-                           baseline_due=lambda since, rem: since >= old_gap(s.measurement),
+                           baseline_due=lambda since, rem: since >= old_gap(s.measurement, s.records),
                            explore_k=VerifyExploration(s.measurement, 16, joint_budget=1.0))
 
         s.decode_options = opts  # type: ignore[method-assign,assignment]
     with loaded_objects_frozen():
         s.run(ids)
-    by_iteration: dict[int, object] = {}
-    for e, snap in seen:
-        if isinstance(e, IterationRecord) and snap is not None:
-            by_iteration[len(by_iteration) + 1] = snap
-    return s, by_iteration
+    return s, snapshots
 
 
-def spread(m: object) -> str:
-    return f"{m.spread:.2f}" if m is not None else "—"  # type: ignore[attr-defined]
+def text(ci: RatioInterval | None) -> str:
+    return f"{ci.text()} hi/lo {ci.spread:.2f}" if ci is not None else "—"
+
+
+def first(n: int, interval_at: Callable[[int], RatioInterval | None]) -> int | None:
+    return next((i for i in range(1, n + 1) if interval_at(i) is not None), None)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("drafter", choices=sorted(PROMPTS))
-    ap.add_argument("--max-new-tokens", type=int, default=384)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -85,24 +98,34 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("new", "old") if r % 2 == 0 else ("old", "new")
         got = {k: run(pair, ids, args.drafter, k, args.max_new_tokens) for k in order}
-        common = min(len(got["new"][1]), len(got["old"][1]))
+        common = min(len(got["new"][0].records), len(got["old"][0].records))
         for kind in ("old", "new"):
-            s, by_it = got[kind]
+            s, snaps = got[kind]
+            records = s.records
             est = s.measurement.estimate()
             assert est is not None and est.cost is not None
-            m = est.measured
-            modes = "".join("P" if x.mode == "plain" else "x" if x.explore else "." for x in s.records)
-            first = next((i for i, sn in by_it.items() if sn.measured is not None), None)  # type: ignore[attr-defined]
-            at = by_it[common]
-            span = (s.records[-1].t_end_s - s.records[0].t_start_s) * 1000
-            cpu = sum(x.cpu_ms or 0.0 for x in s.records)
-            print(f"round {r} {kind}: {len(s.records)} iterations ({modes.count('P')} plain, {modes.count('x')} "
-                  f"explored), span {span:.0f} ms, decode CPU {cpu:.0f} ms, overhead {est.cost.share:.3f} "
-                  f"(baselines {est.cost.baseline_ms:.0f} ms); end: {est.measured_text} hi/lo {spread(m)} over "
-                  f"{est.blocks} blocks; first interval at iteration {first}; at iteration {common}: "
-                  f"{at.measured_text} hi/lo {spread(at.measured)} ({at.blocks} blocks)",  # type: ignore[attr-defined]
-                  flush=True)
+            modes = "".join("P" if x.mode == "plain" else "x" if x.explore else "0" if x.n_drafted == 0 else "."
+                            for x in records)
+            span = (records[-1].t_end_s - records[0].t_start_s) * 1000
+            cpu = sum(x.cpu_ms or 0.0 for x in records)
+            print(f"round {r} {kind}: {len(records)} iterations ({modes.count('P')} plain, {modes.count('0')} "
+                  f"proposing nothing, {modes.count('x')} explored), span {span:.0f} ms, decode CPU {cpu:.0f} ms, "
+                  f"overhead {est.cost.share:.3f} (baselines {est.cost.baseline_ms:.0f} ms)", flush=True)
             print("   ", modes, flush=True)
+
+            def blocks(i: int, records: list[IterationRecord] = records) -> RatioInterval | None:
+                return block_interval(records[:i], finished=i == len(records))
+
+            def paired(i: int, snaps: list[Estimate] = snaps, final: Estimate = est) -> RatioInterval | None:
+                """The measurement's own, after the i-th iteration (after the run's end for the last)."""
+                return snaps[i - 1].run_measured if i < len(snaps) else final.run_measured
+
+            estimators: list[tuple[str, Callable[[int], RatioInterval | None]]] = [("blocks", blocks)]
+            if kind == "new":
+                estimators.insert(0, ("paired", paired))
+            for name, at in estimators:
+                print(f"    {name:7s} first interval at iteration {first(len(records), at)}; end: "
+                      f"{text(at(len(records)))}; at iteration {common}: {text(at(common))}", flush=True)
     return 0
 
 

@@ -62,10 +62,17 @@ def one_run(drafter: str, measured: bool, max_new: int, threads: int) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     return {"tokens": js["token_ids"], "span_ms": m["measurement_overhead_ms"]["wall"],
             "overhead": m["measurement_overhead"], "measured": m["measured_speedup"],
-            "lo": m["measured_speedup_lo"], "hi": m["measured_speedup_hi"],
+            "lo": m["measured_speedup_lo"], "hi": m["measured_speedup_hi"], "note": m["measured_speedup_note"],
             "plain_iterations": m["plain_iterations"], "iterations": m["iterations"],
             "explored": m["exploration_iterations"], "cpu_ms": sum(r.cpu_ms or 0.0 for r in records),
-            "modes": "".join("P" if r.mode == "plain" else "x" if r.explore else "." for r in records)}
+            "modes": "".join("P" if r.mode == "plain" else "x" if r.explore else "0" if r.n_drafted == 0 else "."
+                             for r in records)}
+
+
+def interval_text(run: dict) -> str:
+    if run["measured"] is None:
+        return f"— ({run['note']})"
+    return f"×{run['measured']:.2f} ({run['lo']:.2f}–{run['hi']:.2f})"
 
 
 def main() -> int:
@@ -88,7 +95,7 @@ def main() -> int:
             print(f"round {r} {d}: span on {on['span_ms']:.0f} ms, off {off['span_ms']:.0f} ms, ratio "
                   f"{on['span_ms'] / off['span_ms']:.3f}, decode CPU ratio {on['cpu_ms'] / off['cpu_ms']:.3f}, "
                   f"overhead {on['overhead']:.3f}, identical {on['tokens'] == off['tokens']}, load "
-                  f"{os.getloadavg()[0]:.1f}; on: {on['modes']}", flush=True)
+                  f"{os.getloadavg()[0]:.1f}; on: {on['modes']}; measured {interval_text(on)}", flush=True)
     lines = [
         "# Measurement overhead (scripts/bench_overhead.py)",
         "",
@@ -97,7 +104,8 @@ def main() -> int:
         f"average {os.getloadavg()[0]:.1f} at the end.",
         "",
         "| drafter | span on / off (median, min–max) | decode CPU on / off (median, min–max) | overhead share "
-        "reported | measured speed-up (interval) | hi/lo | plain steps / iterations | explored | outputs identical |",
+        "reported | measured speed-up (interval), each round | hi/lo | plain steps / iterations | explored | outputs "
+        "identical |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for d, pairs in rows.items():
@@ -105,9 +113,8 @@ def main() -> int:
         cpu = [on["cpu_ms"] / off["cpu_ms"] for on, off in pairs]
         shares = [on["overhead"] for on, _ in pairs if on["overhead"] is not None]
         last = pairs[-1][0]
-        interval = (f"×{last['measured']:.2f} ({last['lo']:.2f}–{last['hi']:.2f})" if last["measured"] is not None
-                    else "— (too few blocks)")
-        spread = f"{last['hi'] / last['lo']:.2f}" if last["measured"] is not None else "—"
+        interval = "; ".join(interval_text(on) for on, _ in pairs)
+        spread = "; ".join(f"{on['hi'] / on['lo']:.2f}" if on["measured"] is not None else "—" for on, _ in pairs)
         lines.append(
             f"| {d} | {statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
             f"{statistics.median(cpu):.3f} ({min(cpu):.3f}–{max(cpu):.3f}) | "

@@ -24,6 +24,7 @@ from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
 from specscope.core.measure.estimators import VerifyCostFit
 from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.snapshot import Estimate
+from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
 from specscope.core.measure.summary import run_summary
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord
@@ -142,8 +143,9 @@ def test_alpha_is_accepted_over_judged_everywhere():
 
 
 def blocks_run(ratio_per_block: list[float], plain_ms: float = 10.0, per_block: int = 4) -> Measurement:
-    """Blocks of ``per_block`` iterations, each emitting 2 tokens, timed so the block's ratio is as given,
-    between runs of 3 plain iterations (baselines that commit their tokens)."""
+    """Groups of ``per_block`` iterations, each emitting 2 tokens, timed so the group runs the given ratio faster
+    than the plain step, between runs of 3 plain iterations (baselines that commit their tokens); every verify
+    pass takes 10 ms."""
     m = Measurement()
     it = 0
 
@@ -162,39 +164,88 @@ def blocks_run(ratio_per_block: list[float], plain_ms: float = 10.0, per_block: 
     return m
 
 
-def test_measured_speedup_is_a_paired_ratio_over_blocks_with_an_interval():
-    m = blocks_run([1.5, 1.4, 1.6, 1.5, 1.45, 1.55])
-    est = m.feed(rec(99, 2, 1, 10.0))  # the speculative iteration after the last plain run closes its block
-    assert est is not None and est.blocks == 6 and est.measured is not None
-    assert est.measured.value == pytest.approx(1.5, rel=0.02)
-    assert est.measured.lo <= 1.5 <= est.measured.hi and est.measured.lo >= 1.39 and est.measured.hi <= 1.61
-    assert est.measured.text().startswith("×1.5") and est.speedup_text().endswith(", run")
+def test_measured_speedup_pairs_plain_steps_with_speculation_and_gives_an_interval():
+    ratios = [1.5, 1.4, 1.6, 1.5, 1.45, 1.55]
+    m = blocks_run(ratios)
+    est = m.feed(rec(99, 2, 1, 10.0))
+    # 2 tokens an iteration at 10 ms a plain step, over every iteration's time: the ratios' harmonic mean
+    truth = (8 * len(ratios) + 2) * 10.0 / (sum(80.0 / r for r in ratios) + 10.0)
+    assert est is not None and est.plain_samples == 21 and est.measured is not None
+    assert est.measured.value == pytest.approx(truth) and est.measured.n == 21
+    assert est.measured.lo <= truth <= est.measured.hi and est.measured.lo >= 1.39 and est.measured.hi <= 1.61
+    assert est.measured.text().startswith("×1.51") and est.speedup_text().endswith(", run")
     assert est.costs.plain_step_ms == pytest.approx(10.0)  # the plain iterations are the fit's length-1 passes
-    few = blocks_run([1.5] * (MIN_BLOCKS - 1)).feed(rec(99, 2, 1, 10.0))
-    assert few is not None and few.measured is None and f"{MIN_BLOCKS - 1} of {MIN_BLOCKS}" in few.measured_reason
 
 
-def test_a_legacy_baseline_record_brackets_blocks_like_plain_iterations():
+def test_one_plain_step_is_not_enough_and_the_reason_says_how_far_it_is():
+    m = Measurement()
+    for i in range(6):
+        m.feed(rec(i, 2, 1, ms=2 * 10.0 / 1.5))
+    est = m.feed(plain(6, 10.0))
+    assert est is not None and est.measured is None
+    assert est.measured_reason == f"not enough data yet (1 of {MIN_PLAIN_SAMPLES} plain steps)"
+    est = m.feed(plain(7, 10.0))
+    assert est is not None and est.measured is not None and est.measured.value == pytest.approx(1.5)
+
+
+def test_an_iteration_that_proposed_nothing_is_a_plain_sample_at_no_cost():
+    """Prompt lookup with no match: one target pass of length 1 committing one token is a plain step. With no
+    baseline at all, such iterations pair with the copying ones around them."""
+    m = Measurement()
+    it = 0
+    for _ in range(4):
+        m.feed(rec(it, 0, 0, ms=10.0, drafter="lookup"))  # nothing proposed: 1 token in one 10 ms pass
+        it += 1
+        for _ in range(3):
+            m.feed(rec(it, 4, 4, ms=12.5, drafter="lookup"))  # copying: 5 tokens in 12.5 ms
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.plain_samples == 4 and est.measured is not None
+    assert est.measured.value == pytest.approx((4 * 1 + 12 * 5) * 10.0 / (4 * 10.0 + 12 * 12.5))
+    assert est.cost is not None and est.cost.baseline_ms == 0.0  # no baseline was run for it
+
+
+def test_the_verify_passes_carry_the_plain_step_across_the_machine_drifting():
+    """Plain steps were timed while the machine ran at full speed; then everything ran twice as slow. The
+    passes around each iteration say so: the speed-up stays what it is (a plain step times speculation's rate
+    would halve it)."""
+    m = Measurement()
+    it = 0
+    for slow in (1.0, 1.0, 2.0, 2.0, 2.0, 2.0):
+        if slow == 1.0:
+            m.feed(plain(it, 10.0))
+            it += 1
+        for _ in range(5):
+            m.feed(rec(it, 2, 1, ms=slow * 20.0 / 1.5, verify_ms=slow * 8.0))  # 2 tokens at x1.5
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.measured is not None
+    assert est.measured.value == pytest.approx(1.5, rel=0.02)
+
+
+def test_a_legacy_baseline_record_gives_plain_samples_like_plain_iterations():
     m = Measurement()
     it = 0
     m.feed(baseline(0, 10.0, 10.0, 10.0))
-    for _ in range(MIN_BLOCKS):
+    for _ in range(3):
         for _ in range(4):
             m.feed(rec(it, 2, 1, ms=2 * 10.0 / 1.5))
             it += 1
         m.feed(baseline(it, 10.0, 10.0, 10.0, sweep={9: 12.0}))
     est = m.estimate()
     assert est is not None and est.measured is not None and est.measured.value == pytest.approx(1.5)
+    assert est.plain_samples == 12
     assert m.fit(9) == pytest.approx(12.0)  # an old trace's sweep still feeds the verify fit
 
 
-def test_the_last_block_is_closed_by_the_run_finishing():
-    m = blocks_run([1.5] * (MIN_BLOCKS - 1))
-    for i in range(100, 104):  # a fifth block with no baseline after it: the run ran out of tokens
-        m.feed(rec(i, 2, 1, ms=2 * 10.0 / 1.5))
-    assert m.estimate() is not None and m.estimate().measured is None
-    est = m.feed(RunFinished("max_new_tokens", 104, 200, 1.0, 5.0))
-    assert est is not None and est.measured is not None and est.blocks == MIN_BLOCKS
+def test_a_long_run_recomputes_the_measured_speedup_now_and_then_and_at_its_end():
+    m = blocks_run([1.5] * 2, per_block=200)  # 400 iterations: recomputed every 400 // 32 = 12
+    before = m.estimate()
+    assert before is not None and before.measured is not None
+    m.feed(rec(1000, 2, 1, ms=10.0))  # one iteration at x2 moves the number only at the next recomputation
+    assert m.estimate().measured == before.measured
+    est = m.feed(RunFinished("max_new_tokens", 1000, 900, 1.0, 5.0))
+    assert est is not None and est.measured is not None and est.measured.value > before.measured.value
 
 
 def test_one_outlying_block_barely_moves_the_estimate():
@@ -296,16 +347,16 @@ def test_a_control_change_starts_a_segment_and_the_run_numbers_never_blank():
     assert est.judged == before.judged + 1 and est.alpha == pytest.approx((before.alpha * before.judged) / est.judged)
     assert est.segment is not None and est.segment.alpha == 0.0 and est.segment.start_iteration == 100
     assert est.alpha_text() == f"α {est.alpha:.2f} (run) · 0.00 (k=2, T=0.8 since it. 100)"
-    # the speed-up keeps the run's value, saying so, until the new segment has blocks of its own
-    assert est.measured == before.measured and est.measured_scope == "run"
+    # the speed-up keeps the run's value, saying so, until the new segment has plain samples of its own
+    assert est.measured is not None and est.measured == est.run_measured and est.measured_scope == "run"
 
 
-def test_a_segment_with_enough_blocks_of_its_own_is_the_headline():
+def test_a_segment_with_enough_plain_samples_of_its_own_is_the_headline():
     m = blocks_run([1.5] * 6)
     m.feed(rec(60, 2, 1, 10.0))
     m.feed(ControlChange(61, ControlValues(k=2), ControlValues(k=3)))
     it = 61
-    for _ in range(MIN_BLOCKS + 1):
+    for _ in range(3):
         for _ in range(3):
             m.feed(plain(it, 10.0))
             it += 1
@@ -461,25 +512,22 @@ def test_verify_floor_is_a_lower_bound_that_one_slow_pass_cannot_raise():
     assert fit.floor(5, 3) == 16.0  # past the longest measured: at least the longest trusted length's cost
 
 
-def test_blocks_with_a_busy_iteration_are_left_out_once_enough_quiet_blocks_exist():
-    def block(m: Measurement, start: int, ms: float, busy: bool) -> None:
-        for i in range(start, start + 3):
+def test_busy_iterations_are_left_out_once_enough_quiet_ones_exist():
+    def iterations(m: Measurement, start: int, count: int, ms: float, busy: bool) -> None:
+        for i in range(start, start + count):
             r = rec(i, 2, 2, ms)  # 3 tokens per iteration
             if busy:
                 r.flags = [f"{BUSY_PREFIX}: the process got 30% of a core during this step"]
             m.feed(r)
-        m.feed(baseline(start + 2, 10.0, 10.0, 10.0))
 
     m = Measurement(window=8)
     m.feed(baseline(0, 10.0, 10.0, 10.0))
-    n = 1
-    for busy in (True, True, False, False, False, False):  # 3 tokens in 15 ms = 2× when quiet
-        block(m, n, 60.0 if busy else 15.0, busy)
-        n += 3
+    iterations(m, 1, 6, 60.0, True)  # 3 tokens in 15 ms = 2× when quiet; 4x slower while busy
+    iterations(m, 7, 3, 15.0, False)
     est = m.estimate()
-    assert est is not None and est.measured is not None  # too few quiet blocks: every block counts
-    assert est.blocks == 6 and est.blocks_busy == 0 and est.measured.value < 2.0
-    block(m, n, 15.0, False)
+    assert est is not None and est.measured is not None  # too few quiet passes: every iteration counts
+    assert est.busy_left_out == 0 and est.measured.value < 2.0
+    iterations(m, 10, 1, 15.0, False)
     est = m.estimate()
-    assert est is not None and est.measured is not None
-    assert est.blocks == 5 and est.blocks_busy == 2 and est.measured.value == pytest.approx(2.0)
+    assert est is not None and est.measured is not None and est.plain_samples == 3
+    assert est.busy_left_out == 6 and est.measured.value == pytest.approx(2.0)

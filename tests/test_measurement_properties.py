@@ -8,18 +8,21 @@ The streams are drawn from a seeded generator (200 of them), so a failure names 
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from dataclasses import dataclass
 from statistics import median
 
 import pytest
+from scipy import stats
 
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.measure.measurement import Measurement
 from specscope.core.measure.metrics import checked_proposals
-from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
+from specscope.core.measure.snapshot import RatioInterval
+from specscope.core.measure.speedup import MIN_PASSES, MIN_PLAIN_SAMPLES, PASSES_EACH_SIDE
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
 
 SEEDS = range(200)  # 200 streams in about 10 s; the batch definitions hold on 500 too (checked once)
@@ -67,8 +70,7 @@ class Reference:
     segment_alpha: float | None
     tokens_per_s: float | None
     wall_tokens_per_s: float | None
-    quiet: list[float]
-    busy: list[float]
+    measured: RatioInterval | None
     overhead: float | None
 
 
@@ -84,47 +86,7 @@ def reference(events: list[Event]) -> Reference:
     emitted = sum(r.n_emitted for r in records)
     decode_ms = sum(r.iteration_ms for r in records)
     wall_ms = (records[-1].t_end_s - records[0].t_start_s) * 1000.0 if records else 0.0
-    # Blocks: a run of speculative iterations not split by a plain iteration, a change or the end. Its baseline
-    # before is every plain iteration since the speculative iteration before it (a change in between does not
-    # matter: a plain step does not depend on the controls), at least one; after, every plain iteration until
-    # the next speculative one, or none when the run ends (one-sided). A block that a speculative iteration
-    # follows with no plain one in between has no baseline after it and is dropped, as is one under 2 iterations;
-    # one whose plain iterations after it are still going on (nothing followed them yet) is not counted yet.
-    runs: list[tuple[int, int]] = []  # [first, last] indices into events
-    start = None
-    for n, e in enumerate(events):
-        spec_here = isinstance(e, IterationRecord) and e.mode == "speculative"
-        if spec_here and start is None:
-            start = n
-        elif not spec_here and start is not None and (isinstance(e, (ControlChange, RunFinished))
-                                                        or (isinstance(e, IterationRecord) and e.mode == "plain")):
-            runs.append((start, n - 1))
-            start = None
-    if start is not None:
-        runs.append((start, len(events) - 1))
-
-    def plain_between(lo: int, hi: int) -> list[float]:
-        return [e.verify_ms for e in events[lo:hi] if isinstance(e, IterationRecord) and e.mode == "plain"]
-
-    def is_spec(e: Event) -> bool:
-        return isinstance(e, IterationRecord) and e.mode == "speculative"
-
-    quiet, busy = [], []
-    for first, last in runs:
-        prev_spec = max((n for n in range(first) if is_spec(events[n])), default=-1)
-        before = plain_between(prev_spec + 1, first)
-        next_spec = next((n for n in range(last + 1, len(events)) if is_spec(events[n])), None)
-        ended = any(isinstance(e, RunFinished) for e in events[last + 1:])
-        after = plain_between(last + 1, next_spec if next_spec is not None else len(events))
-        run = [e for e in events[first:last + 1] if isinstance(e, IterationRecord)]
-        # the baseline after it counts once it is complete: a speculative iteration or the end follows it
-        closed = (next_spec is not None and after) or (next_spec is None and ended)
-        # the speculative iterations before the run's first plain iteration are a block with a baseline after it
-        first_block = not plain_between(0, first)
-        if (not before and not (first_block and after)) or len(run) < 2 or not closed:
-            continue
-        ratio = sum(r.n_emitted for r in run) / sum(r.iteration_ms for r in run) * median(before + after)
-        (busy if any(f.startswith(BUSY_PREFIX) for r in run for f in r.flags) else quiet).append(ratio)
+    measured = speedup_reference(records_up_to_refresh(events))
     plain_in_run = [r for r in records if r.mode == "plain"]
     normal = [r for r in spec if not r.explore]
     spec_ms, spec_tokens = sum(r.iteration_ms for r in normal), sum(r.n_emitted for r in normal)
@@ -138,11 +100,86 @@ def reference(events: list[Event]) -> Reference:
     spent = max(0.0, wall_ms - decode_ms) + extra(plain_in_run) + extra([r for r in spec if r.explore])
     overhead = spent / wall_ms if wall_ms > 0 else None
     return Reference(alpha, segment_alpha, emitted * 1000.0 / decode_ms if decode_ms > 0 else None,
-                     emitted * 1000.0 / wall_ms if wall_ms > 0 else None, quiet, busy, overhead)
+                     emitted * 1000.0 / wall_ms if wall_ms > 0 else None, measured, overhead)
 
 
-def used(quiet: list[float], busy: list[float]) -> list[float]:
-    return quiet if len(quiet) >= MIN_BLOCKS or not busy else quiet + busy
+def is_busy(r: IterationRecord) -> bool:
+    return any(f.startswith(BUSY_PREFIX) for f in r.flags)
+
+
+def records_up_to_refresh(events: list[Event]) -> list[IterationRecord]:
+    """The records the measured speed-up was last computed over: it is recomputed at each plain sample (a plain
+    step, an iteration that proposed nothing), at the run's end, and once max(1, N // 32) speculative iterations
+    came since (N so far)."""
+    records: list[IterationRecord] = []
+    computed_at = 0  # records at the last computation
+    last = (0, 0, False)  # (plain samples, speculative iterations, finished) then
+    plain = spec = 0
+    finished = False
+    for e in events:
+        if isinstance(e, IterationRecord):
+            records.append(e)
+            spec += e.mode == "speculative"
+            plain += e.mode == "plain" or (e.mode == "speculative" and e.n_drafted == 0)
+        finished |= isinstance(e, RunFinished)
+        if not records:
+            continue
+        if (plain, finished) != (last[0], last[2]) or spec - last[1] >= max(1, spec // 32) or computed_at == 0:
+            computed_at, last = len(records), (plain, spec, finished)
+    return records[:computed_at]
+
+
+def speedup_reference(records: list[IterationRecord]) -> RatioInterval | None:
+    """The measured speed-up from its definition (core/measure/speedup.py), in plain Python."""
+    rows = [(n, r) for n, r in enumerate(records)]
+    busy_any = any(is_busy(r) for _, r in rows)
+    quiet_plain = [(n, r) for n, r in rows if not is_busy(r) and (r.mode == "plain" or (
+        r.mode == "speculative" and r.n_drafted == 0))]
+    quiet_passes = [r for _, r in rows if not is_busy(r) and r.mode == "speculative" and r.n_drafted > 0]
+    quiet_only = busy_any and len(quiet_plain) >= MIN_PLAIN_SAMPLES and len(quiet_passes) >= MIN_PASSES
+    use = [(n, r) for n, r in rows if not (quiet_only and is_busy(r))]
+    plain = [(n, math.log(r.verify_ms)) for n, r in use
+             if r.mode == "plain" or (r.mode == "speculative" and r.n_drafted == 0)]
+    passes = [(n, math.log(r.verify_ms), r.n_drafted + 1) for n, r in use
+              if r.mode == "speculative" and r.n_drafted > 0]
+    its = [(n, r.n_emitted, r.iteration_ms) for n, r in use if r.mode == "speculative"]
+    lengths = [L for _, _, L in passes]
+    track = [(n, lv - median(v for _, v, L2 in passes if L2 == L)) for n, lv, L in passes if lengths.count(L) >= 2]
+    if len(plain) < MIN_PLAIN_SAMPLES or len(track) < MIN_PASSES or len(its) < 2:
+        return None
+
+    def level(x: int, leave_out: int | None = None) -> float:
+        before = [i for i, (n, _) in enumerate(track) if n < x][-PASSES_EACH_SIDE:]
+        after = [i for i, (n, _) in enumerate(track) if n >= x and i != leave_out]
+        after = after[:PASSES_EACH_SIDE]
+        window = before + after
+        return sum(track[i][1] for i in window) / len(window)
+
+    q = [lp - level(x) for x, lp in plain]
+    resid = []
+    for i, (_, rel) in enumerate(track):
+        others = [j for j in range(max(0, i - PASSES_EACH_SIDE), min(len(track), i + PASSES_EACH_SIDE + 1)) if j != i]
+        resid.append(rel - sum(track[j][1] for j in others) / len(others))
+    n, p = len(q), len(track)
+    mean_q = sum(q) / n
+    var_own = sum((x - mean_q) ** 2 for x in q) / (n - 1)
+    mean_r = sum(resid) / p
+    var_pass = sum((x - mean_r) ** 2 for x in resid) / (p - 1)
+    var_q, df_q = ((n - 1) * var_own + (p - 1) * var_pass) / (n - 1 + p - 1), n - 1 + p - 1
+    if var_own > var_q:
+        var_q, df_q = var_own, n - 1
+    a = [t * math.exp(level(x)) for x, t, _ in its]
+    ms = [m for _, _, m in its]
+    rate = sum(a) / sum(ms)
+    se_q2 = var_q / n
+    se_r2 = sum((ai - rate * mi) ** 2 for ai, mi in zip(a, ms, strict=True)) * len(a) / (len(a) - 1) / sum(a) ** 2
+    centre = mean_q + math.log(rate)
+    se2 = se_q2 + se_r2
+    if se2 <= 0:
+        return RatioInterval(math.exp(centre), math.exp(centre), math.exp(centre), n)
+    df = se2 ** 2 / (se_q2 ** 2 / df_q + se_r2 ** 2 / (len(a) - 1))
+    half = float(stats.t.ppf(0.975, max(df, 1.0))) * math.sqrt(se2)
+    return RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -166,8 +203,13 @@ def test_the_incremental_snapshot_equals_the_batch_definitions(seed: int) -> Non
         assert est.wall_tokens_per_s is None
     else:
         assert est.wall_tokens_per_s == pytest.approx(ref.wall_tokens_per_s)
-    expected = paired_ratio(used(ref.quiet, ref.busy))
-    assert est.run_measured == (pytest.approx(expected) if expected is not None else None), seed
+    if ref.measured is None:
+        assert est.run_measured is None, seed
+    else:
+        got = est.run_measured
+        assert got is not None and got.n == ref.measured.n, seed
+        assert (got.value, got.lo, got.hi) == pytest.approx(
+            (ref.measured.value, ref.measured.lo, ref.measured.hi), rel=1e-7), seed
     assert est.cost is not None
     assert est.cost.share == (pytest.approx(ref.overhead) if ref.overhead is not None else None)
     # the headline is the run's unless the segment has a number of its own; it never blanks once the run has one

@@ -182,10 +182,10 @@ def _lookup_rec(i: int, drafted: int, accepted: int, ms: float) -> IterationReco
                            0.0, ms, 0.0, ms, 0, 0, 0.0, 0.0)
 
 
-def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets_two_blocks() -> None:
-    """Baselines every 3 speculative iterations, one plain step each, none before the first: every plain step
-    closes one block and opens the next, the first block is closed by the first baseline and the last by the
-    run's end. n plain steps give n + 1 blocks."""
+def test_no_baseline_before_the_first_iteration_and_every_plain_step_is_a_plain_sample() -> None:
+    """Baselines every 3 speculative iterations, one plain step each, none before the first: each plain step is
+    one plain sample of the measured speed-up, and so is an iteration that proposed nothing (the last one, with
+    one token of room left)."""
     inner = tiny_model(0, vocab_size=V, logit_scale=3.0)
     decoder = Decoder(inner, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
     m = Measurement()
@@ -198,8 +198,9 @@ def test_the_first_block_needs_no_baseline_before_it_and_one_plain_step_brackets
     assert modes.startswith("sssP") and "PP" not in modes
     m.feed(RunFinished(result.finish_reason, len(result.iterations), 60, result.elapsed_s, decoder.prefill_ms))
     est = m.estimate()
-    last_block = len(modes) - 1 - modes.rindex("P")
-    assert est is not None and est.blocks == modes.count("P") + (1 if last_block >= 2 else 0)
+    nothing_proposed = sum(1 for r in result.iterations if r.mode == "speculative" and r.n_drafted == 0)
+    assert est is not None and est.plain_samples == modes.count("P") + nothing_proposed
+    assert est.measured is not None and est.measured.n == est.plain_samples
 
 
 def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_was_timed() -> None:
@@ -217,9 +218,36 @@ def test_a_first_baseline_is_priced_by_the_predicted_speed_up_when_a_plain_pass_
     assert gap_after(0, 12.0) == 6  # 1 token in 12 ms: speculation loses, a plain step costs nothing extra
 
 
-def _one_block(speedup: float) -> Measurement:
-    """The run's first block (6 speculative iterations of 2 tokens, before any baseline), closed by one plain
-    step of 10 ms: one block whose ratio is ``speedup``."""
+def test_an_iteration_that_proposed_nothing_counts_as_a_baseline_for_the_schedule() -> None:
+    """Prompt lookup in prose proposes nothing: each such iteration is a plain sample, so no baseline is due
+    until the priced gap has passed since the last of them."""
+    m = Measurement()
+    for i in range(8):
+        m.feed(_lookup_rec(i, 0 if i % 2 == 0 else 3, 3, 12.0))  # every other iteration proposes nothing
+    schedule = BaselineSchedule(m, min_gap=6)
+    assert m.iterations_since_plain_sample() == 1
+    assert not schedule.due(8, 1000)  # 8 iterations since the last baseline (none), 1 since a plain sample
+    for i in range(8, 40):
+        m.feed(_lookup_rec(i, 3, 3, 12.0))  # copying from here on: 4 tokens in 12 ms
+    assert m.iterations_since_plain_sample() == 33 and schedule.due(40, 1000)
+
+
+def test_a_plain_step_dearer_than_a_short_pass_prices_the_baselines_as_timed() -> None:
+    """On this CPU a one-token pass can cost more than a 4-token one; the verify fit pools them (it never falls
+    with length), but the plain step the schedule prices is the length-1 passes as timed."""
+    m = Measurement()
+    m.feed(_rec(0, "plain", 10.0, 1))
+    for i in range(1, 20):
+        r = _rec(i, "speculative", 9.0, 3)  # 3 tokens in 9 ms, a 4-token pass of 8 ms
+        r.verify_ms = 8.0
+        m.feed(r)
+    assert m.fit.points[1] < 10.0  # pooled with the cheaper 4-token passes
+    assert m.provisional_speedup() == pytest.approx(3 / 9.0 * 10.0)
+
+
+def _one_plain_step(speedup: float) -> Measurement:
+    """6 speculative iterations of 2 tokens, one plain step of 10 ms, one more iteration: speculation runs
+    ``speedup`` times as fast, and one plain sample of the two the measured speed-up needs is in."""
     m = Measurement()
     for i in range(6):
         m.feed(_rec(i, "speculative", 2 * 10.0 / speedup, 2))
@@ -229,20 +257,29 @@ def _one_block(speedup: float) -> Measurement:
 
 
 def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_run_when_that_is_affordable() -> None:
-    m = _one_block(1.5)
+    m = _one_plain_step(1.5)
     est = m.estimate()
-    assert est is not None and est.blocks == 1 and m.provisional_speedup() == pytest.approx(1.5)
+    assert est is not None and est.plain_samples == 1 and est.measured is None
+    assert m.provisional_speedup() == pytest.approx(1.5)
     schedule = BaselineSchedule(m, min_gap=2, budget=0.03, early_budget=0.045)
     # x1.5 at 2 tokens an iteration (1.33 plain-step times): a plain step costs 1/3 of a step more than
     # speculation, so the 3% budget allows one every (0.33 / 0.03 - 1) / 1.33 = 7.6 iterations, 4.5% every 4.8
     assert schedule.next_gap(1) == 8  # no horizon: the budget's spacing
-    assert schedule.next_gap(1, 400) == 8  # 200 iterations left: 3 more baselines come at that spacing anyway
-    # 40 tokens left (21 iterations from the last baseline): 3 more baselines every 5 give 5 blocks by the end,
-    # within 4.5%
-    assert schedule.next_gap(1, 40) == 5
-    # 12 tokens left: 5 blocks would need a baseline every 2 iterations, dearer than 4.5%: the 3% spacing
-    assert schedule.next_gap(1, 12) == 8
-    assert schedule.due(8, 12) and not schedule.due(7, 12)
+    assert schedule.next_gap(1, 400) == 8  # 200 iterations left: the one more baseline needed comes anyway
+    # 26 tokens left (14 iterations from the last baseline): one more baseline halfway gives the interval before
+    # the end, within 4.5%
+    assert schedule.next_gap(1, 26) == 7
+    # 12 tokens left (7 iterations from the last baseline): a third of a plain step in 9.3 plain-step times,
+    # 3.3%: halfway, 3.5 iterations on
+    assert schedule.next_gap(1, 12) == 4
+    # 4 tokens left: a third of a step in 4 is dearer than 4.5%: the 3% spacing, and no interval in this run
+    assert schedule.next_gap(1, 4) == 8
+    # asked as the iterations come, with 12 tokens left: due halfway through what is left since the baseline
+    for i in range(8, 12):
+        m.feed(_rec(i, "speculative", 2 * 10.0 / 1.5, 2))
+    assert m.iterations_since_plain_sample() == 5 and not schedule.due(5, 12)  # 11 iterations: 5.5 -> 6
+    m.feed(_rec(12, "speculative", 2 * 10.0 / 1.5, 2))
+    assert schedule.due(6, 12)
 
 
 def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:

@@ -25,7 +25,7 @@ class SpeedupPlot(LivePlot):
         self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
         self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)
         self.measured.setZValue(1)  # on top: when the model predicts well the two curves coincide
-        # The measured speed-up's confidence interval as a band (paired blocks of plain and speculative steps).
+        # The measured speed-up's confidence interval as a band (plain steps paired with the passes around them).
         self.band_lo = pg.PlotDataItem([], [], pen=None)
         self.band_hi = pg.PlotDataItem([], [], pen=None)
         colour = pg.mkColor(PLOT_COLOURS["measured_speedup"])

@@ -33,8 +33,8 @@ class SpeedupEstimate:
 
 
 def speedup_estimate(ratios: list[float]) -> SpeedupEstimate:
-    """The measured speed-up with its interval from per-round ratios: ``measurement.paired_ratio``, the single
-    owner of measured speed-up (Hodges-Lehmann centre of the log ratios with its distribution-free interval)."""
+    """The measured speed-up with its interval from per-round ratios: ``statistics.paired_ratio``, as for the
+    bench's rounds (Hodges-Lehmann centre of the log ratios with its distribution-free interval)."""
     interval = paired_ratio(ratios)
     if interval is None:
         return SpeedupEstimate(None, None, None, len(ratios), f"fewer than {MIN_BLOCKS} rounds: no interval")

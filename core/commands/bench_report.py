@@ -135,7 +135,7 @@ def markdown_report(rows: Sequence[RunRow], mismatches: Sequence[Mismatch], pair
         "- Methods run back to back per prompt, order rotating per round; ratios are to the plain run of the "
         "same prompt in the same round. Speeds include the prefill.",
         "- × plain: the paired ratio over (prompt, round) pairs, Hodges-Lehmann centre with its 95% distribution-free "
-        "interval (specscope.core.measure.measurement.paired_ratio).",
+        "interval (specscope.core.measure.statistics.paired_ratio).",
         "- α = accepted / judged proposals (the cost model's α); predicted = the measurement's cost model at the "
         "k most of the run's iterations drafted, its plain step from the adjacent plain run, decode only; "
         "measured = the same ratio measured, paired like × plain.",

@@ -68,8 +68,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a baseline (a plain step that commits its token) after the first N speculative "
                         "iterations, then at least N apart and, once a first speed-up is known, spaced to cost at "
                         "most 3%% of the run (4.5%% while that gives a measured speed-up before the run ends): the "
-                        "blocks the measured speed-up and its interval are paired over (0 = never: no measured "
-                        "speed-up)")
+                        "plain steps the measured speed-up and its interval pair with speculation (0 = never: then "
+                        "only iterations that proposed nothing, which are plain steps, give it)")
     g.add_argument("--explore-every", type=whole_number(0, 10_000), default=16,
                    help="at most one speculative iteration in N runs at a k whose verify pass was never timed, so "
                         "the curve over k is measured, not extrapolated (0 = never)")

@@ -158,9 +158,10 @@ def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[st
         lines.append(f"costs         {draft}, plain step {_fmt(s['plain_step_ms'], '.2f', ' ms')}, "
                      f"verify {_fmt(s['verify_ms_median'], '.2f', ' ms')}, "
                      f"rollback {_fmt(s['rollback_ms_median'], '.3f', ' ms')} (medians)")
-        left_out = f" ({estimate.blocks_busy} machine-busy blocks left out)" if estimate.blocks_busy else ""
-        measured = (f"measured {estimate.speedup_text()} over {estimate.blocks} interleaved plain/speculative "
-                    f"blocks{left_out}" if estimate.measured else f"measured: {estimate.measured_reason}")
+        left_out = (f", {estimate.busy_left_out} machine-busy iterations left out" if estimate.busy_left_out
+                    else "")
+        measured = (f"measured {estimate.speedup_text()} ({estimate.plain_samples} plain steps{left_out})"
+                    if estimate.measured else f"measured: {estimate.measured_reason}")
         lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
                      f"at k={estimate.k}")
         lines.append(f"best k        {estimate.best_k_text()}")

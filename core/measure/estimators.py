@@ -64,6 +64,12 @@ class VerifyCostFit:
         """How many passes of this length the fit keeps."""
         return len(self._passes.get(length, ()))
 
+    def median(self, length: int) -> float | None:
+        """The median of the kept passes of this length as timed, before the fit pools it with its neighbours (a
+        plain step can cost more than a short pass: the monotone fit's length-1 knot then says less)."""
+        kept = self._passes.get(length)
+        return float(median(kept)) if kept else None
+
     def floor(self, length: int, min_passes: int) -> float | None:
         """A lower bound on a pass of ``length``: the fit at the longest length up to it measured at least
         ``min_passes`` times, else at the shortest length measured (the fit never falls with length). One

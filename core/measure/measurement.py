@@ -21,14 +21,16 @@ Definitions (docs/cost-model.md has the derivations):
   curve has a gap there, with the reason (the session explores such lengths with real iterations).
 - The plain step of the cost model is the fit at length 1, so a predicted speed-up can never exceed
   E(k) <= k+1: every iteration costs at least one pass of length k+1 >= one plain step.
-- Measured speed-up is a paired ratio over blocks: the speculative iterations between two runs of plain
-  iterations (baselines, which commit their tokens) form a block; its ratio is the block's tokens/ms times
-  the bracketing plain steps' median (one side only for the run's first block, before any baseline, and its
-  last, which the run's end closes). The estimate is the Hodges-Lehmann centre of the blocks' log ratios
-  (one outlying block barely moves it), with its distribution-free interval. Fewer than ``MIN_BLOCKS``
-  blocks give no number, only a reason. A block with an iteration flagged "machine busy" is left out once
-  ``MIN_BLOCKS`` quiet blocks exist (a stall of another program's making is not the speed-up).
-- A verdict is stated only when the data can carry it: a quiet majority of blocks, an interval no wider
+- Measured speed-up (``core.measure.speedup``): speculation's tokens over its time, against the plain step at
+  the same moments. Plain samples are the baselines' plain steps (which commit their tokens) and speculative
+  iterations that proposed nothing (a plain step at no cost); the verify passes around each one carry it
+  across the drift to every iteration. Its interval has the plain samples' noise (pooled with the passes')
+  and acceptance's; fewer than ``MIN_PLAIN_SAMPLES`` plain samples give no number, only a reason. Records
+  flagged "machine busy" are left out once the quiet ones suffice (a stall of another program's making is not
+  the speed-up). It is recomputed at each plain sample, at the run's end, and otherwise every
+  max(1, N // ``SPEEDUP_REFRESH``) speculative iterations (N so far): exact while a run is short, a
+  fraction of a percent of the loop's time when it is long.
+- A verdict is stated only when the data can carry it: a quiet majority of records, an interval no wider
   than ``VERDICT_MAX_SPREAD``, and not while adaptive k has chosen not to speculate (then it speaks of the
   controller's choice).
 """
@@ -61,7 +63,7 @@ from specscope.core.measure.snapshot import (
     RatioInterval,
     Segment,
 )
-from specscope.core.measure.statistics import MIN_BLOCKS, paired_ratio
+from specscope.core.measure.speedup import SpeedupResult, SpeedupSamples, measured_speedup
 from specscope.core.measure.verdict import with_verdict
 from specscope.core.records import (
     ATTACHED_MODE,
@@ -77,10 +79,10 @@ from specscope.core.records import (
 __all__ = [
     "CONFIDENCE", "NOT_ENOUGH", "Costs", "CurvePoint", "Estimate", "Measurement",
     "MeasurementCost", "PositionCounts", "PositionStat", "RatioInterval", "Segment", "VerifyCostFit",
-    "feed_all", "paired_ratio", "replay",
+    "feed_all", "replay",
 ]
 
-MIN_BLOCK_ITERATIONS = 2  # a block cut shorter by a control change is dropped
+SPEEDUP_REFRESH = 32  # see the module docstring: the measured speed-up's recomputation cadence
 WINDOW = 32  # iterations in the recent window (α window, step costs)
 ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain steps (specscope attach "
                    "--plain-url or --plain-model measures plain requests beside them)")
@@ -97,26 +99,13 @@ def _sampling(values: ControlValues) -> tuple[object, ...]:
 
 
 @dataclass
-class _Block:
-    """Speculative iterations between two runs of plain steps (one control segment)."""
-
-    before: list[float]  # the plain steps before it (ms)
-    segment: int
-    tokens: int = 0
-    ms: float = 0.0
-    iterations: int = 0
-    busy: bool = False  # an iteration in it was flagged "machine busy"
-
-
-@dataclass
 class _SegmentState:
     index: int
     start_iteration: int
     controls: ControlValues | None
     accepted: int = 0
     judged: int = 0
-    ratios: list[float] = field(default_factory=list)
-    busy_ratios: list[float] = field(default_factory=list)
+    samples: SpeedupSamples = field(default_factory=SpeedupSamples)
 
 
 class Measurement:
@@ -125,10 +114,9 @@ class Measurement:
     Thread-safe: the loop's thread feeds it, any thread may call :meth:`estimate`.
     """
 
-    def __init__(self, window: int = WINDOW, k_max: int = K_MAX, min_blocks: int = MIN_BLOCKS):
+    def __init__(self, window: int = WINDOW, k_max: int = K_MAX):
         self.window = window
         self.k_max = k_max
-        self.min_blocks = min_blocks
         self._lock = threading.Lock()
         self.reset()
 
@@ -155,14 +143,12 @@ class Measurement:
         self._explore_ms = 0.0  # explored iterations, and what they emitted
         self._explore_tokens = 0
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
-        self._baseline_seen = False  # a plain step (or a legacy baseline record) came in this run
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
-        self._block: _Block | None = None
-        self._closing: _Block | None = None  # ended by the plain run under way, closed when that run ends
-        self._plain_steps: list[float] = []  # the plain run under way
-        self._ratios: list[float] = []
-        self._busy_ratios: list[float] = []  # blocks with a machine-busy iteration: left out while others suffice
-        self._ratio_cache: dict[tuple[int, int, int], tuple[RatioInterval | None, int]] = {}
+        self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
+        self._position = 0  # records (and legacy baseline steps) so far: where each sample sits in the run
+        self._finished = False
+        self._since_plain: int | None = None  # speculative iterations since the last plain sample
+        self._speedup_cache: dict[int, tuple[tuple[int, int, bool], SpeedupResult]] = {}
         self._last_record: IterationRecord | None = None
         self._last_judging: IterationRecord | None = None  # the k, drafter and controller note in use (a
         # baseline's plain step says nothing of them: drafter "none", the slider's k)
@@ -181,22 +167,18 @@ class Measurement:
             elif isinstance(event, BaselineRecord):  # a trace from before baselines committed their tokens
                 for ms in event.step_ms:
                     self.fit.add(1, ms)
+                    for samples in (self._samples, self._segments[-1].samples):
+                        samples.add_plain(self._position, ms, False)
+                    self._position += 1
+                    self._since_plain = 0
                 for n, ms in event.verify_ms_by_len.items():
                     self.fit.add(int(n), ms)
-                self._plain_steps.extend(event.step_ms)
-                self._baseline_seen = True
-                self._closing, self._block = self._closing or self._block, None
-                self._end_plain_run()
             elif isinstance(event, RunStarted):
                 self._plain_run = event.plain
                 if self._segments[0].controls is None:
                     self._segments[0].controls = event.controls
             elif isinstance(event, RunFinished):
-                self._end_plain_run()
-                last = self._block or self._closing
-                if last is not None:  # the last block: bracketed on one side only
-                    self._close_block(last, [])
-                self._block = self._closing = None
+                self._finished = True
             elif not isinstance(event, DrillEvent):
                 raise TypeError(f"not an event of a run: {type(event).__name__}")
             if self._last_record is not None:
@@ -209,10 +191,6 @@ class Measurement:
             self.counts = PositionCounts(POSITION_DECAY)
             self._positions = []
         self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
-        # A block never spans a change (its ratio would mix two settings): the open one ends here, and the plain
-        # steps that follow the change close it (a plain step does not depend on k).
-        if self._block is not None:
-            self._closing, self._block = self._block, None
 
     def _iteration(self, r: IterationRecord) -> None:
         if self._segments[0].controls is None:
@@ -231,18 +209,19 @@ class Measurement:
                 self._last_busy, self._last_busy_iteration = flag, r.iteration
         if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
             self.fit.add(r.n_drafted + 1, r.verify_ms)
+        position, self._position = self._position, self._position + 1
+        if not self._plain_run and r.mode in (PLAIN_MODE, SPECULATIVE_MODE):
+            # a --plain run's steps are the decoding: nothing to compare them with
+            busy = any(f.startswith(BUSY_PREFIX) for f in r.flags)
+            for samples in (self._samples, self._segments[-1].samples):
+                samples.add_record(position, r, busy)  # a plain step: its target pass, as plain decoding runs it
+            plain_sample = r.mode == PLAIN_MODE or r.n_drafted == 0
+            self._since_plain = 0 if plain_sample else None if self._since_plain is None else self._since_plain + 1
         if r.mode == PLAIN_MODE:
             if not self._plain_run:
-                self._baseline_seen = True
                 self._baseline_ms += r.iteration_ms
                 self._baseline_tokens += r.n_emitted
-                if self._block is not None:
-                    self._closing, self._block = self._block, None
-                self._plain_steps.append(r.verify_ms)  # the target's step, as plain decoding runs it
             return
-        if not self._plain_steps:
-            self._closing = None  # no plain step came after that block: it has no baseline after it
-        self._end_plain_run()
         if r.mode not in JUDGING_MODES:
             return
         self._last_judging = r
@@ -276,53 +255,20 @@ class Measurement:
         elif r.mode == SPECULATIVE_MODE:
             self._spec_ms += r.iteration_ms
             self._spec_tokens += r.n_emitted
-        if r.mode == SPECULATIVE_MODE and self._block is None and not self._baseline_seen:
-            # speculative iterations before the run's first baseline: a block closed by the plain steps after it
-            # (one-sided, like the run's last block), so the first baseline already pays for a ratio
-            self._block = _Block([], len(self._segments) - 1)
-        if r.mode == SPECULATIVE_MODE and self._block is not None:
-            self._block.tokens += r.n_emitted
-            self._block.ms += r.iteration_ms
-            self._block.iterations += 1
-            self._block.busy |= any(f.startswith(BUSY_PREFIX) for f in r.flags)
 
-    def _end_plain_run(self) -> None:
-        """A run of plain steps ended: it closes the block before it and opens the next."""
-        if not self._plain_steps:
-            return
-        steps, self._plain_steps = self._plain_steps, []
-        if self._closing is not None:
-            self._close_block(self._closing, steps)
-            self._closing = None
-        self._block = _Block(steps, len(self._segments) - 1)
-
-    def _close_block(self, blk: _Block, after: list[float]) -> None:
-        if blk.iterations < MIN_BLOCK_ITERATIONS or blk.ms <= 0:
-            return
-        steps = [*blk.before, *after]
-        if not steps:
-            return
-        ratio = blk.tokens / blk.ms * float(median(steps))
-        seg = self._segments[blk.segment]
-        (self._busy_ratios if blk.busy else self._ratios).append(ratio)
-        (seg.busy_ratios if blk.busy else seg.ratios).append(ratio)
-
-    def _ratio(self, quiet: list[float], busy: list[float]) -> tuple[RatioInterval | None, int]:
-        """The paired ratio over the blocks used, and how many: recomputed only when a block was added (the
-        interval's exact signed-rank table was a tenth of a tiny pair's run when rebuilt at every event)."""
-        key = (id(quiet), len(quiet), len(busy))
-        hit = self._ratio_cache.get(key)
-        if hit is None:
-            used = self._used(quiet, busy)
-            hit = self._ratio_cache[key] = (paired_ratio(used, self.min_blocks), len(used))
-        return hit
-
-    def _used(self, quiet: list[float], busy: list[float]) -> list[float]:
-        """The quiet blocks once there are enough of them; every block while there are not (a machine busy
-        throughout still gets a number, and the snapshot says how many blocks were busy)."""
-        if len(quiet) >= self.min_blocks or not busy:
-            return quiet
-        return quiet + busy
+    def _speedup(self, samples: SpeedupSamples) -> SpeedupResult:
+        """The measured speed-up over these samples, recomputed at each plain sample, at the run's end and every
+        max(1, N // SPEEDUP_REFRESH) speculative iterations (N so far); the last result in between."""
+        iterations = samples.iterations.n
+        hit = self._speedup_cache.get(id(samples))
+        if hit is not None:
+            (plain, done, finished), result = hit
+            if (plain == samples.plain_samples and finished == self._finished
+                    and iterations - done < max(1, iterations // SPEEDUP_REFRESH)):
+                return result
+        result = measured_speedup(samples)
+        self._speedup_cache[id(samples)] = ((samples.plain_samples, iterations, self._finished), result)
+        return result
 
     # ---- reading -----------------------------------------------------------------------------------------
     def estimate(self) -> Estimate | None:
@@ -332,15 +278,23 @@ class Measurement:
 
     def provisional_speedup(self) -> float | None:
         """Speculation's rate over the recent window (tokens / ms of its speculative iterations) times the plain
-        step (the fit at length 1): a rough figure for what a plain step costs right now, to space baselines
-        before and beside the measured speed-up (a run whose answer starts in prose and then copies changes
-        its speed-up mid-run); never shown. None before a length-1 pass was timed."""
+        step (the median of the recent length-1 passes as timed): a rough figure for what a plain step costs
+        right now, to space baselines before and beside the measured speed-up (a run whose answer starts in
+        prose and then copies changes its speed-up mid-run); never shown. None before a length-1 pass was
+        timed."""
         with self._lock:
-            plain = self.fit.points.get(1)
+            plain = self.fit.median(1)
             spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
             ms = sum(r.iteration_ms for r in spec)
             tokens = sum(r.n_emitted for r in spec)
             return tokens / ms * plain if plain and ms > 0 and tokens else None
+
+    def iterations_since_plain_sample(self) -> int | None:
+        """Speculative iterations since the last plain sample (a baseline's plain step, or an iteration that
+        proposed nothing); None before any. Where the drafter's own iterations give plain samples, a baseline
+        adds nothing they do not."""
+        with self._lock:
+            return self._since_plain
 
     def window_records(self) -> list[IterationRecord]:
         with self._lock:
@@ -432,14 +386,15 @@ class Measurement:
             out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
         return out
 
-    def _segment_snapshot(self, seg: _SegmentState) -> Segment:
-        measured, blocks = self._ratio(seg.ratios, seg.busy_ratios)
+    def _segment_snapshot(self, seg: _SegmentState, run: SpeedupResult) -> tuple[Segment, SpeedupResult]:
+        # with one segment its samples are the run's: computed once
+        result = run if len(self._segments) == 1 else self._speedup(seg.samples)
         return Segment(
             index=seg.index, start_iteration=seg.start_iteration,
             controls=seg.controls if seg.controls is not None else ControlValues(),
             alpha=seg.accepted / seg.judged if seg.judged else None, judged=seg.judged,
-            measured=measured, blocks=blocks,
-        )
+            measured=result.interval, plain_samples=result.plain_samples,
+        ), result
 
     def _cost_locked(self) -> MeasurementCost | None:
         if self._first_start_s is None or self._last_end_s is None:
@@ -474,21 +429,16 @@ class Measurement:
         judged_w = self._window_judged
         alpha_w = self._window_accepted / judged_w if judged_w else None
         positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
-        run_used = self._used(self._ratios, self._busy_ratios)
-        run_measured, _ = self._ratio(self._ratios, self._busy_ratios)
-        segment = self._segment_snapshot(self._segments[-1])
-        measured: RatioInterval | None
-        if len(self._segments) > 1 and segment.measured is not None:
-            measured, scope, blocks = segment.measured, segment.label, segment.blocks
-            busy_left = len(self._segments[-1].busy_ratios) if len(self._segments[-1].ratios) >= self.min_blocks else 0
-        else:
-            measured, scope, blocks = run_measured, "run", len(run_used)
-            busy_left = len(self._busy_ratios) if run_used is self._ratios else 0
+        run = self._speedup(self._samples)
+        segment, seg_result = self._segment_snapshot(self._segments[-1], run)
+        used = seg_result if len(self._segments) > 1 and segment.measured is not None else run
+        measured = used.interval
+        scope = segment.label if used is not run else "run"
         if measured is None:
             if self._recent and all(x.mode == ATTACHED_MODE for x in self._recent):
                 reason = ATTACHED_REASON
             elif self._spec_iterations:
-                reason = f"{NOT_ENOUGH} ({len(run_used)} of {self.min_blocks} plain/speculative blocks)"
+                reason = run.reason
             else:
                 reason = "plain decoding: nothing to compare"
         else:
@@ -503,14 +453,15 @@ class Measurement:
             tokens_per_iteration=self._emitted / self._iterations if self._iterations else None,
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,
             positions=positions, costs=costs, measured=measured, measured_reason=reason,
-            blocks=blocks, blocks_busy=busy_left, predicted_speedup=predicted, curve=tuple(curve),
+            plain_samples=used.plain_samples, busy_left_out=used.busy_left_out, predicted_speedup=predicted,
+            curve=tuple(curve),
             best_k=best.k if best else None, best_speedup=best.speedup if best else None,
             busy=self._last_busy if last.iteration - self._last_busy_iteration < self.window else "",
-            measured_scope=scope, run_measured=run_measured, segment=segment, segments=len(self._segments),
+            measured_scope=scope, run_measured=run.interval, segment=segment, segments=len(self._segments),
             wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
         )
-        return with_verdict(est, len(self._busy_ratios), len(self._ratios))
+        return with_verdict(est, self._samples.busy_records, self._samples.quiet_records)
 
 
 def feed_all(events: Iterable[Event],

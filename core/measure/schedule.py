@@ -5,17 +5,20 @@ speculative iteration at another k; both commit their tokens. What they cost is 
 than speculation at the user's k would have, and that is what these two bound.
 
 - :class:`BaselineSchedule` decides when a baseline (``steps`` plain steps, one by default) runs. The run opens
-  with ``min_gap`` speculative iterations and no baseline before them (the measurement makes them a block
-  closed by the first baseline). From the first rough speed-up S on (speculation's rate over the recent
-  window against the plain step, known once a length-1 pass was timed: a baseline, or prompt lookup's own
-  pass that proposed nothing), each plain step costs (1 − 1/S) of a plain step more than speculation would
-  have, against g iterations of c = L / S plain-step times each (L: tokens per speculative iteration), so a
-  share ``budget`` of the wall time allows a baseline every g = b·((1 − 1/S)/budget − 1)/c iterations. Until
-  the measured speed-up exists (``MIN_BLOCKS`` blocks) the baselines are spread so that it exists by the
-  run's last token, if that costs at most ``early_budget``; a run too short for that keeps the ``budget``
-  spacing and says "not enough data" (5 blocks need 4 plain steps, 4·(1 − 1/S) plain-step times: at ×3 that
-  is 6% of a 128-token run, 3% of a 256-token one). Where speculation does not pay (S ≤ 1) a plain step costs nothing
-  extra and the gap stays at ``min_gap``.
+  with ``min_gap`` speculative iterations and no baseline before them. From the first rough speed-up S on
+  (speculation's rate over the recent window against the plain step, known once a length-1 pass was timed:
+  a baseline, or prompt lookup's own pass that proposed nothing), each plain step costs (1 − 1/S) of a plain
+  step more than speculation would have, against g iterations of c = L / S plain-step times each (L: tokens
+  per speculative iteration), so a share ``budget`` of the wall time allows a baseline every
+  g = b·((1 − 1/S)/budget − 1)/c iterations. Until the measured speed-up exists (``MIN_PLAIN_SAMPLES``
+  plain samples: baselines, or iterations that proposed nothing) the baselines still needed are spread
+  evenly over the rest of the run so that it exists before the run's last token, if they cost at most
+  ``early_budget`` of the rest; a run too short for that keeps the ``budget`` spacing and says "not enough
+  data" (2 plain steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where
+  speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An
+  iteration that proposed nothing (prompt lookup or suffix decoding without a match) is a plain sample too,
+  at no cost: the gap counts from the last plain sample of either kind, so a drafter that gives them needs
+  no baseline while it does.
 - :class:`VerifyExploration` runs an occasional speculative iteration at a k whose verify pass length
   (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
   to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
@@ -30,7 +33,7 @@ than speculation at the user's k would have, and that is what these two bound.
 from __future__ import annotations
 
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.statistics import MIN_BLOCKS
+from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
 BASELINE_MAX_GAP = 48
@@ -51,14 +54,14 @@ def budget_gap(budget: float, steps: int, speedup: float, iteration_cost: float)
 class BaselineSchedule:
     def __init__(self, measurement: Measurement, steps: int = 1, min_gap: int = BASELINE_MIN_GAP,
                  max_gap: int = BASELINE_MAX_GAP, budget: float = BASELINE_BUDGET,
-                 early_budget: float = BASELINE_EARLY_BUDGET, min_blocks: int = MIN_BLOCKS):
+                 early_budget: float = BASELINE_EARLY_BUDGET, min_plain: int = MIN_PLAIN_SAMPLES):
         if (min_gap < 1 or max_gap < min_gap or not 0.0 < budget < 1.0 or not budget <= early_budget < 1.0
-                or steps < 1 or min_blocks < 1):
+                or steps < 1 or min_plain < 1):
             raise ValueError("need steps >= 1, 1 <= min_gap <= max_gap, 0 < budget <= early_budget < 1 and "
-                             "min_blocks >= 1")
+                             "min_plain >= 1")
         self.measurement = measurement
         self.steps, self.min_gap, self.max_gap = steps, min_gap, max_gap
-        self.budget, self.early_budget, self.min_blocks = budget, early_budget, min_blocks
+        self.budget, self.early_budget, self.min_plain = budget, early_budget, min_plain
 
     def speedup(self) -> float | None:
         """The speed-up the spacing prices plain steps at: speculation's over the recent window against the
@@ -82,16 +85,19 @@ class BaselineSchedule:
             return self.min_gap  # a plain step is the faster way to decode: baselines cost nothing
         cost = est.mean_acceptance_length / s  # one speculative iteration, in plain-step times
         gap = budget_gap(self.budget, self.steps, s, cost)
-        more = self.min_blocks - est.blocks - 1  # baselines still needed for a measured speed-up
+        more = -(-(self.min_plain - est.plain_samples) // self.steps)  # baselines still needed for a measured speed-up
         if est.run_measured is None and more > 0 and remaining_tokens is not None:
             stretch = since + remaining_tokens / est.mean_acceptance_length  # iterations from the last baseline
-            planned = stretch / (more + 1)  # ``more`` baselines split it into more + 1 blocks
-            if planned >= budget_gap(self.early_budget, self.steps, s, cost):  # affordable: interval in the run
-                gap = min(gap, planned)
+            extra = more * self.steps * (1.0 - 1.0 / s)  # what they cost beyond speculation, in plain-step times
+            if extra <= self.early_budget * (stretch * cost + more * self.steps):  # affordable: interval in the run
+                gap = min(gap, stretch / (more + 1))  # ``more`` baselines split the stretch evenly
         return int(min(self.max_gap, max(self.min_gap, round(gap))))
 
     def due(self, since: int, remaining_tokens: int | None = None) -> bool:
-        """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start)."""
+        """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start). An
+        iteration that proposed nothing was a plain sample as good as a baseline's: the gap counts from it."""
+        free = self.measurement.iterations_since_plain_sample()
+        since = min(since, free) if free is not None else since
         return since >= self.next_gap(since, remaining_tokens)
 
 

@@ -29,8 +29,8 @@ class RatioInterval:
     value: float
     lo: float
     hi: float
-    n: int  # pairs (blocks, or rounds in the bench)
-    confidence: float = CONFIDENCE  # what the interval achieves: below 95% with fewer than 6 pairs
+    n: int  # plain samples (the measured speed-up), or paired rounds (the bench, attach)
+    confidence: float = CONFIDENCE  # what the interval achieves (a rank interval over 5 rounds: 94%)
 
     def covers(self, x: float) -> bool:
         return self.lo <= x <= self.hi
@@ -91,8 +91,8 @@ class Segment:
     controls: ControlValues
     alpha: float | None
     judged: int
-    measured: RatioInterval | None  # over the blocks inside this segment only
-    blocks: int
+    measured: RatioInterval | None  # over the iterations and plain samples inside this segment only
+    plain_samples: int
 
     @property
     def label(self) -> str:
@@ -155,13 +155,13 @@ class Estimate:
     costs: Costs
     measured: RatioInterval | None  # the headline measured speed-up (see ``measured_scope``)
     measured_reason: str  # why there is no measured number (empty when there is one)
-    blocks: int  # blocks the headline measured speed-up is over
+    plain_samples: int  # plain samples the headline measured speed-up is paired with (see core/measure/speedup.py)
     predicted_speedup: float | None  # at the k in use, same cost model as the curve
     curve: tuple[CurvePoint, ...]
     best_k: int | None  # None when no k has a prediction; 0 = do not speculate
     best_speedup: float | None
     busy: str = ""  # the latest machine-busy sentence in the window, if any
-    blocks_busy: int = 0  # blocks with a machine-busy iteration, left out of the measured speed-up
+    busy_left_out: int = 0  # records flagged machine-busy, left out of the measured speed-up
     measured_scope: str = "run"  # "run", or the segment's label when the segment has its own number
     run_measured: RatioInterval | None = None  # over every block of the run
     segment: Segment | None = None  # the current control segment

@@ -1,5 +1,5 @@
 """The verdict a snapshot carries: what the measured speed-up says, and the caveats that withhold it
-(too few quiet blocks, an interval too wide, adaptive k choosing k = 0).
+(too few quiet records, an interval too wide, adaptive k choosing k = 0).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from specscope.core.measure.snapshot import (
 )
 
 
-def with_verdict(est: Estimate, busy_blocks: int, quiet_blocks: int) -> Estimate:
+def with_verdict(est: Estimate, busy_records: int, quiet_records: int) -> Estimate:
     """The snapshot with its verdict: one sentence when speculation measurably loses and the data can carry
     it, else the reason no verdict is given (or None when there is nothing to say)."""
     from dataclasses import replace
@@ -21,11 +21,11 @@ def with_verdict(est: Estimate, busy_blocks: int, quiet_blocks: int) -> Estimate
     if est.adaptive and est.k == 0:
         sentence = ("Adaptive k chose not to speculate (k = 0): the controller predicts plain decoding is "
                     f"faster at {est.alpha_text()}; it drafts again when a probe finds acceptance rising")
-    elif busy_blocks > quiet_blocks:
-        sentence = (f"No verdict: not enough quiet data ({busy_blocks} of {busy_blocks + quiet_blocks} blocks "
-                    "ran while the machine was busy)")
+    elif busy_records > quiet_records:
+        sentence = (f"No verdict: not enough quiet data ({busy_records} of {busy_records + quiet_records} "
+                    "iterations ran while the machine was busy)")
     elif m.spread > VERDICT_MAX_SPREAD:
-        sentence = f"No verdict yet: the interval {m.text()} is too wide to say ({m.n} blocks)"
+        sentence = f"No verdict yet: the interval {m.text()} is too wide to say ({m.n} plain steps)"
     else:
         c = est.costs
         parts = [f"Speculation is slower than plain decoding ({m.text()}, {est.measured_scope})"]
