@@ -325,6 +325,19 @@ def test_the_curve_is_finite_and_at_most_k_plus_1_for_every_k(drafter):
     assert est.best_k is not None and est.best_speedup is not None and est.best_speedup <= est.best_k + 1
 
 
+def test_the_cost_models_plain_step_is_the_plain_step_as_timed_not_pooled_with_cheaper_passes():
+    """On a CPU a one-token pass can cost more than a 4-token one; the monotone fit pools the two at length 1,
+    but plain decoding pays the plain step as timed, and the schedule prices baselines at that same figure."""
+    m = Measurement()
+    for i in range(12):
+        m.feed(plain(2 * i, 100.0))
+        est = m.feed(rec(2 * i + 1, 3, 2, ms=85.0, draft_ms=1.0, verify_ms=80.0, k=3))
+    assert m.fit.points[1] < 100.0  # the fit's knot reads low
+    assert est.costs.plain_step_ms == pytest.approx(100.0)
+    point = next(p for p in est.curve if p.k == 3)
+    assert point.speedup is not None and point.speedup > 1.0  # priced at 100 ms a plain step, not the pooled ~90
+
+
 def test_lookup_is_charged_per_iteration_not_per_proposal():
     m = Measurement()
     m.feed(baseline(0, 10.0, 10.0, 10.0, sweep={n: 10.0 + 0.5 * n for n in range(1, 12)}))

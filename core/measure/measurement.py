@@ -19,8 +19,10 @@ Definitions (docs/cost-model.md has the derivations):
   less), takes their median, and makes the medians non-decreasing in length (pool-adjacent-violators weighted
   by counts). Between measured lengths it interpolates; past the longest measured length it says nothing: the
   curve has a gap there, with the reason (the session explores such lengths with real iterations).
-- The plain step of the cost model is the fit at length 1, so a predicted speed-up can never exceed
-  E(k) <= k+1: every iteration costs at least one pass of length k+1 >= one plain step.
+- The plain step of the cost model is the median of the recent length-1 passes as timed (the baselines' plain
+  steps and iterations that proposed nothing), the same figure the baseline schedule prices plain steps at.
+  Not the fit's length-1 knot: on a CPU a one-token pass can cost more than a short multi-token one (GEMV
+  against GEMM), the monotone fit pools the two, and the prediction would then be biased low.
 - Measured speed-up (``core.measure.speedup``): speculation's tokens over its time, against the plain step at
   the same moments. Plain samples are the baselines' plain steps (which commit their tokens) and speculative
   iterations that proposed nothing (a plain step at no cost); the verify passes around each one carry it
@@ -344,7 +346,9 @@ class Measurement:
             self._timing_cache = (key, (draft_step, draft_iter, fixed))
         draft_step, draft_iter, fixed = self._timing_cache[1]
         points = dict(self.fit.points)
-        return Costs(points.get(1), draft_step, draft_iter, fixed, points)
+        # The plain step as timed, not the monotone fit's length-1 knot: on a CPU a one-token pass can cost more
+        # than a short multi-token one, and the fit would pool it down (one plain step, here and in the schedule).
+        return Costs(self.fit.median(1), draft_step, draft_iter, fixed, points)
 
     def _curve_locked(self, costs: Costs, ks: Iterable[int], conditional: list[float] | None = None,
                       cost_floor_beyond: bool = False) -> list[CurvePoint]:

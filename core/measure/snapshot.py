@@ -75,7 +75,7 @@ class CurvePoint:
 class Costs:
     """Step costs in ms over the recent window (medians), and the verify fit's knots."""
 
-    plain_step_ms: float | None  # the fit at pass length 1
+    plain_step_ms: float | None  # the median of the recent length-1 passes (plain steps) as timed
     draft_step_ms: float | None  # per proposal (drafters whose cost grows with k)
     draft_iteration_ms: float | None  # per iteration (lookup: its cost does not grow with k)
     fixed_ms: float | None  # rollback + bookkeeping per iteration

@@ -124,8 +124,8 @@ ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("t_end_s", "s", FLOAT, "iteration end, `time.monotonic()` of the recording process", required=True),
     # From here to predicted_speedup: the measurement's snapshot after this iteration (derived: written for
     # spreadsheets from the event stream, never read back; replay recomputes them through the same owner).
-    _col("plain_step_ms", "ms", OPT_FLOAT, "the target's plain step, the verify fit at length 1 (empty until "
-         "measured)", plotted=True, derived=True, getter=lambda r: _snap(r, "costs.plain_step_ms")),
+    _col("plain_step_ms", "ms", OPT_FLOAT, "the target's plain step, the median of the recent length-1 passes as "
+         "timed (empty until measured)", plotted=True, derived=True, getter=lambda r: _snap(r, "costs.plain_step_ms")),
     _col("alpha_run", "", OPT_FLOAT, "α = accepted / judged proposals over the whole run so far (the headline α)",
          plotted=True, derived=True, getter=lambda r: _snap(r, "alpha")),
     _col("alpha_segment", "", OPT_FLOAT, "α over the current control segment (since the last control change)",
