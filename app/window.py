@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specscope.app.live_layout import hold_plot_size
 from specscope.app.pair_choice import PairChoice
 from specscope.app.run_controller import RunController, RunState
 from specscope.app.run_data import RunData
@@ -421,6 +422,7 @@ class MainWindow(QMainWindow):
         detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
             RunState.FINISHED, RunState.REPLAY) else ""
         self.run_panel.show_state(state, detail)
+        hold_plot_size(self.splitter, state.active)  # live: the run panel's changes skip the plots (app/live_layout.py)
         if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
             self.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
         shown = c.shown
