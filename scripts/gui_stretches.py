@@ -28,10 +28,11 @@ from PySide6.QtWidgets import QApplication
 class Stretch:
     cpu_ms: float
     label: str
-    at_s: float  # seconds after recording began
+    at_s: float  # when it began, seconds after recording began
     paints: dict[str, float] = field(default_factory=dict)  # widget class -> CPU ms of its nested paints
     profile: cProfile.Profile | None = None
     resized: list[str] = field(default_factory=list)  # widgets resized inside it (a layout change repaints them)
+    end_s: float = 0.0
 
 
 def _label(receiver: QObject, event: QEvent) -> str:
@@ -94,6 +95,7 @@ class StretchApplication(QApplication):
             self._paints = {}
             self._resized = []
         cpu0 = time.thread_time()
+        wall0 = time.monotonic() - self._t0
         if profile is not None:
             profile.enable()
         self._depth += 1
@@ -109,8 +111,8 @@ class StretchApplication(QApplication):
             if top:
                 keep = profile if (profile is not None and self.profile_over_ms is not None
                                    and spent > self.profile_over_ms) else None
-                self.stretches.append(Stretch(spent, label, time.monotonic() - self._t0, self._paints, keep,
-                                             self._resized))
+                self.stretches.append(Stretch(spent, label, wall0, self._paints, keep, self._resized,
+                                              time.monotonic() - self._t0))
             elif outer_paint:
                 self._paints[label] = self._paints.get(label, 0.0) + spent
 
@@ -118,6 +120,23 @@ class StretchApplication(QApplication):
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+
+
+BURST_GAP_MS = 1.0
+
+
+def _bursts(stretches: list[Stretch]) -> list[tuple[float, list[Stretch]]]:
+    """Runs of stretches with less than BURST_GAP_MS of idle between them, and their CPU summed."""
+    out: list[tuple[float, list[Stretch]]] = []
+    current: list[Stretch] = []
+    for s in stretches:
+        if current and 1000 * (s.at_s - current[-1].end_s) >= BURST_GAP_MS:
+            out.append((sum(m.cpu_ms for m in current), current))
+            current = []
+        current.append(s)
+    if current:
+        out.append((sum(m.cpu_ms for m in current), current))
+    return out
 
 
 def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> str:
@@ -138,6 +157,15 @@ def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> 
         resized = ", ".join(sorted(set(s.resized)))
         out.append(f"  {s.cpu_ms:6.1f} ms at {s.at_s:6.2f} s  {s.label}" + (f"  (paints: {paints})" if paints else "")
                    + (f"  (resized: {resized})" if resized else ""))
+    bursts = _bursts(stretches)
+    out.append(f"bursts (stretches back to back, under {BURST_GAP_MS:g} ms apart: what delays a timer): "
+               f"p99 {percentile([b[0] for b in bursts], 0.99):.1f} ms, "
+               f"max {max((b[0] for b in bursts), default=0):.1f} "
+               "ms of CPU; the longest:")
+    for cpu_ms, members in sorted(bursts, key=lambda b: -b[0])[:5]:
+        span_ms = 1000 * (members[-1].end_s - members[0].at_s)
+        out.append(f"  {cpu_ms:6.1f} ms at {members[0].at_s:6.2f} s over {span_ms:.0f}"
+                   " ms: " + ", ".join(f"{m.label} {m.cpu_ms:.0f}" for m in members if m.cpu_ms >= 0.5))
     relayouts = [s for s in stretches if any(name.endswith("Plot") for name in s.resized)]
     if relayouts:
         out.append("stretches that resized plots (a plot resized repaints from scratch, its axes included):")
