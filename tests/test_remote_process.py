@@ -15,9 +15,8 @@ from specscope.core.records import IterationRecord
 from specscope.core.remote.received import ReceivedRun
 from specscope.core.remote.spawn import WorkerStartError, start_local_worker
 from tests.cli_helpers import cli, one_sentence, sessions
-from tests.remote_helpers import leftover_workers, no_worker_left, pair_args, tiny_pair_dirs  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("no_worker_left")
+from tests.remote_helpers import pair_args, tiny_pair_dirs
+from tests.worker_guard import live_worker_pids
 
 PROMPT = ["--prompt", "w5 w6 w7", "--no-chat-template"]
 
@@ -45,7 +44,7 @@ def _feed_then(monkeypatch, after_iterations: int, action) -> None:
 
 def test_the_worker_killed_mid_run_keeps_what_arrived(dirs, tmp_path, capsys, monkeypatch) -> None:
     worker = start_local_worker(pair_args(dirs))
-    assert worker.pid in leftover_workers()  # what the fixture would catch, had the test not stopped it
+    assert worker.pid in live_worker_pids()  # what the fixture would catch, had the test not stopped it
     try:
         _feed_then(monkeypatch, 5, lambda: os.kill(worker.pid, signal.SIGKILL))
         before = sessions()
@@ -55,7 +54,7 @@ def test_the_worker_killed_mid_run_keeps_what_arrived(dirs, tmp_path, capsys, mo
                            "--k", "2", "--json", "--trace", str(trace))
     finally:
         code = worker.stop()
-    assert code == -signal.SIGKILL and worker.pid not in leftover_workers()
+    assert code == -signal.SIGKILL and worker.pid not in live_worker_pids()
     assert rc == 1
     sentence = one_sentence(err)
     assert "The worker closed the connection mid-run" in sentence and "what arrived is kept" in sentence
@@ -125,3 +124,4 @@ def test_received_run_ends_with_run_finished_when_the_worker_stops_it(dirs) -> N
         worker.stop()
     assert code == 0
     assert isinstance(events[-1], RunFinished) and events[-1].reason == "terminated"
+
