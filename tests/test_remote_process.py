@@ -1,5 +1,6 @@
 """The real `specscope serve` in a process of its own (core.remote.spawn): killed mid-run, stopped by a signal,
-interrupted from the client, failing to start; and the fixture that catches a worker left running."""
+interrupted from the client, failing to start, and ending with the process that spawned it (kill -9 of that
+process included) while a worker started without --exit-with-parent never reads its stdin."""
 
 from __future__ import annotations
 
