@@ -279,9 +279,10 @@ def main() -> int:
     print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "
           f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
     if args.stretches:
-        from scripts.gui_stretches import report
+        from scripts.gui_stretches import report, report_collections
 
         print(report(app.stretches))  # type: ignore[attr-defined]
+        print(report_collections(app.collections))  # type: ignore[attr-defined]
     print(f"torch imported in the window's process: {'yes' if 'torch' in sys.modules else 'no'}")
     used = {n: cpu_after.get(n, 0.0) - cpu_before.get(n, 0.0) for n in cpu_after}
     busiest = sorted(((v, n) for n, v in used.items() if v > 0.005 * wall), reverse=True)[:4]

@@ -14,8 +14,10 @@ keeps the profiles of those over a threshold. Used by ``scripts/bench_gui.py --s
 from __future__ import annotations
 
 import cProfile
+import gc
 import io
 import pstats
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,12 +70,27 @@ class StretchApplication(QApplication):
 
     def start(self, profile_over_ms: float | None = None) -> None:
         self.stretches.clear()
+        self.collections: list[tuple[int, float, int]] = []  # (generation, CPU ms, objects freed) on this thread
         self.profile_over_ms = profile_over_ms
         self._t0 = time.monotonic()
+        self._gc_cpu = 0.0
+        gc.callbacks.append(self._on_gc)
         self.recording = True
 
     def stop(self) -> None:
         self.recording = False
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """The garbage collector's passes on the GUI thread: a full one walks every tracked object."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if phase == "start":
+            self._gc_cpu = time.thread_time()
+        else:
+            self.collections.append((info["generation"], 1000 * (time.thread_time() - self._gc_cpu),
+                                     info["collected"]))
 
     def notify(self, receiver: QObject, event: QEvent) -> bool:
         if not self.recording:
@@ -137,6 +154,14 @@ def _bursts(stretches: list[Stretch]) -> list[tuple[float, list[Stretch]]]:
     if current:
         out.append((sum(m.cpu_ms for m in current), current))
     return out
+
+
+def report_collections(collections: list[tuple[int, float, int]]) -> str:
+    """The GUI thread's garbage collections while recording, the longest first."""
+    full = [c for c in collections if c[0] == 2]
+    longest = sorted(collections, key=lambda c: -c[1])[:3]
+    return (f"garbage collections on the GUI thread: {len(collections)} ({len(full)} full); the longest: "
+            + ", ".join(f"generation {g} {ms:.1f} ms ({n:,} freed)" for g, ms, n in longest))
 
 
 def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> str:

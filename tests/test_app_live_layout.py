@@ -9,6 +9,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
@@ -122,3 +123,48 @@ def test_memory_curves_made_ahead_take_their_series_style_and_axis(qtbot, tmp_pa
     assert colours["target_kv_bytes"] != colours["host_rss_bytes"] != colours["pcie0_rx_bytes_per_s"]
     assert len(memory.series) < SPARE_SERIES
     assert all(len(item.getData()[0]) for item in memory.series.values())
+
+
+def test_the_window_freezes_its_objects_at_its_first_tick_and_as_a_run_grows(qtbot, tmp_path, monkeypatch):
+    """A full collection on the GUI thread walks only what was made since the last freeze: the start-up
+    objects (Qt, pyqtgraph, the widgets) at the first tick, then a run's records every so many iterations."""
+    import gc
+
+    import specscope.app.run_controller as controller_module
+    import specscope.core.gc_freeze as gc_freeze
+
+    monkeypatch.setattr(controller_module, "FREEZE_EVERY_ITERATIONS", 50)
+    monkeypatch.setattr(controller_module, "TICK_BUDGET_S", 0.0)  # one chunk of records per tick
+    gc.unfreeze()
+    w = make_window(qtbot, tmp_path)
+    w.controller.timer.stop()
+    froze_at: list[int] = []  # iterations on screen at each freeze
+    freeze = gc_freeze.freeze_what_is_loaded
+    monkeypatch.setattr(gc_freeze, "freeze_what_is_loaded",
+                        lambda collect=True: (froze_at.append(len(w.data.records)), freeze(collect=collect)))
+    tracked = len(gc.get_objects())
+    w.tick()
+    assert froze_at == [0]
+    assert gc.get_freeze_count() >= 0.9 * tracked  # what the window holds is out of the collector's walk
+    events = synthetic_records(120, k=4)
+    for e in events:
+        w.host.buffer.push(e)
+    w.tick()
+    while w.controller._pending:
+        w.tick()
+    assert len(w.data.records) == len(events)
+    assert len(froze_at) == 3 and all(b - a >= 50 for a, b in pairwise(froze_at))
+
+
+def test_a_periodic_freeze_counts_from_its_first_call():
+    import gc
+
+    from specscope.core.gc_freeze import PeriodicFreeze
+
+    freezer = PeriodicFreeze(every=10)
+    try:
+        assert freezer.count(0)  # the first call freezes whatever it counts
+        assert [freezer.count(4), freezer.count(5), freezer.count(1), freezer.count(3)] == [False, False, True, False]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
