@@ -5,6 +5,7 @@ iterations loaded, and memory growth over a long session. Prints one line per nu
     .venv/bin/python scripts/bench_gui.py --latency-only --engine thread|process   # an A/B of the two paths
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python scripts/bench_gui.py   # as users see it
     ... scripts/bench_gui.py --dump-pauses /tmp/pauses [--native]   # what every thread did in each pause
+    ... scripts/bench_gui.py --latency-only --stretches [--profile-over 20]   # the GUI thread's CPU per event
 
 Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set); decoding uses a tiny random pair, so
 the loop runs at full speed and the GUI gets the most records per second it will ever see. ``--hogs N``
