@@ -38,6 +38,7 @@ from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
 from specscope.core.controls import InvalidControl
 from specscope.core.events import Event, RunFinished, RunStarted
+from specscope.core.gc_freeze import PeriodicFreeze
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ TICK_MS = 33  # ~30 Hz drain
 INGEST_CHUNK = 32  # records per RunData.extend call
 TICK_BUDGET_S = 0.012  # ingest time after which a tick takes no more records and asks for no redraw
 WORKER_CHECK_TICKS = 30  # between runs, is this app's worker process still there? (about once a second)
+# Freeze what is alive at the first tick and after this many iterations (core/gc_freeze.py): a full collection
+# on the GUI thread took 320 ms for the imports and widgets alone, and a run adds ~5 ms per 1000 iterations.
+FREEZE_EVERY_ITERATIONS = 1000
 IN_PROCESS_VARIABLE = "SPECSCOPE_IN_PROCESS"  # "1": decode a chosen pair on a thread of the window's process
 
 
@@ -102,6 +106,7 @@ class RunController(QObject):
         self.run_started_at: float | None = None
         self._baseline_wanted = False  # the user asked for one: mark where it lands
         self._pending: deque[Observed] = deque()  # drained from the buffer, not yet ingested
+        self._freezer = PeriodicFreeze(FREEZE_EVERY_ITERATIONS)  # at the first tick, then every so many
         self._closed = False
         w = self.host.worker
         # Slots belong to a QObject on the GUI thread, so Qt queues the worker's emissions.
@@ -421,6 +426,7 @@ class RunController(QObject):
         self.frame.emit(time.monotonic() - started < TICK_BUDGET_S)
         self.drained.emit(n_records)
         self._check_worker()
+        self._freezer.count(n_records)
 
     def drain_all(self) -> None:
         """Ingest everything the worker handed over, however long it takes (end of run, closing)."""

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specscope.app.live_layout import hold_plot_size
 from specscope.app.run_state import RunState
 from specscope.app.sentences import FINISH_WORDS
 from specscope.app.widgets.plot_base import IDLE_TEXT
@@ -47,6 +48,8 @@ class RunViews:
         detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
             RunState.FINISHED, RunState.REPLAY) else ""
         w.run_panel.show_state(state, detail)
+        # live: the run panel's changes go to the token view, not the plots (app/live_layout.py)
+        hold_plot_size(w.arrangement.splitter, state.active)
         if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
             w.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
         shown = c.shown

@@ -16,14 +16,14 @@ import contextlib
 import os
 import re
 import subprocess
-import sys
 import threading
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from specscope.core.remote.client import WorkerClient, WorkerError
-from specscope.core.remote.spawn import START_TIMEOUT_S, LocalWorker, WorkerStartError
+from specscope.core.remote.spawn import LocalWorker, WorkerStartError
+from specscope.core.remote.spawn import spawn_worker as spawn_local
 from specscope.core.remote.url import WorkerAddress
 
 _BAR_RE = re.compile(r"^(.*?):?\s*(\d+)%\|")
@@ -33,24 +33,12 @@ REMOTE = "remote"
 
 
 def spawn_worker(model_args: list[str], on_stderr: Any = None) -> LocalWorker:
-    """``python -m specscope serve MODEL_ARGS --port 0`` in a process of its own, returned at once (its address
-    comes with ``wait_ready``). The engine may use every core but one: the window keeps one to draw on."""
+    """``python -m specscope serve MODEL_ARGS --port 0 --exit-with-parent`` in a process of its own, returned at
+    once (its address comes with ``wait_ready``); it ends with this process, even one killed with kill -9
+    (``core.remote.spawn``). The engine may use every core but one: the window keeps one to draw on."""
     env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) - 1)))
-    command = [sys.executable, "-m", "specscope", "serve", *model_args, "--host", "127.0.0.1", "--port", "0"]
-    try:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env=env, close_fds=True)
-    except OSError as exc:
-        raise WorkerStartError(f"could not start the worker process: {exc.strerror or exc}") from None
-    return LocalWorker(process, on_stderr)
-
-
-def wait_ready(worker: LocalWorker, timeout_s: float = START_TIMEOUT_S) -> WorkerAddress:
-    """The address the worker prints once its pair is loaded; WorkerStartError with its own sentence if not."""
-    worker.address = worker._wait_url(timeout_s)  # private: a public wait_ready is asked for
-    return worker.address
+    return spawn_local(model_args, env=env, on_stderr=on_stderr)
 
 
 def progress_line(line: str) -> tuple[str, float] | None:
@@ -175,7 +163,7 @@ class WorkerLink(QObject):
             if self._cancel.is_set():
                 return
             local = self.local = spawn_worker(model_args, heard)
-        address = wait_ready(local)  # close() from the GUI thread stops the process, which ends this wait
+        address = local.wait_ready()  # close() from the GUI thread stops the process, which ends this wait
         self._connect(address)
 
     def _connect(self, address: WorkerAddress) -> None:

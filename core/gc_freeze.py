@@ -5,7 +5,10 @@ A full collection walks every object the cyclic collector tracks, holding the GI
 Whichever thread sets one off stops for that long: inside a timed draft or verify step it reads as a slow
 step (or paging), and in the app it froze the window 2-3 s into every run (scripts/bench_gui.py,
 docs/bench-gui.md). Freezing what is alive after a load moves it out of the collector's reach; frozen
-objects are still freed by reference counting when their last reference goes.
+objects are still freed by reference counting when their last reference goes. The window's process, which
+imports no torch when the pair decodes in a worker, still holds 440,000 objects after start-up (Qt,
+pyqtgraph, numpy, its widgets): it freezes them at its first tick and a run's records as they accumulate
+(``PeriodicFreeze``).
 """
 
 from __future__ import annotations
@@ -39,3 +42,24 @@ def loaded_objects_frozen() -> Iterator[None]:
         yield
     finally:
         unfreeze()
+
+
+class PeriodicFreeze:
+    """For a process that keeps what it makes (the window: its widgets, then a run's records): freeze at the
+    first ``count`` and again once ``every`` more items were counted, so a full collection walks only what was
+    made since. Without collecting first: cyclic garbage frozen with the rest stays (a little memory) rather
+    than a collection of the whole process on the thread that counts. Frozen objects are still freed by
+    reference counting (a new run's reset frees the last run's records)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.since = -1  # items counted since the last freeze; -1 before the first
+
+    def count(self, n: int) -> bool:
+        """Count ``n`` new items; True when this call froze."""
+        self.since = self.since + n if self.since >= 0 else -1
+        if 0 <= self.since < self.every:
+            return False
+        freeze_what_is_loaded(collect=False)
+        self.since = 0
+        return True

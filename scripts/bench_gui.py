@@ -5,6 +5,7 @@ iterations loaded, and memory growth over a long session. Prints one line per nu
     .venv/bin/python scripts/bench_gui.py --latency-only --engine thread|process   # an A/B of the two paths
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python scripts/bench_gui.py   # as users see it
     ... scripts/bench_gui.py --dump-pauses /tmp/pauses [--native]   # what every thread did in each pause
+    ... scripts/bench_gui.py --latency-only --stretches [--profile-over 20]   # the GUI thread's CPU per event
 
 Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set); decoding uses a tiny random pair, so
 the loop runs at full speed and the GUI gets the most records per second it will ever see. ``--hogs N``
@@ -88,11 +89,13 @@ def start_pause_watch(folder: Path, native: bool) -> tuple[mmap.mmap, subprocess
 
 def tiny_pair_dirs(root: Path) -> tuple[Path, Path]:
     """A tiny random target and draft saved as model folders, made in a subprocess: importing torch here
-    would put it in the window's process, which the worker-process path keeps free of it."""
+    would put it in the window's process, which the worker-process path keeps free of it. Their context is
+    long enough to decode for the whole measurement (the tests' 512 positions end the run after 2-3 s)."""
     code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
             "from tests.models import save_model_dir, tiny_model, word_tokenizer; r = Path(sys.argv[2]); "
-            "save_model_dir(r / 'target', tiny_model(0, logit_scale=4.0), word_tokenizer()); "
-            "save_model_dir(r / 'draft', tiny_model(1, logit_scale=4.0), word_tokenizer())")
+            "t, d = tiny_model(0, logit_scale=4.0), tiny_model(1, logit_scale=4.0); "
+            "t.config.max_position_embeddings = d.config.max_position_embeddings = 1 << 16; "
+            "save_model_dir(r / 'target', t, word_tokenizer()); save_model_dir(r / 'draft', d, word_tokenizer())")
     subprocess.run([sys.executable, "-c", code, str(ROOT), str(root)], check=True, capture_output=True)
     return root / "target", root / "draft"
 
@@ -132,6 +135,11 @@ def main() -> int:
     p.add_argument("--native", action="store_true", help="with --dump-pauses: C/C++ frames too (slow)")
     p.add_argument("--engine", choices=("process", "thread"), default="process",
                    help="process: a worker process decodes (the app's default); thread: the window's own process")
+    p.add_argument("--stretches", action="store_true",
+                   help="time every event the GUI thread dispatches while decoding (its CPU) and list the longest "
+                        "(scripts/gui_stretches.py)")
+    p.add_argument("--profile-over", metavar="MS", type=float,
+                   help="with --stretches: cProfile each stretch and print the profiles of the longest over MS")
     p.add_argument("--latency-only", action="store_true",
                    help="only the latency while decoding (no time to visible, redraw or memory parts)")
     args = p.parse_args()
@@ -150,7 +158,12 @@ def main() -> int:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication(sys.argv[:1])
+    if args.stretches:
+        from scripts.gui_stretches import StretchApplication
+
+        app: QApplication = StretchApplication(sys.argv[:1])
+    else:
+        app = QApplication(sys.argv[:1])
     problem = binding_problem()
     if problem:
         print(problem, file=sys.stderr)
@@ -188,6 +201,10 @@ def main() -> int:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     paints[0] = 0
     cpu_before, wall_before = thread_cpu(), time.monotonic()
+    if args.stretches:
+        app.start(args.profile_over)  # type: ignore[attr-defined]
+    ended_at: list[tuple[float, str]] = []  # the run ended by itself during the measurement: when, and how
+    window.run_ended.connect(lambda how: ended_at.append((time.monotonic() - wall_before, how)))
     if args.pair != "none":
         window.start_run()
     lateness: list[float] = []
@@ -227,6 +244,9 @@ def main() -> int:
     QTimer.singleShot(int(args.decode_seconds * 1000), loop.quit)
     loop.exec()
     timer.stop()
+    ended_early = list(ended_at)  # before the stop below ends it too
+    if args.stretches:
+        app.stop()  # type: ignore[attr-defined]
     cpu_after, wall = thread_cpu(), time.monotonic() - wall_before
     if watcher is not None:
         watcher.terminate()
@@ -248,6 +268,9 @@ def main() -> int:
           f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
           f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms, "
           f"{sum(1 for x in lateness if x > 150)} pauses over 150 ms")
+    if ended_early:
+        print(f"the run ended by itself {ended_early[0][0]:.1f} s after Start ({ended_early[0][1]}): the rest of the "
+              "measurement is the window idle after it")
     if pauses:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
     late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
@@ -256,6 +279,11 @@ def main() -> int:
           f"{sum(1 for _, c in late if c > 50)} were mostly its own work (over 50 ms of CPU)")
     print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "
           f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
+    if args.stretches:
+        from scripts.gui_stretches import report, report_collections
+
+        print(report(app.stretches))  # type: ignore[attr-defined]
+        print(report_collections(app.collections))  # type: ignore[attr-defined]
     print(f"torch imported in the window's process: {'yes' if 'torch' in sys.modules else 'no'}")
     used = {n: cpu_after.get(n, 0.0) - cpu_before.get(n, 0.0) for n in cpu_after}
     busiest = sorted(((v, n) for n, v in used.items() if v > 0.005 * wall), reverse=True)[:4]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker_guard import _no_worker_process_left  # noqa: F401  (autouse: no test leaves a worker running)
+from tests.worker_guard import _no_worker_left  # noqa: F401  (autouse: no test leaves a worker running)
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -54,6 +54,16 @@ def test_flag_bands_share_one_item_and_name_the_band_under_the_mouse(qtbot, tmp_
     assert memory.bands == []
 
 
+def test_flag_bands_closer_than_a_pixel_are_painted_as_one():
+    from specscope.app.widgets.flag_bands import ShadedBand, merged_spans
+
+    bands = [ShadedBand(0.5, 1.5, ""), ShadedBand(1.9, 2.5, ""), ShadedBand(5.5, 6.5, ""), ShadedBand(50, 51, "")]
+    assert merged_spans(bands, 0, 40, gap=0.5) == [(0.5, 2.5), (5.5, 6.5)]  # 0.4 apart: one; 3 apart: two
+    assert merged_spans(bands, 0, 40, gap=0.1) == [(0.5, 1.5), (1.9, 2.5), (5.5, 6.5)]  # zoomed in: all apart
+    assert merged_spans(bands, 0, 100, gap=10) == [(0.5, 6.5), (50, 51)]
+    assert merged_spans(bands, 3, 4, gap=0.5) == []  # none in view
+
+
 @needs_qt
 def test_tick_ingests_a_backlog_over_several_ticks_without_dropping(qtbot, tmp_path, monkeypatch):
     import specscope.app.run_controller as controller_module

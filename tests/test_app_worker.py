@@ -341,3 +341,26 @@ def test_the_guard_finds_a_worker_process_left_running() -> None:
         stand_in.kill()
         stand_in.wait()
     assert live_workers(before) == []
+
+
+def test_the_guard_finds_a_worker_thread_left_running() -> None:
+    """The guard's other half: a thread named like the worker's that outlives the test, and one that ends."""
+    import threading
+
+    from .worker_guard import threads_left
+
+    before = set(threading.enumerate())
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name="specscope-worker-reader", daemon=True)
+    unrelated = threading.Thread(target=release.wait, name="some-other-thread", daemon=True)
+    stuck.start()
+    unrelated.start()
+    try:
+        assert threads_left(before, wait_s=0.05) == ["specscope-worker-reader"]
+    finally:
+        release.set()
+        stuck.join()
+        unrelated.join()
+    ending = threading.Thread(target=lambda: None, name="specscope-worker-link")
+    ending.start()  # ends by itself: the guard waits for it rather than failing the test
+    assert threads_left(before) == []

@@ -24,9 +24,7 @@ from specscope.core.remote.received import ReceivedRun
 from specscope.core.remote.server import WorkerServer
 from specscope.core.remote.url import WorkerAddress
 from tests.cli_helpers import cli, one_sentence, sessions
-from tests.remote_helpers import no_worker_left, pair_args, tiny_pair_dirs  # noqa: F401 (a fixture)
-
-pytestmark = pytest.mark.usefixtures("no_worker_left")
+from tests.remote_helpers import pair_args, tiny_pair_dirs
 
 PROMPT = ["--prompt", "w5 w6 w7", "--no-chat-template"]
 

@@ -54,6 +54,9 @@ def is_rate(key: str) -> bool:
     return key.endswith("_per_s")
 
 
+SPARE_SERIES = 12  # curves made ahead: every memory counter a CPU run reports, and most of a GPU run's
+
+
 def band_tooltip(band: FlagBand) -> str:
     text = f"iterations {band.start}–{band.end}: {band.sentence}"
     if band.count > 1:
@@ -77,6 +80,9 @@ class MemoryPlot(LivePlot):
         pi.vb.sigResized.connect(self._sync_views)
         self.right_follower = RangeFollower(self.right, x=False)
         self.series: dict[str, pg.PlotDataItem] = {}
+        # Curves made with the window, given a key when the first records say which counters there are:
+        # making and adding a dozen at once was the longest stretch of the GUI thread after Start.
+        self._spare = [self._new_curve() for _ in range(SPARE_SERIES)]
         self.owner_colours: dict[str, str] = {}
         self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
         self.band_item.setZValue(-10)
@@ -92,21 +98,26 @@ class MemoryPlot(LivePlot):
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
         self.right.linkedViewChanged(self.plot_item.vb, self.right.XAxis)
 
+    def _new_curve(self) -> pg.PlotDataItem:
+        item = pg.PlotDataItem([], [])
+        item.setDownsampling(auto=True, method="peak")
+        item.setClipToView(True)
+        self.plot_item.addItem(item)
+        return item
+
     def _series(self, key: str) -> pg.PlotDataItem:
         item = self.series.get(key)
         if item is None:
             owner = series_owner(key)
             colour, style = self._style_for(owner)
             name = series_name(key, owner)
-            item = pg.PlotDataItem([], [], pen=pen(colour, 1.5, style))
-            item.setDownsampling(auto=True, method="peak")
-            item.setClipToView(True)
+            item = self._spare.pop() if self._spare else self._new_curve()
+            item.setPen(pen(colour, 1.5, style))
             if is_rate(key):
+                self.plot_item.removeItem(item)
                 self.plot_item.showAxis("right")
                 self.right.addItem(item)
-            else:
-                self.plot_item.addItem(item)
-            self.add_key(name, colour, style, group=owner)
+            self.add_key(name, colour, style, group=owner, show=False)  # update_from lays the key out once
             self.series[key] = item
         return item
 
@@ -124,11 +135,14 @@ class MemoryPlot(LivePlot):
         keys = [k for k in data.memory if plotted(k)]
         left: list[np.ndarray] = []
         right: list[np.ndarray] = []
+        n_keys = len(self.keys)
         for key in keys:
             y = data.memory[key].view()
             scaled = y / (MIB if is_rate(key) else GIB)
             self._series(key).setData(x, scaled, connect="finite")
             (right if is_rate(key) else left).append(scaled)
+        if len(self.keys) != n_keys:  # new series: their key, laid out once for all of them
+            self._show_keys()
         self.follower.observe(*left)
         self.right_follower.observe(*right)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)

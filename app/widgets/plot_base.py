@@ -104,10 +104,13 @@ def key_line_html(line: list[KeyChunk]) -> str:
                    for i, c in enumerate(line))
 
 
-def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0, headline: str = "") -> str:
+def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0, headline: str = "",
+               headline_line: bool = False) -> str:
     """The plot's title, the snapshot's headline number on its own line (so neither is cut), and its key on
-    the next line(s); ``folded`` entries are left to the tooltip."""
-    head = f"<br><span style='font-size:{KEY_FONT_PT}pt'>{html.escape(headline)}</span>" if headline else ""
+    the next line(s); ``folded`` entries are left to the tooltip. ``headline_line``: the headline's line is
+    there (blank) before the headline is, so its arrival changes no height."""
+    head = (f"<br><span style='font-size:{KEY_FONT_PT}pt'>{html.escape(headline) or '&nbsp;'}</span>"
+            if headline or headline_line else "")
     if not lines:
         hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
         return f"<b>{html.escape(title)}</b>{hint}{head}"
@@ -362,9 +365,12 @@ class LivePlot(pg.PlotWidget):
         if text:
             self.empty.set_text(text)
 
-    def add_key(self, name: str, colour: str, style: str = "solid", group: str = "") -> None:
+    def add_key(self, name: str, colour: str, style: str = "solid", group: str = "", show: bool = True) -> None:
+        """One more entry in the key; ``show=False`` leaves laying out the title to the caller (one layout for
+        many entries: each costs a title layout and a plot re-layout)."""
         self.keys.append(KeyEntry(name, colour, style, group))
-        self._show_keys()
+        if show:
+            self._show_keys()
 
     def remove_key(self, name: str) -> None:
         self.keys = [k for k in self.keys if k.name != name]
@@ -382,6 +388,12 @@ class LivePlot(pg.PlotWidget):
     def headline_for(self, data: RunData) -> str:
         """The snapshot's headline number under the title, in the one wording every surface uses ('' = none)."""
         return ""
+
+    @property
+    def has_headline(self) -> bool:
+        """The plot shows a headline once the snapshot has one: its line is kept from the start, so the title
+        row never grows mid-run (a taller title re-lays out the plot and repaints its axes)."""
+        return type(self).headline_for is not LivePlot.headline_for
 
     def title_for(self, data: RunData) -> str:
         """The title as it reads: the fixed title and the snapshot's headline (shown on its own line)."""
@@ -403,7 +415,8 @@ class LivePlot(pg.PlotWidget):
         chunks = key_chunks(self.keys)
         width = max(100.0, self.width() - 24.0 - self._axes_width())
         lines = pack_key_lines(chunks, width, metrics)
-        room = max(0, int((self.height() - KEY_LINE_PX - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX))
+        head_lines = 1 + self.has_headline  # the title, and the headline's line
+        room = max(0, int((self.height() - KEY_LINE_PX * head_lines - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX))
         layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1, int(width) // 8)
         if not force and layout_key == self._key_layout:
             return
@@ -414,12 +427,13 @@ class LivePlot(pg.PlotWidget):
             note = metrics.horizontalAdvance("    … 99 more (hover the title)")
             lines = pack_key_lines(chunks, max(50.0, width - note), metrics)[:room]
             folded = len(self.keys) - sum(c.count for line in lines for c in line)
-        self.plot_item.setTitle(title_html(self.title_text, lines, folded, self._headline), size="9pt")
+        self.plot_item.setTitle(title_html(self.title_text, lines, folded, self._headline, self.has_headline),
+                                size="9pt")
         title_height = fit_title(self.plot_item.titleLabel, width)
         self.plot_item.titleLabel.setToolTip("<br>".join(key_line_html(line)
                                                          for line in pack_key_lines(chunks, 420.0, metrics)))
         # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
-        height = max(KEY_LINE_PX * (1 + bool(self._headline) + len(lines)) + 4, title_height)
+        height = max(KEY_LINE_PX * (head_lines + len(lines)) + 4, title_height)
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
         # The view set the plot's geometry at its old minimum width (a longer title): set it again.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from specscope.app.run_state import RunState
@@ -66,12 +67,31 @@ class RunPanel(QWidget):
         self.warning = _wrapping("color:#7A3300; background:#FBE3D1; padding:2px 6px")
         col.addWidget(self.verdict)
         col.addWidget(self.warning)
+        self._holding = False  # a run is live: the panel keeps its height (see hold_height)
 
     def show_state(self, state: RunState, detail: str = "") -> None:
         colour = STATE_COLOURS.get(state, "#333333")
         self.state.setText(f'<span style="color:{colour}; font-weight:bold">● {state.value}</span>'
                            + (f" <span style='color:#555'>({detail})</span>" if detail else ""))
         self.hint.setText(STATE_HINTS.get(state, ""))
+        self.hold_height(state.active)
+
+    def hold_height(self, hold: bool) -> None:
+        """While a run is live the panel's height only grows: the k line has its room from Start (before the
+        first snapshot fills it), and a line that goes (a verdict, a wrap) leaves its room until the run ends.
+        A change of this panel's height re-lays out the window below it: with the plots resized too (each then
+        repaints from scratch, its axes included) that was 55-60 ms of the GUI thread on a 2-core machine, so
+        while a run is live the window also gives such changes to the token view (its splitter's stretch)."""
+        policy = self.k_in_use.sizePolicy()
+        policy.setRetainSizeWhenHidden(hold)
+        self.k_in_use.setSizePolicy(policy)
+        self._holding = hold
+        self.setMinimumHeight(self.height() if hold and self.isVisible() else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._holding and event.size().height() > self.minimumHeight():
+            self.setMinimumHeight(event.size().height())
 
     def show_pair(self, description: str, drafter: str) -> None:
         if not description:

@@ -1,11 +1,13 @@
 """``specscope serve`` and ``specscope run --remote URL``.
 
 ``serve`` loads the pair (the model options of ``run``), prints one line, the worker's URL with its token, and
-serves until SIGINT or SIGTERM. ``run --remote`` decodes on that worker and prints and writes exactly what a
-local run does: the received events feed the client's own measurement (``received.ReceivedRun``), the autosave
-recorder is a sink of that path as it is of a local session, and ``--trace`` writes the same stream. Exit 2 for
-what the user can fix (a bad URL, a wrong or missing token, a busy worker, a start it refused), 1 when the worker
-is lost mid-run (what arrived is kept), 128+N after a signal (the run on the worker stopped at an iteration).
+serves until SIGINT or SIGTERM (or, with ``--exit-with-parent``, until its standard input closes: the program
+that spawned it ended; ``core.remote.parent``). ``run --remote`` decodes on that worker and prints and writes
+exactly what a local run does: the received events feed the client's own measurement (``received.ReceivedRun``),
+the autosave recorder is a sink of that path as it is of a local session, and ``--trace`` writes the same
+stream. Exit 2 for what the user can fix (a bad URL, a wrong or missing token, a busy worker, a start it
+refused), 1 when the worker is lost mid-run (what arrived is kept), 128+N after a signal (the run on the worker
+stopped at an iteration).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--port", type=whole_number(0, 65535), default=7777,
                    help="port (default 7777; 0 = any free port, the printed URL has the real one)")
     g.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    g.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when standard input closes: for a program that spawns the worker with a pipe as its "
+                        "standard input (the app does), so the worker ends with that program, even after a kill -9 "
+                        "(standard input must be a pipe; without this option it is never read)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -61,6 +67,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.quiet:
         _quiet_libraries()
+    if args.exit_with_parent:  # before the load, which can take minutes: a parent gone meanwhile ends it too
+        from specscope.core.remote.parent import exit_with_parent, stdin_is_a_pipe
+
+        if not stdin_is_a_pipe():
+            raise CliError("--exit-with-parent needs standard input to be a pipe from the program that started the "
+                           "worker (the worker stops when that pipe closes)")
+        exit_with_parent((lambda _m: None) if args.quiet else _log)
     try:
         pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))
     except ModelLoadError as exc:

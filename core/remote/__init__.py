@@ -5,6 +5,8 @@
 - ``server``: the worker (one pair, one client at a time, a session per start).
 - ``client``: connect, start runs, iterate their events, send controls from any thread.
 - ``received``: a received run fed through the one owner (the client's ``Session`` equivalent).
-- ``spawn``: a local worker process for the app's own runs.
-- ``command``: the CLI's ``serve`` and ``run --remote``.
+- ``spawn``: a local worker process for the app's own runs, tied to its spawner's life.
+- ``parent``: the worker's side of that tie (``serve --exit-with-parent``: stop when stdin closes).
+- ``options``: the session options a start may carry, checked.
+(The CLI's ``serve`` and ``run --remote`` are ``core.commands.serve``.)
 """

@@ -1,9 +1,11 @@
-"""A worker on this machine: ``python -m specscope serve … --port 0`` in a process of its own.
+"""A worker on this machine: ``python -m specscope serve … --port 0 --exit-with-parent`` in a process of its own.
 
 Spawned with ``subprocess`` (a fresh interpreter, never a fork of the caller: a forked GUI would carry Qt's
 threads and locks into the child). The worker prints one URL line on stdout once its pair is loaded; its
 stderr (loading progress, then one sentence when it fails) is read by a thread here, so the pipe never fills,
-and kept (the last lines) for the sentence a failed start gives.
+and kept (the last lines) for the sentence a failed start gives. Its stdin is a pipe this process holds and
+never writes to: when this process ends, however it ends (kill -9 included), the pipe closes and the worker
+stops by itself (``core.remote.parent``), so no worker outlives its spawner with a model in memory.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from specscope.core.remote.parent import EXIT_WITH_PARENT_OPTION
 from specscope.core.remote.url import BadWorkerUrl, WorkerAddress, parse_worker_url
 
 START_TIMEOUT_S = 600.0  # loading a large pair from a cold disk takes minutes
@@ -59,6 +62,12 @@ class LocalWorker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> WorkerAddress:
+        """The address the worker prints once its pair is loaded (kept in ``address``); WorkerStartError with
+        its own sentence if it does not come up, the process then stopped."""
+        self.address = self._wait_url(timeout_s)
+        return self.address
+
     def _wait_url(self, timeout_s: float) -> WorkerAddress:
         assert self.process.stdout is not None
         result: list[bytes] = []
@@ -94,7 +103,7 @@ class LocalWorker:
                 with contextlib.suppress(ProcessLookupError):
                     self.process.kill()
                 self.process.wait()
-        for pipe in (self.process.stdout, self.process.stderr):
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
@@ -108,23 +117,31 @@ class LocalWorker:
         self.stop()
 
 
+def spawn_worker(model_args: Sequence[str], *, python: str | None = None, host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None, on_stderr: Callable[[str], None] | None = None) -> LocalWorker:
+    """Spawn a worker for ``model_args`` and return at once (``wait_ready`` or ``start_local_worker`` wait for
+    its address). Its stdin is the pipe that ends it with this process (``--exit-with-parent``)."""
+    command = [python or sys.executable, "-m", "specscope", "serve", *model_args, "--host", host, "--port", "0",
+               EXIT_WITH_PARENT_OPTION]
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=child_env, close_fds=True)
+    except OSError as exc:
+        raise WorkerStartError(f"could not start the worker process: {exc.strerror or exc}") from None
+    return LocalWorker(process, on_stderr)
+
+
 def start_local_worker(model_args: Sequence[str], *, python: str | None = None, host: str = "127.0.0.1",
                        timeout_s: float = START_TIMEOUT_S, env: dict[str, str] | None = None,
                        on_stderr: Callable[[str], None] | None = None) -> LocalWorker:
     """Spawn a worker for ``model_args`` (``["--demo"]``, ``["--target", DIR, "--draft", DIR]``, …) and wait
     until it prints its address; WorkerStartError with one sentence when it does not come up."""
-    command = [python or sys.executable, "-m", "specscope", "serve", *model_args, "--host", host, "--port", "0"]
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
     started = time.monotonic()
+    worker = spawn_worker(model_args, python=python, host=host, env=env, on_stderr=on_stderr)
     try:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env=child_env, close_fds=True)
-    except OSError as exc:
-        raise WorkerStartError(f"could not start the worker process: {exc.strerror or exc}") from None
-    worker = LocalWorker(process, on_stderr)
-    try:
-        worker.address = worker._wait_url(max(1.0, timeout_s - (time.monotonic() - started)))
+        worker.wait_ready(max(1.0, timeout_s - (time.monotonic() - started)))
     except BaseException:
         worker.stop()
         raise
