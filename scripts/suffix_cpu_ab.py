@@ -10,7 +10,7 @@ torch thread, the cross-run cache holding the plain answers to the prompts befor
 order rotates each round, and each run is charged ``time.thread_time()`` around it: the work it did, not the
 time it waited for a core. Per prompt kind it prints the median and geometric mean, over (prompt, round)
 pairs, of each ratio, the tokens per target pass, and whether every output equals plain decoding's.
-Report: docs/bench-demo-suffix.md §3.
+Report: docs/bench-demo-suffix.md §1.
 """
 
 from __future__ import annotations

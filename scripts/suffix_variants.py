@@ -1,4 +1,4 @@
-"""Suffix-drafter variants that were measured and not shipped (issue 30; docs/bench-demo-suffix.md §2).
+"""Suffix-drafter variants that were measured and not shipped (issue 30; docs/bench-demo-suffix.md §1).
 
 Each is the shipped drafter with one rule changed, so a replay (scripts/suffix_replay.py --methods ideas)
 compares rules, not implementations:

@@ -18,11 +18,12 @@ tasks, where the cache's matches are the longer ones).
 
 When neither tree matches the context's last token (a token never seen before), the drafter backs off to the
 empty context, the trie's root: it proposes the run's most frequent token (``backoff``). The guess is rarely
-right (3-6% of such passes in the replay), but on the hardware specscope targets a verify pass of two tokens
-costs no more than a plain step: on a GPU passes are memory-bound, and on this project's CPU a two-token pass
-runs on the prepacked kernel (core/engine/cpu_linear.py) at 0.72-0.83 of a one-token step
-(docs/bench-demo-suffix.md §1, §4). Where two-token passes cost more (a CPU without the prepacked weights),
-turn it off, or use adaptive k, which sends the guess only when the measured pass costs say it pays.
+right (about 5% of such passes in the replay, 0-10% by prompt kind), but a verify pass of two tokens can
+cost no more than a plain step: on a GPU, where small passes are memory-bound, and on this project's CPU,
+where a two-token pass runs on the prepacked kernel (core/engine/cpu_linear.py) at 0.72-0.83 of a one-token
+step (docs/bench-demo-suffix.md §1). Where two-token passes cost more (a CPU without the prepacked weights,
+or one where even they cost 1.4 steps, as on this project's AVX2 machine of 1 December), turn it off, or use
+adaptive k, which sends the guess only when the measured pass costs say it pays.
 
 Proposals are deterministic, so the draft distribution is a point mass on them (q = 1, ``q_probs`` None) and
 the loop stays exact, as with prompt lookup.
@@ -45,7 +46,7 @@ from specscope.core.records import ControlValues
 
 # vLLM's names (``suffix_decoding_*``). Its tree depth and minimum probability; not its factor (1.0) or its
 # 10,000 cached responses. On this machine's CPU a verify pass of up to ~10 tokens costs about one plain step
-# (docs/bench-demo-suffix.md §1), so longer drafts are nearly free: a replay of recorded greedy outputs put
+# (docs/bench-demo-suffix.md §2), so longer drafts are nearly free: a replay of recorded greedy outputs put
 # factor 3 ahead of 1 and 2 on every prompt kind. Where longer passes cost more, adaptive k
 # (core/adaptive_suffix) trims the draft by its own count ratios and the measured verify costs. The cache is
 # smaller: a Python trie costs more per node than vLLM's C++ one, and a desktop session holds tens of runs,
