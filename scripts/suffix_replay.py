@@ -4,6 +4,7 @@
         [--prompts prose,code,resources/prompts/repeated-task.json,resources/bench/suffix-structured.json]
         [--limit 2] [--max-new-tokens 64]
     .venv/bin/python scripts/suffix_replay.py --outputs bench-out/suffix-outputs.json [--pass-costs N:RATIO,...]
+        [--methods ideas] [--first 64]
     .venv/bin/python scripts/suffix_replay.py --measure-pass-costs 11
     .venv/bin/python scripts/suffix_replay.py --outputs bench-out/suffix-outputs.json --branches 2,4 [--pass-costs ...]
 
@@ -12,9 +13,11 @@ what each verify pass holds; what the pass commits follows from the recorded out
 each prompt once, plainly, on the demo target at one thread and saves prompt and output token ids (in prompt
 order: the cross-run cache of a prompt holds the outputs of the prompts before it, as in the bench).
 The replay charges each pass the cost of a pass of that many tokens, as a multiple of a plain step: by
-default the one-thread costs measured in docs/bench-lookup-adaptive.md (1 token 1.00, 2 tokens 1.30, 3
-1.39, … 17 tokens 2.03), or ``--pass-costs`` ``N:RATIO,...``. A prefill of ``--prefill-steps`` plain steps is
-added to every method alike.
+default the one-thread CPU costs measured here (``MEASURED_PASS_COSTS``; ``--pass-costs later`` for a second
+measurement, ``doc`` for the steeper ones of docs/bench-lookup-adaptive.md), or ``--pass-costs``
+``N:RATIO,...``. A prefill of ``--prefill-steps`` plain steps is added to every method alike. ``--first 64``
+replays only the first 64 tokens of each output (what the bench decodes); ``--methods ideas`` replays issue
+30's candidate rules (scripts/suffix_variants.py) instead of the parameter table.
 
 It prints, per prompt kind, each method's median speed-up over plain decoding, over transformers' prompt
 lookup (its own candidate generator: earliest match of up to 2 tokens, 10 proposals) and tokens per pass.
@@ -49,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lookup_ceiling import common_prefix, replay, specscope_lookup, transformers_lookup
+from suffix_variants import VariantDrafter, anywhere_ceiling
 
 from specscope.core.engine.drafters.suffix import SuffixDrafter
 from specscope.core.engine.drafters.suffix_tree import NO_NODE, SuffixDraft, SuffixTree
@@ -60,6 +64,9 @@ from specscope.core.measure.measurement import Measurement
 # time; AMD EPYC with AVX-512, prepacked multi-token passes), and the one of docs/bench-lookup-adaptive.md.
 MEASURED_PASS_COSTS = {1: 1.00, 2: 0.83, 3: 0.87, 4: 0.84, 5: 0.92, 7: 0.99, 9: 1.02, 11: 1.07, 13: 1.17, 17: 1.33,
                        25: 1.59}
+# The same measurement at 16:44 the same day, on the other core (load average about 2):
+LATER_PASS_COSTS = {1: 1.00, 2: 0.72, 3: 0.74, 4: 0.73, 5: 0.78, 7: 0.89, 9: 0.91, 11: 0.97, 13: 1.05, 17: 1.19,
+                    25: 1.47}
 DOC_PASS_COSTS = {1: 1.00, 2: 1.30, 3: 1.39, 4: 1.49, 5: 1.48, 7: 1.60, 9: 1.78, 11: 1.82, 13: 1.93, 17: 2.03}
 Source = Callable[[list[int]], tuple[list[int], int]]
 Method = Callable[[list[int], list[list[int]]], tuple[Source, LookupLengthPolicy | None]]
@@ -102,10 +109,16 @@ class ScoreRuleDrafter(SuffixDrafter):
 
 
 def suffix_method(k: int, factor: float, min_prob: float, cache: bool = True, policy: str = "",
-                  score_rule: bool = False) -> Method:
+                  score_rule: bool = False, backoff: bool = True, **variant: Any) -> Method:
     def make(prompt: list[int], earlier: list[list[int]]) -> tuple[Source, LookupLengthPolicy | None]:
-        kind = ScoreRuleDrafter if score_rule else SuffixDrafter
-        drafter = kind(max_spec_factor=factor, min_token_prob=min_prob, max_cached_requests=64 if cache else 0)
+        drafter: SuffixDrafter
+        if variant:
+            drafter = VariantDrafter(max_spec_factor=factor, min_token_prob=min_prob,
+                                     max_cached_requests=64 if cache else 0, backoff=backoff, **variant)
+        else:
+            kind = ScoreRuleDrafter if score_rule else SuffixDrafter
+            drafter = kind(max_spec_factor=factor, min_token_prob=min_prob, max_cached_requests=64 if cache else 0,
+                           backoff=backoff)
         for response in earlier:
             drafter.cache.add(response)
         drafter.reset(prompt)
@@ -122,31 +135,59 @@ def suffix_method(k: int, factor: float, min_prob: float, cache: bool = True, po
     return make
 
 
-def methods(eos: frozenset[int]) -> dict[str, Method]:
+def methods(eos: frozenset[int], which: str = "defaults") -> dict[str, Method]:
     out: dict[str, Method] = {
         "transformers' prompt lookup (10)": lambda p, e: (transformers_lookup(eos), None),
         "specscope lookup, adaptive": lambda p, e: (specscope_lookup(), LookupLengthPolicy(Measurement(window=64))),
-        "suffix k=8, factor 1, min prob 0.1 (vLLM's defaults)": suffix_method(8, 1.0, 0.1),
-        "suffix k=8, factor 2, min prob 0.5 (the previous defaults)": suffix_method(8, 2.0, 0.5),
-        "suffix k=8, factor 2, min prob 0.1": suffix_method(8, 2.0, 0.1),
-        "**suffix k=8, factor 3, min prob 0.1 (specscope's defaults)**": suffix_method(8, 3.0, 0.1),
-        "suffix k=8, factor 3, min prob 0.3": suffix_method(8, 3.0, 0.3),
-        "suffix k=8, factor 4, min prob 0.1": suffix_method(8, 4.0, 0.1),
-        "suffix k=16, factor 3, min prob 0.1": suffix_method(16, 3.0, 0.1),
-        "suffix defaults, cache draft by score (before)": suffix_method(8, 3.0, 0.1, score_rule=True),
+    }
+    if which == "ideas":  # issue 30's candidate rules, each against the shipped drafter
+        out.update({
+            "**suffix defaults (k=8, factor 3, min prob 0.1, backoff)**": suffix_method(8, 3.0, 0.1),
+            "suffix defaults, no backoff (the previous defaults)": suffix_method(8, 3.0, 0.1, backoff=False),
+            "(a) no backoff, capped drafts extended along the tree to k": suffix_method(
+                8, 3.0, 0.1, backoff=False, extend="tree"),
+            "(a) no backoff, drafts extended by the most recent occurrence to k": suffix_method(
+                8, 3.0, 0.1, backoff=False, extend="recent"),
+            "(a) defaults, drafts extended by the most recent occurrence to k": suffix_method(
+                8, 3.0, 0.1, extend="recent"),
+            "(b) no backoff, match lengths scored by the shrunk ratios": suffix_method(
+                8, 3.0, 0.1, backoff=False, score="shrunk"),
+            "(b) no backoff, the longest match wins": suffix_method(8, 3.0, 0.1, backoff=False, score="longest"),
+            "(c) no backoff, factor 4": suffix_method(8, 4.0, 0.1, backoff=False),
+            "(c) no backoff, k=16, factor 5": suffix_method(16, 5.0, 0.1, backoff=False),
+            "defaults, the last token taken as substituted before the guess": suffix_method(
+                8, 3.0, 0.1, substitute=True),
+            "defaults + suffix adaptive policy": suffix_method(16, 3.0, 0.1, policy="suffix"),
+            "no backoff + suffix adaptive policy": suffix_method(16, 3.0, 0.1, policy="suffix", backoff=False),
+        })
+        return out
+    out.update({
+        "suffix k=8, factor 1, min prob 0.1 (vLLM's defaults)": suffix_method(8, 1.0, 0.1, backoff=False),
+        "suffix k=8, factor 2, min prob 0.5 (before issue 30's first round)": suffix_method(8, 2.0, 0.5, backoff=False),
+        "suffix k=8, factor 2, min prob 0.1": suffix_method(8, 2.0, 0.1, backoff=False),
+        "suffix k=8, factor 3, min prob 0.1 (the previous defaults: no backoff)": suffix_method(8, 3.0, 0.1,
+                                                                                              backoff=False),
+        "**suffix k=8, factor 3, min prob 0.1, backoff (specscope's defaults)**": suffix_method(8, 3.0, 0.1),
+        "suffix k=8, factor 3, min prob 0.3": suffix_method(8, 3.0, 0.3, backoff=False),
+        "suffix k=8, factor 4, min prob 0.1": suffix_method(8, 4.0, 0.1, backoff=False),
+        "suffix k=16, factor 3, min prob 0.1": suffix_method(16, 3.0, 0.1, backoff=False),
+        "suffix, cache draft by score (before issue 30's first round)": suffix_method(8, 3.0, 0.1, score_rule=True,
+                                                                                     backoff=False),
         "suffix defaults, no cache": suffix_method(8, 3.0, 0.1, cache=False),
         "suffix defaults + lookup's adaptive policy": suffix_method(16, 3.0, 0.1, policy="lookup"),
         "suffix defaults + suffix adaptive policy": suffix_method(16, 3.0, 0.1, policy="suffix"),
-        "suffix factor 2, min prob 0.5 + suffix adaptive policy": suffix_method(16, 2.0, 0.5, policy="suffix"),
-    }
+        "suffix factor 2, min prob 0.5 + suffix adaptive policy": suffix_method(16, 2.0, 0.5, policy="suffix",
+                                                                               backoff=False),
+    })
     return out
 
 
-def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: float) -> None:
+def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: float, which: str = "defaults",
+               first: int = 0) -> None:
     xs = sorted(costs)
     pass_cost = interpolated(costs)
-    runs = data["runs"]
-    table = methods(frozenset(data["eos"]))
+    runs = [dict(r, output=r["output"][:first]) if first else r for r in data["runs"]]
+    table = methods(frozenset(data["eos"]), which)
     kinds = list(dict.fromkeys(r["kind"] for r in runs))
     results: dict[str, list[tuple[str, float, float]]] = {}  # method -> (kind, time, tokens per pass)
     for name, make in table.items():
@@ -160,7 +201,8 @@ def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: flo
     plain = [prefill_steps + len(r["output"]) for r in runs]
     hf = results["transformers' prompt lookup (10)"]
     print("Pass cost (× plain step): " + ", ".join(f"{n}: {costs[n]:.2f}" for n in xs)
-          + f"; prefill {prefill_steps:g} steps; {len(runs)} prompts")
+          + f"; prefill {prefill_steps:g} steps; {len(runs)} prompts"
+          + (f", their first {first} tokens" if first else ""))
     print("\n| method | " + " | ".join(f"{k}: × plain / × transformers / tokens per pass" for k in kinds) + " |")
     print("|---|" + "---|" * len(kinds))
     for name, rows in results.items():
@@ -171,6 +213,14 @@ def run_replay(data: dict[str, Any], costs: dict[int, float], prefill_steps: flo
             x_hf = statistics.median(hf[i][1] / rows[i][1] for i in idx)
             cells.append(f"{x_plain:.2f} / {x_hf:.2f} / {statistics.median(rows[i][2] for i in idx):.2f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    if which == "ideas":  # what no rule that copies one draft per pass can beat
+        per_pass: dict[str, list[float]] = {}
+        for i, r in enumerate(runs):
+            passes = anywhere_ceiling(r["prompt"], r["output"], [e["output"] for e in runs[:i]])
+            per_pass.setdefault(r["kind"], []).append(len(r["output"]) / passes)
+        print("\nCeiling, tokens per pass (median): copying the best 8 tokens from anywhere in the run or the "
+              "earlier answers, with foresight: "
+              + "; ".join(f"{kind} {statistics.median(v):.2f}" for kind, v in per_pass.items()))
 
 
 def interpolated(costs: dict[int, float]) -> Callable[[int], float]:
@@ -249,7 +299,7 @@ def run_branches(data: dict[str, Any], costs: dict[int, float], prefill_steps: f
         for r in runs:
             times = []
             for b in (0, size):
-                drafter = SuffixDrafter()
+                drafter = SuffixDrafter(backoff=False)  # as measured before the backoff (§4)
                 for response in earlier:
                     drafter.cache.add(response)
                 drafter.reset(r["prompt"])
@@ -283,8 +333,9 @@ def run_branches(data: dict[str, Any], costs: dict[int, float], prefill_steps: f
 
 
 def _pass_costs(text: str) -> dict[int, float]:
-    if text == "doc":
-        return DOC_PASS_COSTS
+    named = {"measured": MEASURED_PASS_COSTS, "later": LATER_PASS_COSTS, "doc": DOC_PASS_COSTS}
+    if text in named:
+        return named[text]
     try:
         costs = {int(n): float(r) for n, r in (part.split(":") for part in text.split(","))}
     except ValueError:
@@ -305,7 +356,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--pass-costs", type=_pass_costs, default=MEASURED_PASS_COSTS,
-                    help="N:RATIO,... (default: measured here; 'doc' for docs/bench-lookup-adaptive.md's)")
+                    help="N:RATIO,... or a name: 'measured' (the default: here, 13:22), 'later' (here, 16:44), "
+                         "'doc' (docs/bench-lookup-adaptive.md's)")
+    ap.add_argument("--methods", choices=("defaults", "ideas"), default="defaults",
+                    help="the parameter table, or issue 30's candidate rules (scripts/suffix_variants.py)")
+    ap.add_argument("--first", type=int, default=0, help="replay only each output's first N tokens (the bench: 64)")
     ap.add_argument("--prefill-steps", type=float, default=2.4)
     ap.add_argument("--branches", default="", help="tree proposals: second-branch sizes to replay, e.g. 2,4")
     args = ap.parse_args()
@@ -318,7 +373,8 @@ def main() -> None:
         run_branches(json.loads(args.outputs.read_text(encoding="utf-8")), args.pass_costs, args.prefill_steps,
                      sizes)
     else:
-        run_replay(json.loads(args.outputs.read_text(encoding="utf-8")), args.pass_costs, args.prefill_steps)
+        run_replay(json.loads(args.outputs.read_text(encoding="utf-8")), args.pass_costs, args.prefill_steps,
+                   args.methods, args.first)
 
 
 if __name__ == "__main__":

@@ -125,13 +125,45 @@ def test_the_highest_expected_accepted_count_wins_over_match_lengths() -> None:
     assert (both.tokens, both.match_len) == ([3, 4], 2) and both.score == pytest.approx(2.0)
 
 
-def test_a_run_that_never_matches_proposes_nothing() -> None:
-    d = SuffixDrafter()
+def test_a_run_that_never_matches_proposes_nothing_without_the_backoff() -> None:
+    d = SuffixDrafter(backoff=False)
     context = list(range(10, 40))  # no token repeats, and the cache is empty
     d.reset(context[:5])
     for end in range(5, len(context)):
         proposal = d.propose(context[:end], 8, ControlValues(), None)
         assert proposal.tokens == [] and proposal.match_ngram == 0 and proposal.expected_accepted is None
+
+
+# ---- the backoff: the run's most frequent token when nothing matches ----------------------------------------
+def test_the_backoff_proposes_the_runs_most_frequent_token_when_nothing_matches() -> None:
+    d = SuffixDrafter()  # on by default
+    d.reset([5, 6, 5, 7, 6, 5])  # 5 three times, 6 twice, 7 once
+    proposal = d.propose([5, 6, 5, 7, 6, 5, 9], 8, ControlValues(), None)  # 9 never occurred
+    assert proposal.tokens == [5] and proposal.match_ngram == 0 and d.last_source == "backoff"
+    assert proposal.q_probs is None and proposal.q_token_probs == [1.0]
+    assert proposal.expected_accepted == pytest.approx(3 / 7)  # its frequency among the run's 7 tokens
+    assert d.last_draft.conditional == pytest.approx([3 / 8])  # shrunk as a drafted token's count ratio is
+    # the run's own text keeps counting: 6 overtakes 5 (ties keep the first to reach the count)
+    context = [5, 6, 5, 7, 6, 5, 9, 6, 8, 6, 4]
+    assert d.propose(context, 8, ControlValues(), None).tokens == [6]
+    assert d.last_draft.score == pytest.approx(4 / 11)
+    assert d.propose(context, 0, ControlValues(), None).tokens == []  # k = 0: nothing, guess or not
+
+
+def test_the_backoff_never_replaces_a_match() -> None:
+    d = SuffixDrafter(max_spec_factor=2.0)
+    d.reset([5, 6, 7, 5, 5, 5])
+    assert d.propose([5, 6, 7, 5, 5, 5, 6], 8, ControlValues(), None).tokens == [7, 5, 5, 5]  # "5 6" matched
+    assert d.last_source == "run"
+    d.cache.add([9, 4, 4])
+    assert d.propose([5, 6, 7, 5, 5, 5, 6, 9], 8, ControlValues(), None).tokens == [4, 4]
+    assert d.last_source == "cache"  # only the cache knows "9": its draft, not the guess
+    off = SuffixDrafter(backoff=False)
+    off.reset([])
+    assert off.propose([3], 8, ControlValues(), None).tokens == []
+    empty = SuffixDrafter()
+    empty.reset([])
+    assert empty.speculate([], 8).tokens == []  # no token yet: nothing to guess
 
 
 def test_the_drafter_reports_what_it_matched() -> None:
@@ -144,9 +176,32 @@ def test_the_drafter_reports_what_it_matched() -> None:
     assert proposal.expected_accepted == pytest.approx(4 * 0.5)
 
 
+def test_the_backoff_is_on_by_default_and_the_cli_turns_it_off() -> None:
+    import argparse
+
+    from specscope.core.commands import bench
+    from specscope.core.commands.pair_arguments import add_pair_arguments, spec_from_args
+
+    parser = argparse.ArgumentParser()
+    add_pair_arguments(parser)
+    on = spec_from_args(parser.parse_args(["--demo", "--drafter", "suffix"]))
+    off = spec_from_args(parser.parse_args(["--demo", "--drafter", "suffix", "--suffix-no-backoff"]))
+    assert (on.suffix_backoff, off.suffix_backoff) == (True, False)
+    assert (SuffixDrafter.from_spec(on).backoff, SuffixDrafter.from_spec(off).backoff) == (True, False)
+    bench_parser = argparse.ArgumentParser()
+    bench.add_arguments(bench_parser)
+    lines = [bench.command_line(bench_parser.parse_args(["--drafter", "suffix", *extra]))
+             for extra in ([], ["--suffix-no-backoff"])]
+    assert "--suffix-no-backoff" not in lines[0] and "--suffix-no-backoff" in lines[1]  # the bench's reproduction
+    from specscope.core.commands.bench_runs import fresh_suffix_drafter
+
+    for backoff in (True, False):  # each bench run's drafter is a fresh copy of the pair's, the backoff included
+        assert fresh_suffix_drafter(SuffixDrafter(backoff=backoff), [[1, 2]]).backoff is backoff  # type: ignore[attr-defined]
+
+
 # ---- the cross-run cache ------------------------------------------------------------------------------
 def test_the_cache_holds_earlier_responses_only_and_stays_bounded() -> None:
-    d = SuffixDrafter(max_cached_requests=2)
+    d = SuffixDrafter(max_cached_requests=2, backoff=False)
     responses = [[40 + i, 50 + i, 60 + i, 70 + i] for i in range(4)]
     for response in responses:
         d.reset([1, 2])
@@ -191,7 +246,7 @@ def test_greedy_output_equals_plain_decoding_with_the_cache_filling(k: int) -> N
     target = tiny_model(21, vocab_size=64, layers=3, logit_scale=3.0)
     drafter = SuffixDrafter(max_spec_factor=2.0, max_cached_requests=4)
     dec = Decoder(target, 64, drafter=drafter)
-    accepted = 0
+    accepted = guesses = 0
     for rnd in range(2):  # the second round finds the first round's answers in the cache
         for prompt in PROMPTS:
             opts = DecodeOptions(max_new_tokens=30)
@@ -199,11 +254,14 @@ def test_greedy_output_equals_plain_decoding_with_the_cache_filling(k: int) -> N
             assert spec.token_ids == dec.run(prompt, options=opts, plain=True).token_ids, (rnd, prompt)
             accepted += sum(t.status is TokenStatus.ACCEPTED for r in spec.iterations for t in r.tokens)
             matched = [r for r in spec.iterations if r.n_drafted]
-            assert all(r.match_len and r.expected_accepted is not None and r.expected_accepted > 0
+            assert all(r.expected_accepted is not None and r.expected_accepted > 0
                        for r in matched)  # what the proposal matched is on the record
+            # a draft without a match is the backoff's one-token guess
+            guesses += sum(not r.match_len for r in matched)
+            assert all(r.n_drafted == 1 for r in matched if not r.match_len)
             assert all(r.match_len is None and r.expected_accepted is None
                        for r in spec.iterations if not r.n_drafted and r.generated_len < 30)
-    assert accepted > 0  # the drafter was really exercised
+    assert accepted > 0 and guesses > 0  # the drafter was really exercised, the backoff too
     assert len(drafter.cache) == 4
 
 
@@ -253,7 +311,8 @@ def test_matches_followed_token_by_token_equal_matching_from_the_root() -> None:
     what a walk from the root over the context's last tokens would propose, through cache changes and a
     context that is not an extension (rebuilt)."""
     rng = random.Random(3)
-    d = SuffixDrafter(max_tree_depth=6, max_spec_factor=2.0, min_token_prob=0.0, max_cached_requests=3)
+    d = SuffixDrafter(max_tree_depth=6, max_spec_factor=2.0, min_token_prob=0.0, max_cached_requests=3,
+                      backoff=False)
     for _ in range(5):
         context = [rng.randrange(5) for _ in range(8)]
         d.reset(context)
@@ -326,6 +385,24 @@ def test_the_suffix_policy_sends_what_pays_at_the_measured_verify_costs() -> Non
     unlikely = suffix_policy(STEEP, [0.2, 0.2, 0.2])
     assert unlikely.proposal_length(1, 3) <= 1  # nothing pays: no more than a probe
     assert unlikely.scores[0] > unlikely.scores[1]
+
+
+def test_the_suffix_policy_sends_the_backoff_guess_only_where_its_pass_costs_no_more() -> None:
+    guess = [0.05]  # the backoff's token: the run's commonest, right about one time in twenty
+    flat = suffix_policy(FLAT, guess)
+    assert flat.proposal_length(0, 1) == 1 and flat.scores[1] > flat.scores[0]
+    steep = suffix_policy(STEEP, guess)
+    assert steep.proposal_length(0, 1) == 1  # a match size never judged is probed once ...
+    assert steep.scores[1] < steep.scores[0]  # ... though at 1.8 plain steps for its pass the guess does not pay
+    steep.observe(rejected_guess(STEEP))
+    assert [steep.proposal_length(0, 1) for _ in range(2)] == [0, 0]  # then it is left alone while it fails
+
+
+def rejected_guess(verify: dict[int, float]) -> IterationRecord:
+    return IterationRecord(
+        iteration=1, mode="speculative", drafter="suffix", controls=ControlValues(k=1, adaptive_k=True), tokens=[],
+        n_drafted=1, n_accepted=0, n_emitted=1, draft_ms=0.01, verify_ms=verify[2], rollback_ms=0.1,
+        iteration_ms=verify[2] + 0.11, context_len=0, generated_len=0, t_start_s=0.0, t_end_s=0.0)
 
 
 def test_the_suffix_policy_keeps_the_loop_exact() -> None:

@@ -202,6 +202,7 @@ def command_line(args: argparse.Namespace) -> str:
                   "--suffix-max-spec-factor", f"{args.suffix_max_spec_factor:g}",
                   "--suffix-min-token-prob", f"{args.suffix_min_token_prob:g}",
                   "--suffix-max-cached-requests", str(args.suffix_max_cached_requests)]
+        parts += [] if args.suffix_backoff else ["--suffix-no-backoff"]
     parts += [] if getattr(args, "prepack_cpu", True) else ["--no-prepack"]
     parts += ["--goals", ",".join(f"{g:g}" for g in args.goals)]
     parts += ["--out", args.out]

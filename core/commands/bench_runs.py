@@ -276,7 +276,7 @@ def fresh_suffix_drafter(like: Drafter, earlier: Sequence[Sequence[int]]) -> Dra
     for response in earlier:
         cache.add(response)
     return SuffixDrafter(like.max_tree_depth, like.max_spec_factor, like.min_token_prob,
-                         like.max_cached_requests, cache=cache)
+                         like.max_cached_requests, cache=cache, backoff=like.backoff)
 
 
 def fill_acceptance(row: RunRow, records: Sequence[IterationRecord]) -> None:

@@ -72,6 +72,9 @@ def add_suffix_arguments(group: Any) -> None:
     group.add_argument("--suffix-max-cached-requests", type=whole_number(0),
                        default=suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS,
                        help="suffix decoding: earlier responses kept for matching, 0 = none (max_cached_requests)")
+    group.add_argument("--suffix-no-backoff", dest="suffix_backoff", action="store_false",
+                       help="suffix decoding: propose nothing when nothing matches (by default the run's most "
+                            "frequent token, since a 2-token pass costs no more than a plain step here)")
 
 
 def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,7 +82,8 @@ def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {"suffix_max_tree_depth": args.suffix_max_tree_depth,
             "suffix_max_spec_factor": args.suffix_max_spec_factor,
             "suffix_min_token_prob": args.suffix_min_token_prob,
-            "suffix_max_cached_requests": args.suffix_max_cached_requests}
+            "suffix_max_cached_requests": args.suffix_max_cached_requests,
+            "suffix_backoff": args.suffix_backoff}
 
 
 def spec_from_args(args: argparse.Namespace) -> PairSpec:

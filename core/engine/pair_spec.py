@@ -37,6 +37,7 @@ class PairSpec:
     suffix_max_spec_factor: float = suffix_defaults.DEFAULT_MAX_SPEC_FACTOR
     suffix_min_token_prob: float = suffix_defaults.DEFAULT_MIN_TOKEN_PROB
     suffix_max_cached_requests: int = suffix_defaults.DEFAULT_MAX_CACHED_REQUESTS
+    suffix_backoff: bool = suffix_defaults.DEFAULT_BACKOFF  # the run's commonest token when nothing matches
     early_exit_layers: int | None = None  # None = a quarter of the target's layers
     # Placement through transformers/accelerate (``from_pretrained(device_map=..., max_memory=...,
     # offload_folder=...)``): None keeps the whole model on its device; "auto" lets accelerate place modules

@@ -9,7 +9,7 @@ speed-up formula of the measurement, the probes, and the exploration of pass len
 
 So the draft is trimmed where one more token's expected gain no longer pays for the longer pass on this
 machine: on a CPU whose passes of up to ~10 tokens cost one plain step it sends nearly every drafted token;
-where a 2-token pass costs 1.3 steps it sends only the likely ones (docs/bench-demo-suffix.md §1: the same
+where a 2-token pass costs 1.3 steps it sends only the likely ones (docs/bench-demo-suffix.md §2: the same
 policy replayed on both cost curves).
 
 Acceptance is not learned from the run: the positions reached need not be doubled before a longer draft is

@@ -14,9 +14,19 @@ k). The run's own draft is taken unless it is empty or the cache matched a longe
 on a prompt the cache has never seen, short matches into other answers carry count ratios of 1.0 from one
 occurrence and would outscore the run's own text (the replay in docs/bench-demo-suffix.md: comparing the
 scores lost 5% against transformers' lookup on unseen structured prompts, and gained nothing on repeated
-tasks, where the cache's matches are the longer ones). Proposals are deterministic, so the draft
-distribution is a point mass on them (q = 1, ``q_probs`` None) and the loop stays exact, as with prompt
-lookup.
+tasks, where the cache's matches are the longer ones).
+
+When neither tree matches the context's last token (a token never seen before), the drafter backs off to the
+empty context, the trie's root: it proposes the run's most frequent token (``backoff``). The guess is rarely
+right (about 5% of such passes in the replay, 0-10% by prompt kind), but a verify pass of two tokens can
+cost no more than a plain step: on a GPU, where small passes are memory-bound, and on this project's CPU,
+where a two-token pass runs on the prepacked kernel (core/engine/cpu_linear.py) at 0.72-0.83 of a one-token
+step (docs/bench-demo-suffix.md §1). Where two-token passes cost more (a CPU without the prepacked weights,
+or one where even they cost 1.4 steps, as on this project's AVX2 machine of 1 December), turn it off, or use
+adaptive k, which sends the guess only when the measured pass costs say it pays.
+
+Proposals are deterministic, so the draft distribution is a point mass on them (q = 1, ``q_probs`` None) and
+the loop stays exact, as with prompt lookup.
 
 Per iteration the work is O(new tokens × max_tree_depth) to follow the context plus the drafting itself:
 the run's tree keeps the nodes of the context's suffixes as it grows, and the drafter keeps the cache's
@@ -31,12 +41,12 @@ from typing import Any
 import torch
 
 from specscope.core.engine.drafters.base import Drafter, Proposal
-from specscope.core.engine.drafters.suffix_tree import SuffixDraft, SuffixTree
+from specscope.core.engine.drafters.suffix_tree import ROOT, SuffixDraft, SuffixTree
 from specscope.core.records import ControlValues
 
 # vLLM's names (``suffix_decoding_*``). Its tree depth and minimum probability; not its factor (1.0) or its
 # 10,000 cached responses. On this machine's CPU a verify pass of up to ~10 tokens costs about one plain step
-# (docs/bench-demo-suffix.md §1), so longer drafts are nearly free: a replay of recorded greedy outputs put
+# (docs/bench-demo-suffix.md §2), so longer drafts are nearly free: a replay of recorded greedy outputs put
 # factor 3 ahead of 1 and 2 on every prompt kind. Where longer passes cost more, adaptive k
 # (core/adaptive_suffix) trims the draft by its own count ratios and the measured verify costs. The cache is
 # smaller: a Python trie costs more per node than vLLM's C++ one, and a desktop session holds tens of runs,
@@ -45,6 +55,7 @@ DEFAULT_MAX_TREE_DEPTH = 24
 DEFAULT_MAX_SPEC_FACTOR = 3.0
 DEFAULT_MIN_TOKEN_PROB = 0.1
 DEFAULT_MAX_CACHED_REQUESTS = 64
+DEFAULT_BACKOFF = True  # not vLLM's: see the module's docstring
 LOCAL_SEQ = 0
 
 
@@ -103,25 +114,28 @@ class SuffixDrafter(Drafter):
     def from_spec(cls, spec: Any) -> SuffixDrafter:
         """The drafter a pair spec asks for (its ``suffix_*`` fields, as the CLI and the app set them)."""
         return cls(max_tree_depth=spec.suffix_max_tree_depth, max_spec_factor=spec.suffix_max_spec_factor,
-                   min_token_prob=spec.suffix_min_token_prob, max_cached_requests=spec.suffix_max_cached_requests)
+                   min_token_prob=spec.suffix_min_token_prob, max_cached_requests=spec.suffix_max_cached_requests,
+                   backoff=spec.suffix_backoff)
 
     def __init__(self, max_tree_depth: int = DEFAULT_MAX_TREE_DEPTH,
                  max_spec_factor: float = DEFAULT_MAX_SPEC_FACTOR,
                  min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,
                  max_cached_requests: int = DEFAULT_MAX_CACHED_REQUESTS,
-                 cache: ResponseCache | None = None):
+                 cache: ResponseCache | None = None, backoff: bool = DEFAULT_BACKOFF):
         check_suffix_parameters(max_tree_depth, max_spec_factor, min_token_prob, max_cached_requests)
         self.max_tree_depth = max_tree_depth
         self.max_spec_factor = max_spec_factor
         self.min_token_prob = min_token_prob
+        self.backoff = backoff  # propose the run's most frequent token when nothing matches
         self.cache = cache if cache is not None else ResponseCache(max_tree_depth, max_cached_requests)
         self.last_draft = SuffixDraft()
-        self.last_source = ""  # "run" or "cache": which tree the last proposal came from
+        self.last_source = ""  # "run", "cache" or "backoff": where the last proposal came from
         self._local = SuffixTree(max_tree_depth)
         self._tokens: list[int] = []
         self._prompt_len = 0
         self._cache_matches: list[int] = []  # the cache tree's nodes of the context's suffixes, shortest first
         self._cache_version = -1
+        self._commonest, self._commonest_count = -1, 0  # the run's most frequent token (the backoff guess)
 
     @property
     def max_cached_requests(self) -> int:
@@ -138,6 +152,8 @@ class SuffixDrafter(Drafter):
         self._tokens = [int(t) for t in prompt_ids]
         self._prompt_len = len(self._tokens)
         self._local.extend(LOCAL_SEQ, self._tokens)
+        self._commonest, self._commonest_count = -1, 0
+        self._note_commonest(self._tokens)
         self._cache_version = -1  # matched afresh at the next proposal
 
     def _sync(self, context_ids: list[int]) -> None:
@@ -150,10 +166,18 @@ class SuffixDrafter(Drafter):
         new = [int(t) for t in context_ids[known:]]
         self._tokens += new
         self._local.extend(LOCAL_SEQ, new)
+        self._note_commonest(new)
         if self._cache_version == self.cache.version:
             tree = self.cache.tree
             for token in new:
                 self._cache_matches = tree.extend_matches(self._cache_matches, token)
+
+    def _note_commonest(self, tokens: list[int]) -> None:
+        """Keep the run's most frequent token up to date (counts only grow within a run: O(1) per token)."""
+        for token in tokens:
+            count = self._local.count(self._local.child(ROOT, token))
+            if count > self._commonest_count:
+                self._commonest, self._commonest_count = token, count
 
     def _cache_nodes(self) -> list[int]:
         """The cache's matched nodes for the context, matched from the root only after the cache changed."""
@@ -163,7 +187,8 @@ class SuffixDrafter(Drafter):
         return self._cache_matches
 
     def speculate(self, context_ids: list[int], k: int) -> SuffixDraft:
-        """The best draft of at most ``k`` tokens for ``context_ids`` (empty if nothing matched)."""
+        """The best draft of at most ``k`` tokens for ``context_ids``: the run's or the cache's, else the backoff
+        guess (empty if nothing matched and ``backoff`` is off, or the run has no tokens yet)."""
         self._sync(context_ids)
         self.last_draft, self.last_source = SuffixDraft(), ""
         if k <= 0:
@@ -176,6 +201,14 @@ class SuffixDrafter(Drafter):
                                                        self.min_token_prob)
             if cached.tokens and (not best.tokens or cached.match_len > best.match_len):
                 best, source = cached, "cache"
+        if not best.tokens and self.backoff and self._commonest >= 0:
+            # the empty context's draft: one token, its frequency as its probability (below min_token_prob,
+            # which a match's draft must pass: this one is sent because its pass costs no more than none)
+            total = self._local.n_tokens
+            p = self._commonest_count / total
+            best = SuffixDraft(tokens=[self._commonest], probs=[p], score=p, match_len=0,
+                               conditional=[self._commonest_count / (total + 1)])
+            source = "backoff"
         self.last_draft, self.last_source = best, source
         return best
 
