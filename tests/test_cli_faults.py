@@ -270,6 +270,29 @@ def test_first_signal_stops_at_the_boundary_and_a_second_one_at_once(capfd) -> N
     assert signal.getsignal(signal.SIGINT) is before  # restored
 
 
+class _SignalledWhileFinalized:
+    """An object whose finalizer runs when a signal comes, like httpcore's stream generator being closed."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_a_second_signal_landing_in_a_finalizer_is_not_a_traceback_and_the_next_one_raises(capfd) -> None:
+    """A raise inside a finalizer cannot propagate: Python printed "Exception ignored" and a traceback (seen in
+    attach, a second Ctrl-C landing in an HTTP stream's close). It says nothing, and the next signal raises."""
+    controls = Controls()
+    with SignalGuard(controls).installed() as guard:
+        signal.raise_signal(signal.SIGINT)  # the first: stop at the boundary
+        capfd.readouterr()
+        finalized = _SignalledWhileFinalized()
+        del finalized  # the second lands in __del__, where nothing can propagate
+        err = capfd.readouterr().err
+        assert "Exception ignored" not in err and "Traceback" not in err, err
+        assert guard.raising  # that raise cut nothing: the next signal raises again
+        with pytest.raises(Interrupted):
+            signal.raise_signal(signal.SIGINT)
+
+
 def test_without_controls_the_first_signal_raises() -> None:
     with SignalGuard().installed(), pytest.raises(Interrupted):
         signal.raise_signal(signal.SIGTERM)

@@ -305,8 +305,23 @@ class SignalGuard:
         except ValueError:  # not the main thread: leave signals alone
             yield self
             return
+        previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable(previous_hook)
         try:
             yield self
         finally:
+            sys.unraisablehook = previous_hook
             for s, h in previous.items():
                 signal.signal(s, h)
+
+    def _unraisable(self, previous: Callable[[sys.UnraisableHookArgs], object]
+                    ) -> Callable[[sys.UnraisableHookArgs], None]:
+        """A raise that lands in a finalizer (a generator being closed, a ``__del__``) cannot propagate: Python
+        prints "Exception ignored" and a traceback, and nothing stops. Said nothing of, and the next signal
+        raises again, so a stall it was meant to cut still ends at the next Ctrl-C."""
+        def hook(args: sys.UnraisableHookArgs) -> None:
+            if isinstance(args.exc_value, Interrupted):
+                self.raising = True
+                return
+            previous(args)
+        return hook
