@@ -128,3 +128,31 @@ def test_loading_a_pair_does_the_first_starts_imports_and_bandwidth_probe(qtbot,
     load_tiny(qtbot, w)
     assert "cpu" in bandwidth._cache
     assert "specscope.core.session" in sys.modules
+
+
+@needs_qt
+def test_a_live_periods_text_and_plot_are_drawn_on_two_ticks_not_one(qtbot, tmp_path, monkeypatch):
+    """Together they were the GUI thread's longest stretch while a fast pair decodes (docs/bench-gui.md)."""
+    from types import SimpleNamespace
+
+    w = make_window(qtbot, tmp_path)
+    records = [e for e in synthetic_records(60, k=4) if hasattr(e, "tokens")]
+    w.ingest(records[:30])
+    views = w.views
+    monkeypatch.setattr(views, "_window", SimpleNamespace(
+        controller=SimpleNamespace(state=SimpleNamespace(active=True), data=w.data),
+        plots=w.plots, token_view=w.token_view, legend=w.legend, status=w.status, run_panel=w.run_panel,
+        panel=w.panel))
+    calls: list[str] = []
+    monkeypatch.setattr(w.plots, "stale", lambda data: True)
+    monkeypatch.setattr(w.plots, "refresh_one", lambda data: calls.append("plot"))
+    real_append = w.token_view.append_records
+    monkeypatch.setattr(w.token_view, "append_records", lambda recs: (calls.append("text"), real_append(recs)))
+    views._shown_at = -1e9
+    views.add_records(records[30:40])
+    views.on_frame(True)
+    assert calls == ["text"]  # the period's text, and its plot waits for the next tick
+    views.on_frame(True)
+    assert calls == ["text", "plot"]
+    views.on_frame(True)  # within the period: nothing
+    assert calls == ["text", "plot"]
