@@ -156,3 +156,24 @@ def test_a_live_periods_text_and_plot_are_drawn_on_two_ticks_not_one(qtbot, tmp_
     assert calls == ["text", "plot"]
     views.on_frame(True)  # within the period: nothing
     assert calls == ["text", "plot"]
+
+
+@needs_qt
+def test_the_k_advisors_star_marks_the_best_k_its_title_names_between_its_turns(qtbot, tmp_path):
+    """Titles follow every frame, curves redraw in turn: the advisor's title named best k=10 while its star,
+    drawn at an older turn, marked k=5 (seen in the README screenshot)."""
+    w = make_window(qtbot, tmp_path)
+    events = synthetic_records(300, k=4)
+    changes = 0
+    for e in events:
+        before = w.data.estimate.best_k if w.data.estimate is not None else None
+        w.controller.feed([e])
+        w.plots.refresh_titles(w.data)  # a frame whose plot turn is not the advisor's
+        est = w.data.estimate
+        if est is None or est.best_k is None or w.plots.k_advisor.estimate is None:
+            w.plots.k_advisor.show_estimate(est)
+            continue
+        changes += before is not None and before != est.best_k
+        xs, _ = w.plots.k_advisor.best.getData()
+        assert list(xs) == [est.best_k], f"the title says {est.best_k_text()}, the star marks k={list(xs)}"
+    assert changes > 0

@@ -79,7 +79,11 @@ class PlotsPanel(QWidget):
         """Every frame: the titles show the latest snapshot's words (the curves redraw at their own turn)."""
         for plot in self.live_plots:
             plot.refresh_title(data)
-        self.k_advisor.show_title(data.estimate)
+        est, drawn = data.estimate, self.k_advisor.estimate
+        if est is not None and drawn is not None and est.best_k != drawn.best_k:
+            self.k_advisor.show_estimate(est)  # the title names the best k: its star must not mark another
+        else:
+            self.k_advisor.show_title(est)
 
     def set_idle_text(self, text: str, data: RunData) -> None:
         """What the live plots say while the run has no iteration yet."""
