@@ -36,7 +36,13 @@ from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
 from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.measure.busy import BusyDetector
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.schedule import BASELINE_EARLY_BUDGET, BASELINE_MAX_GAP, BaselineSchedule, VerifyExploration
+from specscope.core.measure.schedule import (
+    BASELINE_EARLY_BUDGET,
+    BASELINE_MAX_GAP,
+    MEASUREMENT_BUDGET,
+    BaselineSchedule,
+    VerifyExploration,
+)
 from specscope.core.measure.snapshot import Estimate
 from specscope.core.memory.bandwidth import device_bandwidth
 from specscope.core.memory.detector import PagingDetector, is_streaming_flag
@@ -59,13 +65,15 @@ class SessionOptions:
     # A baseline is a real plain iteration on the live context (``baseline_steps`` of them): blocks of
     # speculative decoding between them make the measured speed-up a paired ratio robust to the machine
     # drifting. The first comes after ``baseline_every`` speculative iterations, the next ones at least as far
-    # apart and, once a first speed-up is known, spaced so their cost stays within ``baseline_budget`` of the
-    # wall time (core/measure/schedule.py). 0 = only when asked (controls.request_baseline).
+    # apart and, once a first speed-up is known, spaced so that they and exploration together cost at most
+    # ``measurement_budget`` of the wall time (core/measure/schedule.py). 0 = only when asked
+    # (controls.request_baseline).
     baseline_every: int = 6
     baseline_steps: int = 1
-    baseline_budget: float = 0.03
+    measurement_budget: float = MEASUREMENT_BUDGET
     # Now and then a real iteration at a k whose verify pass length was never timed (the curve over k needs
-    # it); at most one in ``explore_every`` speculative iterations. 0 = never.
+    # it); at most one in ``explore_every`` speculative iterations, within ``measurement_budget``, after the
+    # measured speed-up exists where baselines run. 0 = never.
     explore_every: int = 16
     alpha_window: int = 32
     memory_period_s: float = 0.25  # 0 disables the sampler
@@ -143,14 +151,15 @@ class Session:
     def decode_options(self) -> DecodeOptions:
         o = self.options
         schedule = (BaselineSchedule(self.measurement, max(1, o.baseline_steps), min_gap=o.baseline_every,
-                                     max_gap=max(o.baseline_every, BASELINE_MAX_GAP), budget=o.baseline_budget,
-                                     early_budget=max(o.baseline_budget, BASELINE_EARLY_BUDGET))
+                                     max_gap=max(o.baseline_every, BASELINE_MAX_GAP), budget=o.measurement_budget,
+                                     early_budget=max(o.measurement_budget, BASELINE_EARLY_BUDGET))
                     if o.baseline_every > 0 else None)
         # the cost-model policy scores nothing before a plain step is timed: give it one first (lookup's policy
         # times its own plain step, a match before any length-1 pass proposes nothing)
         first = (self.controls.values.adaptive_k and not o.plain
                  and isinstance(self.k_policy, CostModelKPolicy))
-        explore = VerifyExploration(self.measurement, K_MAX, every=o.explore_every) if o.explore_every > 0 else None
+        explore = (VerifyExploration(self.measurement, K_MAX, every=o.explore_every, budget=o.measurement_budget,
+                                     after_measured=schedule is not None) if o.explore_every > 0 else None)
         return DecodeOptions(
             max_new_tokens=o.max_new_tokens,
             seed=o.seed,
@@ -175,7 +184,7 @@ class Session:
             "python": platform.python_version(),
         }
         options = {"baseline_every": o.baseline_every, "baseline_steps": o.baseline_steps,
-                   "baseline_budget": o.baseline_budget, "explore_every": o.explore_every, **o.extra}
+                   "measurement_budget": o.measurement_budget, "explore_every": o.explore_every, **o.extra}
         return RunStarted(
             source=o.source, target=str(pair.target.name), draft=str(draft),
             drafter="none" if o.plain else str(pair.drafter_kind),

@@ -41,6 +41,17 @@ from specscope.core.session import Session, SessionOptions
 from tests.interval_sim import block_interval
 
 
+class OldExploration(VerifyExploration):
+    """Exploration before issue 25's one budget: within 2% of the wall time on its own, whatever the baselines
+    spent, and not waiting for the measured speed-up."""
+
+    def affordable(self, k: int, other: int) -> bool:
+        est = self.measurement.estimate()
+        if est is None or est.cost is None:
+            return True
+        return est.cost.exploration_ms + self.predicted_ms(k, other) <= 0.02 * est.cost.wall_ms
+
+
 def old_gap(m: Measurement, records: list[IterationRecord], steps: int = 2, min_gap: int = 6, max_gap: int = 48,
             budget: float = 0.03) -> int:
     """The schedule before issue 25: dense until the block method's interval exists, then the budget's spacing."""
@@ -70,7 +81,7 @@ def run(pair: object, ids: list[int], drafter: str, kind: str, max_new: int) -> 
         def opts() -> object:
             return replace(base(), baseline_first=True, baseline_steps=2,
                            baseline_due=lambda since, rem: since >= old_gap(s.measurement, s.records),
-                           explore_k=VerifyExploration(s.measurement, 16, joint_budget=1.0))
+                           explore_k=OldExploration(s.measurement, 16))
 
         s.decode_options = opts  # type: ignore[method-assign,assignment]
     with loaded_objects_frozen():

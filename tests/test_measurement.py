@@ -167,7 +167,8 @@ def blocks_run(ratio_per_block: list[float], plain_ms: float = 10.0, per_block: 
 def test_measured_speedup_pairs_plain_steps_with_speculation_and_gives_an_interval():
     ratios = [1.5, 1.4, 1.6, 1.5, 1.45, 1.55]
     m = blocks_run(ratios)
-    est = m.feed(rec(99, 2, 1, 10.0))
+    m.feed(rec(99, 2, 1, 10.0))
+    est = m.feed(RunFinished("max_new_tokens", 69, 98, 1.0, 5.0))  # the end: computed over every iteration
     # 2 tokens an iteration at 10 ms a plain step, over every iteration's time: the ratios' harmonic mean
     truth = (8 * len(ratios) + 2) * 10.0 / (sum(80.0 / r for r in ratios) + 10.0)
     assert est is not None and est.plain_samples == 21 and est.measured is not None
@@ -199,7 +200,7 @@ def test_an_iteration_that_proposed_nothing_is_a_plain_sample_at_no_cost():
         for _ in range(3):
             m.feed(rec(it, 4, 4, ms=12.5, drafter="lookup"))  # copying: 5 tokens in 12.5 ms
             it += 1
-    est = m.estimate()
+    est = m.feed(RunFinished("max_new_tokens", it, 64, 1.0, 5.0))  # the end: computed over every iteration
     assert est is not None and est.plain_samples == 4 and est.measured is not None
     assert est.measured.value == pytest.approx((4 * 1 + 12 * 5) * 10.0 / (4 * 10.0 + 12 * 12.5))
     assert est.cost is not None and est.cost.baseline_ms == 0.0  # no baseline was run for it
@@ -541,6 +542,6 @@ def test_busy_iterations_are_left_out_once_enough_quiet_ones_exist():
     assert est is not None and est.measured is not None  # too few quiet passes: every iteration counts
     assert est.busy_left_out == 0 and est.measured.value < 2.0
     iterations(m, 10, 1, 15.0, False)
-    est = m.estimate()
+    est = m.feed(RunFinished("max_new_tokens", 10, 28, 1.0, 5.0))  # the end: computed over every iteration
     assert est is not None and est.measured is not None and est.plain_samples == 3
     assert est.busy_left_out == 6 and est.measured.value == pytest.approx(2.0)

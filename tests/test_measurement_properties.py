@@ -97,7 +97,22 @@ def reference(events: list[Event]) -> Reference:
             return 0.0
         return max(0.0, sum(r.iteration_ms for r in rs) - sum(r.n_emitted for r in rs) * spec_ms / spec_tokens)
 
-    spent = max(0.0, wall_ms - decode_ms) + extra(plain_in_run) + extra([r for r in spec if r.explore])
+    judging = [r for r in records if r.mode in ("speculative", "attached")]
+
+    def beyond_usual(j: int) -> float:
+        """An explored iteration's time beyond the median speculative iteration at the user's k among the 32
+        judging iterations up to it, less its tokens accepted past that k at speculation's rate before it."""
+        usual = [r for r in judging[max(0, j - 31):j + 1] if r.mode == "speculative" and not r.explore]
+        if not usual:
+            return 0.0
+        before = [r for r in records[:records.index(judging[j])] if r.mode == "speculative" and not r.explore]
+        tokens = sum(r.n_emitted for r in before)
+        per_token = sum(r.iteration_ms for r in before) / tokens if tokens else 0.0
+        gained = max(0, judging[j].n_accepted - usual[-1].controls.k)
+        return max(0.0, judging[j].iteration_ms - median(r.iteration_ms for r in usual) - gained * per_token)
+
+    explored = sum(beyond_usual(j) for j, r in enumerate(judging) if r.mode == "speculative" and r.explore)
+    spent = max(0.0, wall_ms - decode_ms) + extra(plain_in_run) + explored
     overhead = spent / wall_ms if wall_ms > 0 else None
     return Reference(alpha, segment_alpha, emitted * 1000.0 / decode_ms if decode_ms > 0 else None,
                      emitted * 1000.0 / wall_ms if wall_ms > 0 else None, measured, overhead)
@@ -109,8 +124,8 @@ def is_busy(r: IterationRecord) -> bool:
 
 def records_up_to_refresh(events: list[Event]) -> list[IterationRecord]:
     """The records the measured speed-up was last computed over: it is recomputed at each plain sample (a plain
-    step, an iteration that proposed nothing), at the run's end, and once max(1, N // 32) speculative iterations
-    came since (N so far)."""
+    step, an iteration that proposed nothing), at the run's end, and once max(4, N // 32) speculative iterations
+    came since (N so far, at least every 4)."""
     records: list[IterationRecord] = []
     computed_at = 0  # records at the last computation
     last = (0, 0, False)  # (plain samples, speculative iterations, finished) then
@@ -124,7 +139,7 @@ def records_up_to_refresh(events: list[Event]) -> list[IterationRecord]:
         finished |= isinstance(e, RunFinished)
         if not records:
             continue
-        if (plain, finished) != (last[0], last[2]) or spec - last[1] >= max(1, spec // 32) or computed_at == 0:
+        if (plain, finished) != (last[0], last[2]) or spec - last[1] >= max(4, spec // 32) or computed_at == 0:
             computed_at, last = len(records), (plain, spec, finished)
     return records[:computed_at]
 

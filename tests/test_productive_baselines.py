@@ -14,7 +14,7 @@ from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.events import RunFinished
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.schedule import BaselineSchedule, VerifyExploration
+from specscope.core.measure.schedule import BaselineSchedule, VerifyExploration, budget_gap
 from specscope.core.records import ControlValues, IterationRecord, TokenStatus
 from tests.models import perturbed, tiny_model
 from tests.stats import chi_square_pvalue, exact_first_two
@@ -282,26 +282,73 @@ def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_ru
     assert schedule.due(6, 12)
 
 
-def test_exploration_waits_while_the_baselines_take_the_joint_budget() -> None:
-    """Baselines and exploration together stay within 4% of the wall time: a run whose plain steps cost 4% has
-    nothing left to explore with, however cheap the exploration."""
-    m = Measurement()
+def _timed(records: list[IterationRecord]) -> list[IterationRecord]:
+    """The records end to end in time, from t = 0."""
     t = 0.0
+    for r in records:
+        r.t_start_s, r.t_end_s = t, t + r.iteration_ms / 1000.0
+        t = r.t_end_s
+    return records
+
+
+def test_one_budget_bounds_baselines_and_exploration_together() -> None:
+    """Baselines and exploration share one budget: a run whose plain steps cost 3.75% of its wall time has
+    nothing left to explore with within 3%, however cheap the exploration; and where baselines give the
+    measured speed-up, exploration waits for it."""
+    records = []
     for i in range(40):
         mode = "plain" if i in (10, 30) else "speculative"
         r = _rec(i, mode, 10.0, 1 if mode == "plain" else 4)
         if mode == "speculative":  # 3 proposals at 2 ms each, a 4-token pass of 4 ms
             r.draft_ms, r.verify_ms = 6.0, 4.0
-        r.t_start_s, r.t_end_s = t, t + r.iteration_ms / 1000.0
-        t = r.t_end_s
+        records.append(r)
+    m = Measurement()
+    for r in _timed(records):
         m.feed(r)
     est = m.estimate()
-    assert est is not None and est.cost is not None
-    assert est.cost.baseline_ms / est.cost.wall_ms == pytest.approx(2 * 7.5 / 400)  # 3.75% of the wall
-    explore = VerifyExploration(m, 16, every=1)
-    assert explore.affordable(3, 3)  # nothing extra predicted: within both budgets
-    assert not explore.affordable(3, 4)  # one more proposal, 2 ms: 15 + 2 ms pass 4% of 400 ms
-    assert VerifyExploration(m, 16, every=1, joint_budget=0.5).affordable(3, 4)
+    assert est is not None and est.cost is not None and est.run_measured is not None
+    assert est.cost.iterations_ms / est.cost.wall_ms == pytest.approx(2 * 7.5 / 400)  # 3.75% of the wall
+    assert not VerifyExploration(m, 16, every=1, budget=0.03).affordable(3, 3)  # spent already
+    assert VerifyExploration(m, 16, every=1, budget=0.05).affordable(3, 3)  # nothing extra predicted
+    assert VerifyExploration(m, 16, every=1, budget=0.05).affordable(3, 4)  # 15 + 2 ms within 5% of 400 ms
+    assert not VerifyExploration(m, 16, every=1, budget=0.04).affordable(3, 4)  # 15 + 2 ms past 4%
+
+    early = Measurement()  # one plain step so far: no measured speed-up yet
+    for r in _timed([_rec(i, "plain" if i == 6 else "speculative", 10.0, 1 if i == 6 else 4) for i in range(12)]):
+        early.feed(r)
+    est = early.estimate()
+    assert est is not None and est.run_measured is None
+    assert not VerifyExploration(early, 16, every=1, budget=None, after_measured=True).affordable(3, 4)
+    assert VerifyExploration(early, 16, every=1, budget=None).affordable(3, 4)
+
+
+def test_after_the_early_baselines_the_next_waits_until_the_run_has_paid_for_them() -> None:
+    """An EAGLE-like run at x2.8: the two plain steps the measured speed-up needs come early (the first after
+    6 iterations, the second to give the interval within the run) and cost more than 3% of the wall time so
+    far; the third waits until what all of them cost is within 3% of the run, far past the steady spacing,
+    so a 128-token run ends with two."""
+    def spec(i: int) -> IterationRecord:
+        return _rec(i, "speculative", 10.7, 3)  # 3 tokens in 10.7 ms against a 10 ms plain step: x2.80
+
+    records = [spec(i) for i in range(6)] + [_rec(6, "plain", 10.0, 1)]
+    records += [spec(i) for i in range(7, 26)] + [_rec(26, "plain", 10.0, 1), spec(27)]
+    m = Measurement()
+    for r in _timed(records):
+        m.feed(r)
+    est = m.estimate()
+    assert est is not None and est.run_measured is not None and est.cost is not None
+    s = m.provisional_speedup()
+    assert s == pytest.approx(3 / 10.7 * 10.0)
+    spent = 2 * (10.0 - 10.7 / 3)  # each plain step beyond what speculation takes for its token
+    assert est.cost.iterations_ms == pytest.approx(spent)
+    schedule = BaselineSchedule(m, min_gap=6, max_gap=48, budget=0.03)
+    # the third plain step is due when the 2 spent and it (6.43 ms each) are 3% of the wall time: 643 ms against
+    # 298 ms so far and 10 ms for it, 31.3 iterations of 10.7 ms on, 1 after the last baseline
+    wait = ((spent + 10.0 * (1 - 1 / s)) / 0.03 - 10.0 - est.cost.wall_ms) / 10.7
+    assert wait == pytest.approx(31.3, abs=0.1)
+    assert schedule.next_gap(1) == round(1 + wait) == 32
+    assert budget_gap(0.03, 1, s, 3 / s) == pytest.approx(19.1, abs=0.1)  # the steady spacing, for contrast
+    assert not schedule.due(17, 50)  # 50 tokens left, 17 iterations since: none in this run
 
 
 def _cli_json(tdir: object, ddir: object, *extra: str) -> dict:
@@ -341,3 +388,22 @@ def test_run_json_gives_the_measurements_own_cost_and_it_is_only_bookkeeping_wit
     share = on["measurement_overhead_ms"]
     spent = share["bookkeeping"] + share["baselines"] + share["exploration"]
     assert on["measurement_overhead"] == pytest.approx(spent / share["wall"])
+
+
+def test_an_exploration_costs_its_time_beyond_a_usual_iteration_less_what_it_accepted_past_k() -> None:
+    """Exploring k=4 from k=3: 7 ms longer than the usual 40 ms iteration. Accepting 1 of 4 it cost those 7 ms
+    (charged by its 2 tokens at the run's 13.3 ms a token it would read 20 ms: the text's luck, not exploring);
+    accepting all 4 it gained a token that k=3 could not have accepted, worth more than the 7 ms."""
+    def cost_after(accepted: int) -> float:
+        m = Measurement()
+        records = [_rec(i, "speculative", 40.0, 3) for i in range(10)]  # k=3, 2 accepted + 1: 3 tokens
+        explored = _rec(10, "speculative", 47.0, accepted + 1)
+        explored.controls, explored.n_drafted, explored.explore = ControlValues(k=4), 4, True
+        for r in _timed([*records, explored]):
+            m.feed(r)
+        est = m.estimate()
+        assert est is not None and est.cost is not None and est.cost.exploration_iterations == 1
+        return est.cost.exploration_ms
+
+    assert cost_after(1) == pytest.approx(7.0)
+    assert cost_after(4) == 0.0

@@ -30,8 +30,9 @@ Definitions (docs/cost-model.md has the derivations):
   and acceptance's; fewer than ``MIN_PLAIN_SAMPLES`` plain samples give no number, only a reason. Records
   flagged "machine busy" are left out once the quiet ones suffice (a stall of another program's making is not
   the speed-up). It is recomputed at each plain sample, at the run's end, and otherwise every
-  max(1, N // ``SPEEDUP_REFRESH``) speculative iterations (N so far): exact while a run is short, a
-  fraction of a percent of the loop's time when it is long.
+  max(``SPEEDUP_MIN_REFRESH``, N // ``SPEEDUP_REFRESH``) speculative iterations (N so far), the last result
+  in between: after a model's pass has evicted the caches one computation costs ~0.2 ms, a percent of a
+  demo iteration if it ran at each.
 - A verdict is stated only when the data can carry it: a quiet majority of records, an interval no wider
   than ``VERDICT_MAX_SPREAD``, and not while adaptive k has chosen not to speculate (then it speaks of the
   controller's choice).
@@ -85,6 +86,7 @@ __all__ = [
 ]
 
 SPEEDUP_REFRESH = 32  # see the module docstring: the measured speed-up's recomputation cadence
+SPEEDUP_MIN_REFRESH = 4
 WINDOW = 32  # iterations in the recent window (α window, step costs)
 ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain steps (specscope attach "
                    "--plain-url or --plain-model measures plain requests beside them)")
@@ -142,8 +144,7 @@ class Measurement:
         self._baseline_ms = 0.0  # plain steps inside a speculative run, and what they emitted
         self._baseline_tokens = 0
         self._explorations = 0
-        self._explore_ms = 0.0  # explored iterations, and what they emitted
-        self._explore_tokens = 0
+        self._explore_ms = 0.0  # what explored iterations took beyond an iteration at the user's k
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
@@ -252,21 +253,34 @@ class Measurement:
             if i < r.n_accepted:
                 self._positions[i][1] += 1
         if r.mode == SPECULATIVE_MODE and r.explore:
-            self._explore_ms += r.iteration_ms
-            self._explore_tokens += r.n_emitted
+            self._explore_ms += self._beyond_usual(r)
         elif r.mode == SPECULATIVE_MODE:
             self._spec_ms += r.iteration_ms
             self._spec_tokens += r.n_emitted
 
+    def _beyond_usual(self, r: IterationRecord) -> float:
+        """What an explored iteration cost: its time beyond the median speculative iteration at the user's k in
+        the recent window, less the time of the tokens it accepted past that k (at speculation's rate so far),
+        which a proposal of k could not have accepted (its first k proposals are the same); 0 with nothing to
+        compare. Charging it by all its tokens at the run's rate instead charged the text's luck: one late
+        exploration read 15-32 ms where it took 6 ms longer."""
+        usual = [x for x in self._recent if x.mode == SPECULATIVE_MODE and not x.explore]
+        if not usual:
+            return 0.0
+        gained = max(0, r.n_accepted - usual[-1].controls.k)
+        per_token = self._spec_ms / self._spec_tokens if self._spec_tokens else 0.0
+        return max(0.0, r.iteration_ms - median(x.iteration_ms for x in usual) - gained * per_token)
+
     def _speedup(self, samples: SpeedupSamples) -> SpeedupResult:
         """The measured speed-up over these samples, recomputed at each plain sample, at the run's end and every
-        max(1, N // SPEEDUP_REFRESH) speculative iterations (N so far); the last result in between."""
+        max(SPEEDUP_MIN_REFRESH, N // SPEEDUP_REFRESH) speculative iterations (N so far); the last result in
+        between."""
         iterations = samples.iterations.n
         hit = self._speedup_cache.get(id(samples))
         if hit is not None:
             (plain, done, finished), result = hit
             if (plain == samples.plain_samples and finished == self._finished
-                    and iterations - done < max(1, iterations // SPEEDUP_REFRESH)):
+                    and iterations - done < max(SPEEDUP_MIN_REFRESH, iterations // SPEEDUP_REFRESH)):
                 return result
         result = measured_speedup(samples)
         self._speedup_cache[id(samples)] = ((samples.plain_samples, iterations, self._finished), result)
@@ -409,9 +423,7 @@ class Measurement:
             # what the plain steps cost beyond what speculation takes for as many tokens (never below 0: where
             # speculation loses, the plain step was the faster way to decode them)
             baseline = max(0.0, self._baseline_ms - self._baseline_tokens * self._spec_ms / self._spec_tokens)
-        explore = 0.0
-        if self._explore_tokens and self._spec_tokens and self._spec_ms > 0:
-            explore = max(0.0, self._explore_ms - self._explore_tokens * self._spec_ms / self._spec_tokens)
+        explore = self._explore_ms
         bookkeeping = max(0.0, wall_ms - self._decode_ms)
         return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations, explore)
 

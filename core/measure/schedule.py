@@ -1,21 +1,28 @@
-"""When the loop measures: baseline spacing within a cost budget, and exploration of unmeasured pass lengths.
+"""When the loop measures: baselines and exploration of unmeasured pass lengths, within one budget.
 
 Nothing here throws work away: a baseline is a few real plain iterations and an exploration is a real
 speculative iteration at another k; both commit their tokens. What they cost is the time they run slower
-than speculation at the user's k would have, and that is what these two bound.
+than speculation at the user's k would have (``MeasurementCost.iterations_ms``), and **one budget bounds the
+two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured speed-up comes first.
 
 - :class:`BaselineSchedule` decides when a baseline (``steps`` plain steps, one by default) runs. The run opens
   with ``min_gap`` speculative iterations and no baseline before them. From the first rough speed-up S on
   (speculation's rate over the recent window against the plain step, known once a length-1 pass was timed:
   a baseline, or prompt lookup's own pass that proposed nothing), each plain step costs (1 − 1/S) of a plain
-  step more than speculation would have, against g iterations of c = L / S plain-step times each (L: tokens
-  per speculative iteration), so a share ``budget`` of the wall time allows a baseline every
-  g = b·((1 − 1/S)/budget − 1)/c iterations. Until the measured speed-up exists (``MIN_PLAIN_SAMPLES``
-  plain samples: baselines, or iterations that proposed nothing) the baselines still needed are spread
-  evenly over the rest of the run so that it exists before the run's last token, if they cost at most
-  ``early_budget`` of the rest; a run too short for that keeps the ``budget`` spacing and says "not enough
-  data" (2 plain steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token run). Where
-  speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at ``min_gap``. An
+  step more than speculation would have, and a speculative iteration takes c = L / S plain-step times (L:
+  tokens per speculative iteration).
+
+  Until the measured speed-up exists (``MIN_PLAIN_SAMPLES`` plain samples: baselines, or iterations that
+  proposed nothing) the baselines still needed are spread evenly over the rest of the run so that it exists
+  before the run's last token, if they cost at most ``early_budget`` of the rest; a run too short for that
+  says "not enough data" (2 plain steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token
+  run). From then on the next baseline waits until what the measurement's iterations have cost so far, this
+  one included, is within ``budget`` of the run's wall time: with W the wall time so far and X what was
+  spent (both in plain-step times), after g = ((X + x)/budget − W − steps)/c iterations, x = steps·(1 − 1/S).
+  In a long run that settles at one baseline every steps·((1 − 1/S)/budget − 1)/c iterations; in a short
+  one the early baselines have spent the budget already and no third comes (each costs ~1.4% of a 128-token
+  run at ×2.8). Where speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at
+  ``min_gap``; it is never more than ``max_gap`` (the measured speed-up follows a run whose text changes). An
   iteration that proposed nothing (prompt lookup or suffix decoding without a match) is a plain sample too,
   at no cost: the gap counts from the last plain sample of either kind, so a drafter that gives them needs
   no baseline while it does.
@@ -23,11 +30,10 @@ than speculation at the user's k would have, and that is what these two bound.
   (k + 1) was never timed and lies past the longest length timed, shortest first (of 3, 5, 9, 17 for k up
   to 16), so the verify fit covers the curve by interpolation: at most one in ``every`` speculative
   iterations, at most ``attempts`` tries per length (a lookup drafter may not find that many tokens to
-  propose), and only while what exploring has cost, plus what the next one is predicted to cost (the extra
+  propose), not before the measured speed-up exists where baselines give it (``after_measured``), and only
+  while what the measurement's iterations have cost, plus what this one is predicted to cost (the extra
   draft steps and verify tokens at the measured costs), stays within ``budget`` of the run's wall time so
-  far, and what the baselines and exploring cost together stays within ``joint_budget`` (the measured
-  speed-up comes first in a short run). A dear draft model explores little; free proposals (lookup, suffix)
-  explore every length.
+  far. A dear draft model explores little; free proposals (lookup, suffix) explore every length.
 """
 
 from __future__ import annotations
@@ -37,12 +43,10 @@ from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
 BASELINE_MAX_GAP = 48
-BASELINE_BUDGET = 0.03  # the baselines' share of wall time once the measured speed-up exists
-BASELINE_EARLY_BUDGET = 0.045  # the most they may take to give a measured speed-up within the run
+MEASUREMENT_BUDGET = 0.03  # baselines and exploration together, as a share of the wall time
+BASELINE_EARLY_BUDGET = 0.045  # the most the baselines may take of the rest to give a measured speed-up in the run
 EXPLORE_EVERY = 16
 EXPLORE_ATTEMPTS = 2
-EXPLORE_BUDGET = 0.02  # exploration's share of the wall time
-JOINT_BUDGET = 0.04  # baselines and exploration together
 
 
 def budget_gap(budget: float, steps: int, speedup: float, iteration_cost: float) -> float:
@@ -51,9 +55,18 @@ def budget_gap(budget: float, steps: int, speedup: float, iteration_cost: float)
     return steps * ((1.0 - 1.0 / speedup) / budget - 1.0) / iteration_cost
 
 
+def budget_wait(budget: float, steps: int, speedup: float, iteration_cost: float, spent: float,
+                wall: float) -> float:
+    """Speculative iterations from now until a baseline of ``steps`` plain steps keeps what the measurement's
+    iterations cost (``spent`` so far, in plain-step times) within ``budget`` of the wall time (``wall`` so
+    far, likewise); ≤ 0: affordable now. With spent = budget · wall it is :func:`budget_gap`."""
+    extra = steps * (1.0 - 1.0 / speedup)
+    return ((spent + extra) / budget - steps - wall) / iteration_cost
+
+
 class BaselineSchedule:
     def __init__(self, measurement: Measurement, steps: int = 1, min_gap: int = BASELINE_MIN_GAP,
-                 max_gap: int = BASELINE_MAX_GAP, budget: float = BASELINE_BUDGET,
+                 max_gap: int = BASELINE_MAX_GAP, budget: float = MEASUREMENT_BUDGET,
                  early_budget: float = BASELINE_EARLY_BUDGET, min_plain: int = MIN_PLAIN_SAMPLES):
         if (min_gap < 1 or max_gap < min_gap or not 0.0 < budget < 1.0 or not budget <= early_budget < 1.0
                 or steps < 1 or min_plain < 1):
@@ -85,6 +98,10 @@ class BaselineSchedule:
             return self.min_gap  # a plain step is the faster way to decode: baselines cost nothing
         cost = est.mean_acceptance_length / s  # one speculative iteration, in plain-step times
         gap = budget_gap(self.budget, self.steps, s, cost)
+        plain_ms = est.costs.plain_step_ms
+        if est.cost is not None and est.cost.wall_ms > 0 and plain_ms:  # what was spent so far, all of it
+            spent, wall = est.cost.iterations_ms / plain_ms, est.cost.wall_ms / plain_ms
+            gap = max(gap, since + budget_wait(self.budget, self.steps, s, cost, spent, wall))
         more = -(-(self.min_plain - est.plain_samples) // self.steps)  # baselines still needed for a measured speed-up
         if est.run_measured is None and more > 0 and remaining_tokens is not None:
             stretch = since + remaining_tokens / est.mean_acceptance_length  # iterations from the last baseline
@@ -103,13 +120,13 @@ class BaselineSchedule:
 
 class VerifyExploration:
     def __init__(self, measurement: Measurement, k_max: int, every: int = EXPLORE_EVERY,
-                 attempts: int = EXPLORE_ATTEMPTS, budget: float | None = EXPLORE_BUDGET,
-                 joint_budget: float = JOINT_BUDGET):
+                 attempts: int = EXPLORE_ATTEMPTS, budget: float | None = MEASUREMENT_BUDGET,
+                 after_measured: bool = False):
         if every < 1 or attempts < 1 or k_max < 1 or (budget is not None and budget <= 0):
             raise ValueError("need every >= 1, attempts >= 1, k_max >= 1 and a budget > 0 (or None: no budget)")
         self.measurement = measurement
         self.k_max, self.every, self.attempts, self.budget = k_max, every, attempts, budget
-        self.joint_budget = joint_budget
+        self.after_measured = after_measured
         self._since = 0
         self._tried: dict[int, int] = {}
 
@@ -122,20 +139,24 @@ class VerifyExploration:
         return sorted(out)
 
     def affordable(self, k: int, other: int) -> bool:
-        """Whether exploring at ``other`` instead of ``k`` keeps exploration within its budget (no budget, or
-        nothing measured yet to predict from: yes)."""
+        """Whether exploring at ``other`` instead of ``k`` keeps the measurement's iterations within their budget
+        (no budget, or nothing measured yet to predict from: yes), and, with ``after_measured``, whether the
+        measured speed-up exists (the baselines it needs come first)."""
         est = self.measurement.estimate()
+        if self.after_measured and (est is None or est.run_measured is None):
+            return False
         if self.budget is None or est is None or est.cost is None:
             return True
-        c = est.costs
+        return est.cost.iterations_ms + self.predicted_ms(k, other) <= self.budget * est.cost.wall_ms
+
+    def predicted_ms(self, k: int, other: int) -> float:
+        """What an iteration at ``other`` is predicted to take beyond one at ``k``: the extra draft steps and
+        verify tokens at the measured costs (the verify fit's slope; never below 0)."""
+        c = self.measurement.costs()
         points = c.verify_ms_by_len
         longest = max(points, default=1)
         slope = (points[longest] - points[min(points)]) / (longest - min(points)) if len(points) > 1 else 0.0
-        extra = max(0, other - k)
-        predicted = extra * ((c.draft_step_ms or 0.0) + max(slope, 0.0))
-        spent = est.cost.exploration_ms + predicted
-        return (spent <= self.budget * est.cost.wall_ms
-                and spent + est.cost.baseline_ms <= self.joint_budget * est.cost.wall_ms)
+        return max(0, other - k) * ((c.draft_step_ms or 0.0) + max(slope, 0.0))
 
     def __call__(self, k: int) -> int | None:
         """The k to run this iteration at instead of ``k`` (None: run at ``k``)."""

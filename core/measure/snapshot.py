@@ -115,7 +115,8 @@ class MeasurementCost:
     ``bookkeeping_ms``: wall time between iterations (records, memory joins, probes, autosave hand-off).
     ``baseline_ms``: what the plain baseline steps cost beyond what speculation would have taken for the same
     tokens (0 when speculation does not pay: then a plain step is the faster way to decode).
-    ``exploration_ms``: likewise for the iterations run at another k to time an unmeasured pass length.
+    ``exploration_ms``: what the iterations run at another k (to time an unmeasured pass length) took beyond
+    the median speculative iteration at the user's k around them.
     """
 
     wall_ms: float
@@ -126,8 +127,13 @@ class MeasurementCost:
     exploration_ms: float = 0.0
 
     @property
+    def iterations_ms(self) -> float:
+        """What the measurement's own iterations cost (baselines and exploration): what its budget bounds."""
+        return self.baseline_ms + self.exploration_ms
+
+    @property
     def share(self) -> float | None:
-        spent = self.bookkeeping_ms + self.baseline_ms + self.exploration_ms
+        spent = self.bookkeeping_ms + self.iterations_ms
         return spent / self.wall_ms if self.wall_ms > 0 else None
 
     def text(self) -> str:

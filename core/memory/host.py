@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 
 
 def _major_faults() -> int | None:
@@ -23,20 +24,43 @@ def _major_faults() -> int | None:
         return None
 
 
+class _ProcIo:
+    """``/proc/self/io`` kept open and re-read from offset 0 (the kernel renders it afresh at each read): one
+    system call a step, not an open, a read and a close with a text wrapper around them, which after a model's
+    pass has evicted the caches cost 0.1–0.25 ms a step on the demo."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = -1
+        self._lock = threading.Lock()
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            try:
+                if self._fd is None or self._pid != os.getpid():  # a forked child reads its own file
+                    self._fd, self._pid = os.open("/proc/self/io", os.O_RDONLY), os.getpid()
+                text = os.pread(self._fd, 4096, 0)
+            except (OSError, AttributeError):  # no such file (not Linux), or no pread (Windows)
+                return {}
+        out: dict[str, int] = {}
+        for line in text.split(b"\n"):
+            key, _, value = line.partition(b":")
+            if key in (b"read_bytes", b"rchar"):
+                try:
+                    out[key.decode()] = int(value)
+                except ValueError:
+                    return {}
+        return out
+
+
+_PROC_IO = _ProcIo()
+
+
 def process_io() -> dict[str, int]:
     """This process's cumulative I/O counters (Linux ``/proc/self/io``): ``read_bytes`` is what it made
     the kernel fetch from storage (page-cache hits excluded), ``rchar`` every byte its read calls returned;
     empty where the platform has no such file."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("read_bytes", "rchar"):
-                    out[key] = int(value)
-    except (OSError, ValueError):
-        return {}
-    return out
+    return _PROC_IO.read()
 
 
 def _io_counters() -> dict[str, float]:
