@@ -407,3 +407,31 @@ def test_an_exploration_costs_its_time_beyond_a_usual_iteration_less_what_it_acc
 
     assert cost_after(1) == pytest.approx(7.0)
     assert cost_after(4) == 0.0
+
+
+def test_two_plain_steps_that_disagree_call_a_third_while_the_run_can_afford_it() -> None:
+    """Two plain steps 10 and 16 ms among passes that agree to the millisecond: the plain samples are most of the
+    interval's uncertainty and it is too wide for a verdict (1 degree of freedom), so one more plain step is
+    spread into the rest of the run when that costs at most 4.5% of it; two that agree call none."""
+    def run_with(second_plain_ms: float) -> Measurement:
+        records = [_rec(i, "speculative", 10.7 + 0.1 * (i % 3), 3) for i in range(6)]
+        records += [_rec(6, "plain", 10.0, 1)]
+        records += [_rec(i, "speculative", 10.7 + 0.1 * (i % 3), 3) for i in range(7, 26)]
+        records += [_rec(26, "plain", second_plain_ms, 1), _rec(27, "speculative", 10.8, 3)]
+        for r in records:
+            if r.mode == "speculative":
+                r.verify_ms = r.iteration_ms - 1.0  # a 4-token pass of ~9.7 ms
+        m = Measurement()
+        for r in _timed(records):
+            m.feed(r)
+        return m
+
+    disagree, agree = run_with(16.0), run_with(10.1)
+    wide = disagree.estimate()
+    assert wide is not None and wide.run_measured is not None and wide.run_plain_limited
+    assert wide.run_measured.spread > 1.6
+    narrow = agree.estimate()
+    assert narrow is not None and narrow.run_measured is not None and narrow.run_measured.spread < 1.6
+    # 150 tokens left, 50 iterations: the third halfway through them; with 2 that agree, the budget's wait
+    assert BaselineSchedule(disagree, min_gap=6).next_gap(1, 150) == round((1 + 150 / 3) / 2) == 26
+    assert BaselineSchedule(agree, min_gap=6).next_gap(1, 150) == 32  # as in the test above: 643 ms of wall first

@@ -473,7 +473,8 @@ class Measurement:
             curve=tuple(curve),
             best_k=best.k if best else None, best_speedup=best.speedup if best else None,
             busy=self._last_busy if last.iteration - self._last_busy_iteration < self.window else "",
-            measured_scope=scope, run_measured=run.interval, segment=segment, segments=len(self._segments),
+            measured_scope=scope, run_measured=run.interval, run_plain_limited=run.plain_limited,
+            segment=segment, segments=len(self._segments),
             wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
         )

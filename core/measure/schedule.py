@@ -16,12 +16,18 @@ two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured spee
   proposed nothing) the baselines still needed are spread evenly over the rest of the run so that it exists
   before the run's last token, if they cost at most ``early_budget`` of the rest; a run too short for that
   says "not enough data" (2 plain steps cost 2·(1 − 1/S) plain-step times: at ×3 that is 3% of a 128-token
-  run). From then on the next baseline waits until what the measurement's iterations have cost so far, this
-  one included, is within ``budget`` of the run's wall time: with W the wall time so far and X what was
-  spent (both in plain-step times), after g = ((X + x)/budget − W − steps)/c iterations, x = steps·(1 − 1/S).
-  In a long run that settles at one baseline every steps·((1 − 1/S)/budget − 1)/c iterations; in a short
-  one the early baselines have spent the budget already and no third comes (each costs ~1.4% of a 128-token
-  run at ×2.8). Where speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at
+  run). So is one more when the measured speed-up's interval is too wide for a verdict (hi/lo over
+  ``VERDICT_MAX_SPREAD``) and its plain samples are most of its uncertainty: two plain steps that disagree
+  give an interval with 1 degree of freedom (t = 12.7; ×1.37–5.92 in one run), a third gives 2 (t = 4.3).
+
+  Otherwise baselines are never closer than the steady spacing that keeps their share at ``budget``,
+  g = steps·((1 − 1/S)/budget − 1)/c iterations, and the next also waits until what the measurement's
+  iterations have cost so far, it included, is within ``budget`` of the run's wall time: with W the wall
+  time so far and X what was spent (both in plain-step times), ((X + x)/budget − W − steps)/c more
+  iterations, x = steps·(1 − 1/S). In a short run the early baselines have spent the budget already and no
+  third comes (each costs ~1.4% of a 128-token run at ×2.8); a run that has spent little still waits the
+  steady spacing (S is a rough figure: prompt lookup's rises several-fold once it starts copying). Where
+  speculation does not pay (S ≤ 1) a plain step costs nothing extra and the gap stays at
   ``min_gap``; it is never more than ``max_gap`` (the measured speed-up follows a run whose text changes). An
   iteration that proposed nothing (prompt lookup or suffix decoding without a match) is a plain sample too,
   at no cost: the gap counts from the last plain sample of either kind, so a drafter that gives them needs
@@ -39,6 +45,7 @@ two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured spee
 from __future__ import annotations
 
 from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD
 from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
@@ -103,7 +110,10 @@ class BaselineSchedule:
             spent, wall = est.cost.iterations_ms / plain_ms, est.cost.wall_ms / plain_ms
             gap = max(gap, since + budget_wait(self.budget, self.steps, s, cost, spent, wall))
         more = -(-(self.min_plain - est.plain_samples) // self.steps)  # baselines still needed for a measured speed-up
-        if est.run_measured is None and more > 0 and remaining_tokens is not None:
+        run = est.run_measured
+        if run is not None and run.spread > VERDICT_MAX_SPREAD and est.run_plain_limited:
+            more = 1  # too wide for a verdict, and the plain samples limit it: one more narrows it most
+        if more > 0 and remaining_tokens is not None:
             stretch = since + remaining_tokens / est.mean_acceptance_length  # iterations from the last baseline
             extra = more * self.steps * (1.0 - 1.0 / s)  # what they cost beyond speculation, in plain-step times
             if extra <= self.early_budget * (stretch * cost + more * self.steps):  # affordable: interval in the run

@@ -170,6 +170,7 @@ class Estimate:
     busy_left_out: int = 0  # records flagged machine-busy, left out of the measured speed-up
     measured_scope: str = "run"  # "run", or the segment's label when the segment has its own number
     run_measured: RatioInterval | None = None  # over every block of the run
+    run_plain_limited: bool = False  # the plain samples are most of run_measured's uncertainty (see speedup.py)
     segment: Segment | None = None  # the current control segment
     segments: int = 1  # segments so far
     wall_tokens_per_s: float | None = None  # emitted / wall time from the first iteration's start

@@ -124,6 +124,7 @@ class SpeedupResult:
     reason: str  # why there is no interval ('' when there is one)
     plain_samples: int  # plain samples the interval uses (or has so far)
     busy_left_out: int  # machine-busy records left out (0 when every record is used)
+    plain_limited: bool = False  # the plain samples' part is most of the interval's variance: one more narrows it most
 
 
 def _tracker(pos: np.ndarray, logs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,4 +201,4 @@ def measured_speedup(s: SpeedupSamples, confidence: float = CONFIDENCE) -> Speed
     df = se2 ** 2 / (se_q2 ** 2 / df_q + se_r2 ** 2 / (count - 1))  # Welch-Satterthwaite
     half = student_t_quantile(0.5 + confidence / 2.0, max(df, 1.0)) * math.sqrt(se2)
     interval = RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n, confidence)
-    return SpeedupResult(interval, "", n, left_out)
+    return SpeedupResult(interval, "", n, left_out, plain_limited=se_q2 > se_r2)
