@@ -299,8 +299,8 @@ class Measurement:
         prose and then copies changes its speed-up mid-run); never shown. None before a length-1 pass was
         timed."""
         with self._lock:
-            plain = self.fit.median(1)
             spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
+            plain = self._costs_locked(spec[-1].drafter if spec else "").plain_step_ms  # the cost model's figure
             ms = sum(r.iteration_ms for r in spec)
             tokens = sum(r.n_emitted for r in spec)
             return tokens / ms * plain if plain and ms > 0 and tokens else None
