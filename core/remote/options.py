@@ -20,7 +20,7 @@ OPTION_FIELDS: dict[str, tuple[str, float, float]] = {
     "record_tokens": ("bool", 0, 1),
     "baseline_every": ("int", 0, 10_000),
     "baseline_steps": ("int", 1, 64),
-    "measurement_budget": ("float", 0.0, 1.0),
+    "measurement_budget": ("float", 0.001, 0.5),  # the schedule needs 0 < budget < its early budget < 1
     "explore_every": ("int", 0, 10_000),
     "alpha_window": ("int", 1, 1_000_000),
     "memory_period_s": ("float", 0.0, 3600.0),
