@@ -223,7 +223,7 @@ def test_a_refused_start_is_one_sentence_and_the_connection_stays(worker, capsys
             list(client.start("w5", ControlValues(), {"drill_folder": "/etc"}))
         with pytest.raises(WorkerRefused, match="k must be between"):
             list(client.start("w5", ControlValues(k=40), {}))
-        with pytest.raises(WorkerRefused, match="measurement_budget is not a number from 0.001 to 0.5"):
+        with pytest.raises(WorkerRefused, match=r"measurement_budget is not a number from 0\.001 to 0\.5"):
             list(client.start("w5", ControlValues(), {"measurement_budget": 0}))  # the schedule needs > 0
         assert [e for e in client.start("w5 w6", ControlValues(k=2), {"max_new_tokens": 4}, chat=False)]
     worker.wait_without_client(10.0)
