@@ -280,6 +280,14 @@ class RangeFollower:
                     self.hi = max(self.hi, float(finite.max()))
         self.seen = n
 
+    def include(self, *values: np.ndarray) -> None:
+        """Fold the extremes of ``values`` in (for series kept in their own buffers, not columns of the run)."""
+        for v in values:
+            finite = v[np.isfinite(v)]
+            if len(finite):
+                self.lo = min(self.lo, float(finite.min()))
+                self.hi = max(self.hi, float(finite.max()))
+
     def apply(self, x_max: float) -> None:
         """Set the range if the data outgrew it (or the user asked for auto-range again)."""
         self.x_max = x_max
