@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QWidget
 from specscope.app.run_data import FlagBand, RunData
 from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
 from specscope.app.widgets.flag_bands import FlagBandsItem, ShadedBand
-from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle
+from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle, thin_out
 from specscope.app.widgets.turning_points import TurningPoints
 from specscope.core.units import GIB, MIB
 
@@ -103,8 +103,7 @@ class MemoryPlot(LivePlot):
 
     def _new_curve(self) -> pg.PlotDataItem:
         item = pg.PlotDataItem([], [])
-        item.setDownsampling(auto=True, method="peak")
-        item.setClipToView(True)
+        thin_out(item)
         self.plot_item.addItem(item)
         return item
 
