@@ -27,7 +27,7 @@ BYTE_FRAGMENT = "\ufffd"  # what a tokenizer decodes part of a multi-byte charac
 def visible_text(text: str) -> str:
     """Token text as shown: special tokens as ⟨name⟩, a byte fragment (part of a multi-byte character the
     next token completes) as ⟨byte⟩, carriage returns dropped, an empty token as a visible marker."""
-    special = SPECIAL_TOKEN.match(text)
+    special = SPECIAL_TOKEN.match(text) if text[:1] == "<" else None
     if special:
         return f"⟨{special.group(1)}⟩"
     if BYTE_FRAGMENT in text:
@@ -40,6 +40,19 @@ def document_length(text: str) -> int:
     """The positions ``text`` takes in a QTextDocument: UTF-16 code units (a character outside the BMP is two;
     a newline, turned into a block break, is one)."""
     return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+# A token as both documents take it: (iteration, token, status, text as shown, its length in the document),
+# worked out once per token rather than once per document.
+Piece = tuple[int, TokenRecord, str, str, int]
+
+
+def pieces(items: list[tuple[int, TokenRecord]]) -> list[Piece]:
+    out = []
+    for it, tok in items:
+        text = visible_text(tok.text)
+        out.append((it, tok, tok.status.value, text, document_length(text)))
+    return out
 
 
 class TokenDocument:
@@ -62,7 +75,7 @@ class TokenDocument:
         self.shown.clear()
         self._block_tokens = 0
 
-    def append(self, items: list[tuple[int, TokenRecord]]) -> None:
+    def append(self, items: list[Piece]) -> None:
         cursor = QTextCursor(self.document)
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()
@@ -75,11 +88,9 @@ class TokenDocument:
                 cursor.insertText("".join(run), self.formats.get(run_status, self.formats["plain"]))
                 run.clear()
 
-        for it, tok in items:
-            status = tok.status.value
+        for it, tok, status, text, length in items:
             if status == "rejected" and self.hide_rejected:
                 continue
-            text = visible_text(tok.text)
             if self._block_tokens >= BLOCK_TOKENS and (text[0].isspace() or self._block_tokens >= 2 * BLOCK_TOKENS):
                 flush()
                 cursor.insertBlock()
@@ -92,6 +103,6 @@ class TokenDocument:
             self.starts.append(pos)
             self.shown.append((it, tok))
             run.append(text)
-            pos += document_length(text)
+            pos += length
         flush()
         cursor.endEditBlock()

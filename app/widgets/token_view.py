@@ -18,7 +18,7 @@ from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.app.theme import STATUS_STYLES, style_for
-from specscope.app.widgets.token_document import TokenDocument, visible_text
+from specscope.app.widgets.token_document import TokenDocument, pieces, visible_text
 from specscope.core.records import IterationRecord, TokenRecord
 
 STATUS_NAMES = tuple(STATUS_STYLES)
@@ -129,8 +129,9 @@ class TokenView(QPlainTextEdit):
             self._seen_text[t.token_id] = t.text
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
+        shown = pieces(items)
         for doc in self._documents.values():
-            doc.append(items)
+            doc.append(shown)
         if at_bottom:
             bar.setValue(bar.maximum())
 
