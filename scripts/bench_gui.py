@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -298,6 +299,7 @@ def main() -> int:
           + ", ".join(f"{n} {100 * v / wall:.0f}%" for v, n in busiest) + ")")
     if args.latency_only:
         window.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the tiny pair and the run's autosave
         return 0
     from tests.app_helpers import synthetic_records
 
@@ -337,6 +339,7 @@ def main() -> int:
     print("session growth (iterations: MiB above start): "
           + ", ".join(f"{i}: {m:.0f}" for i, m in samples))
     window.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
