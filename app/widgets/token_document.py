@@ -38,8 +38,8 @@ def visible_text(text: str) -> str:
 
 def document_length(text: str) -> int:
     """The positions ``text`` takes in a QTextDocument: UTF-16 code units (a character outside the BMP is two;
-    a newline, turned into a block break, is one)."""
-    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+    a newline, turned into a block break, is one; so is a lone surrogate, which a broken trace can hold)."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 # A token as both documents take it: (iteration, token, status, text as shown, its length in the document),
