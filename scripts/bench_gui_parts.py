@@ -8,6 +8,8 @@ shared machine's load matters less than for wall-clock latency). Prints one line
 2. The memory plot's first refresh with ten counters, and its first paint.
 3. A full garbage collection in the window's process after start-up, with many records alive, and frozen.
 4. The token view: appending 30 records at 4,000 to 190,000 tokens shown, and hiding rejected tokens.
+5. Each live plot's refresh and repaint, alone (a plot panel without the window), 20 new iterations at a time
+   after 2,000 and 6,000, with memory counters that hold between samples as the sampler's do (4 a second).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +41,56 @@ def cpu_ms(app: object, work: Callable[[], object], settle: int = 5) -> float:
     for _ in range(settle):
         app.processEvents()  # type: ignore[attr-defined]
     return 1000 * (time.thread_time() - t)
+
+
+def sampled_memory(i: int) -> dict[str, float]:
+    """Iteration i's memory counters at ~200 iterations/s: a sample every 50 iterations, weights constant."""
+    s = i // 50
+    return {"host_rss_bytes": 5.4e8 + s * 1e5, "host_available_bytes": 2.32e10 - (s % 7) * 1e6, "swap_used_bytes": 0.0,
+            "target_weights_cpu_bytes": 1.7e5, "target_offloaded_bytes": 0.0, "draft_weights_cpu_bytes": 1.7e5,
+            "draft_offloaded_bytes": 0.0, "target_kv_bytes": 2.9e5 * (s % 30) / 30,
+            "draft_kv_bytes": 2.9e5 * (s % 30) / 30, "io_read_bytes": 0.0,
+            "host_read_bytes_per_s": 0.0 if s % 5 else 8192.0,
+            "host_rchar_bytes_per_s": 46684.0 + (s * 7919 % 1000)}
+
+
+def live_plot_cycles(app: object, n: int) -> dict[str, float]:
+    """Median CPU ms of one live plot's refresh and repaint, 20 new iterations each, after ``n`` iterations."""
+    import numpy as np
+
+    from specscope.app.run_data import RunData
+    from specscope.app.widgets.plots_panel import PlotsPanel
+    from specscope.core.measure.measurement import feed_all
+    from specscope.core.records import IterationRecord
+    from tests.app_helpers import synthetic_records
+
+    rng = np.random.default_rng(1)
+    events = [dataclasses.replace(e, draft_ms=e.draft_ms * (1 + 0.3 * rng.random()),
+                                  verify_ms=e.verify_ms * (1 + 0.5 * rng.random()), memory=sampled_memory(i))
+              if isinstance(e, IterationRecord) else e
+              for i, e in enumerate(synthetic_records(n + 1600, k=4, baseline_every=40,
+                                                      accept=lambda i: int(rng.integers(0, 5))))]
+    observed = list(feed_all(events))
+    panel = PlotsPanel()
+    panel.resize(1290, 690)  # each plot about 640 x 256, as in a 1600 x 1000 window
+    panel.show()
+    data = RunData()
+    data.extend(observed[:n])
+    panel.refresh(data)
+    for _ in range(10):
+        app.processEvents()  # type: ignore[attr-defined]
+    times: dict[str, list[float]] = {type(p).__name__: [] for p in panel.live_plots}
+    at = n
+    for turn in range(80):
+        data.extend(observed[at:at + 20])
+        at += 20
+        plot = panel.live_plots[turn % 4]
+        t = time.thread_time()
+        plot.refresh(data)
+        plot.viewport().repaint()
+        times[type(plot).__name__].append(1000 * (time.thread_time() - t))
+    panel.hide()
+    return {name: statistics.median(xs) for name, xs in times.items()}
 
 
 def main() -> int:
@@ -132,6 +185,11 @@ def main() -> int:
     hide = cpu_ms(app, lambda: view.set_show_rejected(False))
     print("4. the token view appending 30 records at " + "; ".join(lines) + f"; hiding rejected tokens then: "
           f"{hide:.0f} ms")
+
+    for n in (2_000, 6_000):
+        medians = live_plot_cycles(app, n)
+        print(f"5. a live plot's refresh and repaint, 20 new iterations after {n:,}: "
+              + ", ".join(f"{name} {ms:.1f}" for name, ms in medians.items()) + " ms (median of 20 each)")
 
     gc.unfreeze()
     gc.collect()

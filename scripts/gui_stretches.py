@@ -176,6 +176,14 @@ def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> 
     out.append("by event (count, total, p99, max ms):")
     for label, xs in sorted(by_label.items(), key=lambda kv: -sum(kv[1]))[:10]:
         out.append(f"  {label:<48} {len(xs):>6} {sum(xs):>9.0f} {percentile(xs, 0.99):>7.1f} {max(xs):>7.1f}")
+    painted: dict[str, list[float]] = {}
+    for s in stretches:
+        for widget, ms in s.paints.items():
+            painted.setdefault(widget, []).append(ms)
+    out.append("paints by widget (count, median, p99, max ms of CPU):")
+    for widget, xs in sorted(painted.items(), key=lambda kv: -sum(kv[1]))[:8]:
+        out.append(f"  {widget:<48} {len(xs):>6} {percentile(xs, 0.5):>7.1f} {percentile(xs, 0.99):>7.1f} "
+                   f"{max(xs):>7.1f}")
     out.append(f"the {top} longest:")
     for s in sorted(stretches, key=lambda s: -s.cpu_ms)[:top]:
         paints = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.paints.items(), key=lambda kv: -kv[1])[:5])

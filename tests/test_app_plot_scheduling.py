@@ -177,3 +177,34 @@ def test_the_k_advisors_star_marks_the_best_k_its_title_names_between_its_turns(
         xs, _ = w.plots.k_advisor.best.getData()
         assert list(xs) == [est.best_k], f"the title says {est.best_k_text()}, the star marks k={list(xs)}"
     assert changes > 0
+
+
+def thinned_curve(qtbot, x_range: tuple[float, float]) -> tuple[list[float], list[float], float]:
+    """A live plot's curve through 20,000 noisy points with two one-point spikes, viewed over ``x_range``: the
+    x and y it draws, and the view's width in pixels (plain values: no Qt object outlives the plot)."""
+    import numpy as np
+
+    from specscope.app.widgets.plot_base import LivePlot
+
+    plot = LivePlot()
+    qtbot.addWidget(plot)
+    plot.resize(640, 300)
+    plot.show()
+    qtbot.waitExposed(plot)
+    item = plot.curve("noise", "#000000", width=2)
+    x = np.arange(20_000, dtype=float)
+    y = np.random.default_rng(0).normal(size=len(x))
+    y[12_345], y[777] = 9.0, -9.0
+    item.setData(x, y)
+    plot.plot_item.vb.setRange(xRange=x_range, yRange=(-10, 10), padding=0)
+    shown_x, shown_y = item.getData()
+    return shown_x.tolist(), shown_y.tolist(), float(plot.plot_item.vb.width())
+
+
+@needs_qt
+def test_a_long_curve_is_drawn_from_one_bucket_per_pixel_with_its_extremes(qtbot):
+    shown_x, shown_y, pixels = thinned_curve(qtbot, (0, 20_000))
+    assert len(shown_x) <= 2 * pixels + 8  # pyqtgraph's own default would keep up to five points a pixel
+    assert max(shown_y) == 9.0 and min(shown_y) == -9.0  # one-point spikes: the line still reaches them
+    shown_x, _, _ = thinned_curve(qtbot, (1000, 1100))  # zoomed in: every point in view, none left out
+    assert {1000.0, 1050.0, 1100.0} <= set(shown_x)

@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtWidgets import QWidget
 
 from specscope.app.run_data import FlagBand, RunData
 from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
 from specscope.app.widgets.flag_bands import FlagBandsItem, ShadedBand
-from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle
+from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle, thin_out
+from specscope.app.widgets.turning_points import TurningPoints
 from specscope.core.units import GIB, MIB
 
 
@@ -80,6 +80,9 @@ class MemoryPlot(LivePlot):
         pi.vb.sigResized.connect(self._sync_views)
         self.right_follower = RangeFollower(self.right, x=False)
         self.series: dict[str, pg.PlotDataItem] = {}
+        # Each series as the points where it turns (app/widgets/turning_points.py), and the records drawn.
+        self._points: dict[str, TurningPoints] = {}
+        self._drawn = 0
         # Curves made with the window, given a key when the first records say which counters there are:
         # making and adding a dozen at once was the longest stretch of the GUI thread after Start.
         self._spare = [self._new_curve() for _ in range(SPARE_SERIES)]
@@ -100,8 +103,7 @@ class MemoryPlot(LivePlot):
 
     def _new_curve(self) -> pg.PlotDataItem:
         item = pg.PlotDataItem([], [])
-        item.setDownsampling(auto=True, method="peak")
-        item.setClipToView(True)
+        thin_out(item)
         self.plot_item.addItem(item)
         return item
 
@@ -132,19 +134,22 @@ class MemoryPlot(LivePlot):
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")
-        keys = [k for k in data.memory if plotted(k)]
-        left: list[np.ndarray] = []
-        right: list[np.ndarray] = []
+        if len(x) < self._drawn:  # another run's records: the ranges start over as the points do
+            self.follower.reset()
+            self.right_follower.reset()
+        self._drawn = len(x)
         n_keys = len(self.keys)
-        for key in keys:
-            y = data.memory[key].view()
-            scaled = y / (MIB if is_rate(key) else GIB)
-            self._series(key).setData(x, scaled, connect="finite")
-            (right if is_rate(key) else left).append(scaled)
+        for key, column in data.memory.items():
+            if not plotted(key):
+                continue
+            points = self._points.get(key)
+            if points is None:
+                points = self._points[key] = TurningPoints(MIB if is_rate(key) else GIB)
+            added = points.update(column, x)
+            self._series(key).setData(points.x, points.y, connect="finite")
+            (self.right_follower if is_rate(key) else self.follower).include(added)
         if len(self.keys) != n_keys:  # new series: their key, laid out once for all of them
             self._show_keys()
-        self.follower.observe(*left)
-        self.right_follower.observe(*right)
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
         settle(self.right)
         self._sync_bands(data.flag_bands)
@@ -166,6 +171,8 @@ class MemoryPlot(LivePlot):
         super().reset()
         self.right_follower.reset()
         self.band_item.clear()
+        self._points.clear()
+        self._drawn = 0
         for item in self.series.values():
             item.setData([], [])
         if not any(is_rate(k) for k in self.series):

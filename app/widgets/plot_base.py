@@ -28,6 +28,19 @@ def pen(colour: str, width: float = 1.5, style: str = "solid") -> object:
     return pg.mkPen(colour, width=width, style=PEN_STYLES[style])
 
 
+# pyqtgraph's automatic downsampling starts at five points per pixel. The 1.5-2.5 px pens' stroke costs per
+# point, and 'peak' keeps each bucket's lowest and highest value, so one bucket per pixel draws the same pixels
+# with a fifth of the points (a live plot's repaint was the GUI thread's longest stretch, docs/bench-gui.md).
+BUCKETS_PER_PIXEL = 1.0
+
+
+def thin_out(item: pg.PlotDataItem) -> None:
+    """Draw only the points in view, at most about one bucket (its lowest and highest point) per pixel."""
+    item.setDownsampling(auto=True, method="peak")
+    item.opts["autoDownsampleFactor"] = BUCKETS_PER_PIXEL  # no setter: pyqtgraph reads it at each redraw
+    item.setClipToView(True)
+
+
 IDLE_TEXT = "no data yet: press Start (F5) to decode the prompt"
 ONE_ITERATION_TEXT = ("one iteration so far: a line needs two (its numbers are in the status bar, its tokens "
                       "below)")
@@ -280,6 +293,14 @@ class RangeFollower:
                     self.hi = max(self.hi, float(finite.max()))
         self.seen = n
 
+    def include(self, *values: np.ndarray) -> None:
+        """Fold the extremes of ``values`` in (for series kept in their own buffers, not columns of the run)."""
+        for v in values:
+            finite = v[np.isfinite(v)]
+            if len(finite):
+                self.lo = min(self.lo, float(finite.min()))
+                self.hi = max(self.hi, float(finite.max()))
+
     def apply(self, x_max: float) -> None:
         """Set the range if the data outgrew it (or the user asked for auto-range again)."""
         self.x_max = x_max
@@ -443,8 +464,7 @@ class LivePlot(pg.PlotWidget):
     def curve(self, name: str, colour: str, width: float = 1.5, style: str = "solid", **kw: object):
         self.add_key(name, colour, style)
         item = self.plot_item.plot([], [], pen=pen(colour, width, style), **kw)
-        item.setDownsampling(auto=True, method="peak")
-        item.setClipToView(True)
+        thin_out(item)
         return item
 
     @property

@@ -9,7 +9,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
-from specscope.app.widgets.plot_base import LivePlot, pen
+from specscope.app.widgets.plot_base import LivePlot, pen, thin_out
 
 ENGINE_KEY = "engine pass (not split)"
 
@@ -28,6 +28,7 @@ class TimingPlot(LivePlot):
         self.keys.reverse()
         self.plain = self.curve("plain step", PLOT_COLOURS["plain_step"], width=2, style="dash")
         self.engine_pass = self.plot_item.plot([], [], pen=pen(PLOT_COLOURS["engine_pass"], 2.0, "solid"))
+        thin_out(self.engine_pass)
         self._engine_key = False  # its key is added the first time an engine pass is drawn
 
     def _area(self, name: str, colour: str):

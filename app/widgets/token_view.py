@@ -1,31 +1,29 @@
 """The token stream: committed tokens coloured by fate, rejected ones struck through (or hidden).
 
-Appends are incremental (one cursor insert per token, batched per timer tick), and hover maps the
-character under the mouse to a token through a sorted list of start offsets (bisect), so the view stays
-fast with tens of thousands of tokens. Tooltips show iteration, status, p(x), q(x), min(1, p/q) and the
-target's top 5 at that position.
+Appends are incremental (one cursor insert per run of tokens of one status, batched per timer tick), and
+hover maps the character under the mouse to a token through a sorted list of start offsets (bisect), so the
+view stays fast with tens of thousands of tokens. Two documents are kept, with and without the rejected
+tokens (app/widgets/token_document.py): hiding them swaps the document shown. Tooltips show iteration,
+status, p(x), q(x), min(1, p/q) and the target's top 5 at that position.
 """
 
 from __future__ import annotations
 
 import bisect
 import html
-import re
 from collections.abc import Callable, Iterable
 
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.app.theme import STATUS_STYLES, style_for
+from specscope.app.widgets.token_document import TokenDocument, pieces, visible_text
 from specscope.core.records import IterationRecord, TokenRecord
 
 STATUS_NAMES = tuple(STATUS_STYLES)
 
 TokenDecoder = Callable[[int], "str | None"]
-# QPlainTextEdit lays out text per block (paragraph); one endless block makes every append O(length).
-# A long run without newlines is therefore broken into blocks at a word boundary after this many tokens.
-BLOCK_TOKENS = 256
 
 
 def char_format(status: str) -> QTextCharFormat:
@@ -38,22 +36,6 @@ def char_format(status: str) -> QTextCharFormat:
     fmt.setFontWeight(QFont.Weight.Bold if s.bold else QFont.Weight.Normal)
     fmt.setFontItalic(s.italic)
     return fmt
-
-
-SPECIAL_TOKEN = re.compile(r"^<\|?(/?[\w.:-]+)\|?>$")  # <|im_end|>, </s>, <s>, <|endoftext|>, <eos>
-BYTE_FRAGMENT = "\ufffd"  # what a tokenizer decodes part of a multi-byte character to
-
-
-def visible_text(text: str) -> str:
-    """Token text as shown: special tokens as ⟨name⟩, a byte fragment (part of a multi-byte character the
-    next token completes) as ⟨byte⟩, carriage returns dropped, an empty token as a visible marker."""
-    special = SPECIAL_TOKEN.match(text)
-    if special:
-        return f"⟨{special.group(1)}⟩"
-    if BYTE_FRAGMENT in text:
-        text = text.replace(BYTE_FRAGMENT, "⟨byte⟩")
-    text = text.replace("\r", "")
-    return text if text else "·"
 
 
 def readable(text: str) -> str:
@@ -107,25 +89,28 @@ class TokenView(QPlainTextEdit):
         font = QFont("DejaVu Sans Mono")
         font.setStyleHint(QFont.StyleHint.Monospace)
         font.setPointSize(10)
-        self.document().setDefaultFont(font)
         self._formats = {s: char_format(s) for s in STATUS_NAMES}
-        self._starts: list[int] = []  # document offset where each shown token starts
-        self._shown: list[tuple[int, TokenRecord]] = []  # (iteration, token) for each shown token
-        self._all: list[tuple[int, TokenRecord]] = []
-        self._block_tokens = 0  # tokens in the current (last) block
+        self._documents = {shown: TokenDocument(self, font, self._formats, hide_rejected=not shown)
+                           for shown in (True, False)}
         self.show_rejected = True
+        self.setDocument(self._shown_document.document)
         self.decode: TokenDecoder | None = None  # set when a pair is loaded (top-5 ids -> text)
         self._seen_text: dict[int, str] = {}  # id -> text of every token shown: names top-5 ids in a replay
         self._matches: dict[int, str] = {}  # iteration -> what its drafter matched (lookup, suffix)
         self.counts: dict[str, int] = {}
 
+    @property
+    def _shown_document(self) -> TokenDocument:
+        return self._documents[self.show_rejected]
+
+    @property
+    def _starts(self) -> list[int]:
+        return self._shown_document.starts
+
     # ---- content -------------------------------------------------------------------------------------
     def clear_tokens(self) -> None:
-        self.clear()
-        self._starts.clear()
-        self._shown.clear()
-        self._all.clear()
-        self._block_tokens = 0
+        for doc in self._documents.values():
+            doc.clear()
         self.counts.clear()
         self._seen_text.clear()
         self._matches.clear()
@@ -139,58 +124,37 @@ class TokenView(QPlainTextEdit):
         items = [(r.iteration, t) for r in records for t in r.tokens]
         if not items:
             return
-        self._all.extend(items)
         for _, t in items:
             self.counts[t.status.value] = self.counts.get(t.status.value, 0) + 1
             self._seen_text[t.token_id] = t.text
-        self._insert(items)
-
-    def _insert(self, items: list[tuple[int, TokenRecord]]) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
-        cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.beginEditBlock()
-        pos = cursor.position()
-        for it, tok in items:
-            status = tok.status.value
-            if status == "rejected" and not self.show_rejected:
-                continue
-            text = visible_text(tok.text)
-            if self._block_tokens >= BLOCK_TOKENS and (text[0].isspace() or self._block_tokens >= 2 * BLOCK_TOKENS):
-                cursor.insertBlock()
-                pos = cursor.position()
-                self._block_tokens = 0
-            self._block_tokens = 0 if "\n" in text else self._block_tokens + 1
-            self._starts.append(pos)
-            self._shown.append((it, tok))
-            cursor.insertText(text, self._formats.get(status, self._formats["plain"]))
-            pos = cursor.position()
-        cursor.endEditBlock()
+        shown = pieces(items)
+        for doc in self._documents.values():
+            doc.append(shown)
         if at_bottom:
             bar.setValue(bar.maximum())
 
     def set_show_rejected(self, show: bool) -> None:
+        """Show the other document (kept up to date all along), at its end as a rebuilt one was."""
         if show == self.show_rejected:
             return
         self.show_rejected = show
-        items = list(self._all)
-        self.clear()
-        self._block_tokens = 0
-        self._starts.clear()
-        self._shown.clear()
-        self._insert(items)
+        self.setDocument(self._shown_document.document)
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
 
     # ---- queries (tests, hover) ----------------------------------------------------------------------
     def shown_tokens(self) -> list[tuple[int, TokenRecord]]:
-        return list(self._shown)
+        return list(self._shown_document.shown)
 
     def token_at_offset(self, offset: int) -> tuple[int, TokenRecord] | None:
-        i = bisect.bisect_right(self._starts, offset) - 1
+        doc = self._shown_document
+        i = bisect.bisect_right(doc.starts, offset) - 1
         if i < 0:
             return None
-        end = self._starts[i + 1] if i + 1 < len(self._starts) else self.document().characterCount() - 1
-        return self._shown[i] if offset < end else None
+        end = doc.starts[i + 1] if i + 1 < len(doc.starts) else doc.document.characterCount() - 1
+        return doc.shown[i] if offset < end else None
 
     def tooltip_for_offset(self, offset: int) -> str | None:
         hit = self.token_at_offset(offset)
