@@ -181,7 +181,9 @@ def test_tokens_go_beside_the_plots_only_when_both_fit(qtbot, tmp_path):
 
 
 def test_the_k_advisors_title_stays_within_the_plot_with_the_rest_on_hover(qtbot, tmp_path):
-    """Adaptive k's explanation under the k advisor's title ran past the plot's right edge at 1280x720."""
+    """Adaptive k's explanation under the k advisor's title ran past the plot's right edge at 1280x720; and
+    there its three lines left the curve ~20 px with its axis labels overlapping."""
+    from specscope.app.widgets.k_advisor import DATA_MIN_PX
     from specscope.core.measure.measurement import replay
 
     w = make_window(qtbot, tmp_path)
@@ -197,10 +199,18 @@ def test_the_k_advisors_title_stays_within_the_plot_with_the_rest_on_hover(qtbot
     label = plot.getPlotItem().titleLabel
     assert plot.geometry().right() <= w.plots.width()  # the plot keeps to its column...
     assert label.item.boundingRect().width() <= plot.width()  # ...and its title to the plot
+    # At 1280x720 the plot is short: the headline alone, the α and measured lines (and the controller) on hover
+    assert plot.height() < 150
     shown = label.text
-    assert "…" in shown and note not in shown
-    assert est.best_k_text() in shown and est.alpha_text() in shown  # what gives way is the controller's words
+    assert est.best_k_text() in shown and est.alpha_text() not in shown and "<br>" not in shown
+    assert all(line in label.toolTip() for line in (est.best_k_text(), est.alpha_text(), est.controller_text()))
+    assert plot.getPlotItem().vb.height() >= 45  # the curve keeps a data area worth reading
+    w.resize(1280, 1000)  # taller: three lines, and what gives way to the width is the controller's words
+    qtbot.waitUntil(lambda: est.alpha_text() in label.text, timeout=5000)
+    assert plot.getPlotItem().vb.height() >= DATA_MIN_PX - 40  # the bottom axis takes the rest
+    shown = label.text
+    assert "…" in shown and note not in shown and est.best_k_text() in shown
     assert est.controller_text() in label.toolTip() and plot.title_text.endswith(est.controller_text())
-    w.resize(2400, 900)  # room for all of it: nothing elided, no tooltip needed
+    w.resize(2400, 1000)  # room for all of it: nothing elided, no tooltip needed
     qtbot.waitUntil(lambda: note in label.text, timeout=5000)
     assert "…" not in label.text and label.toolTip() == ""

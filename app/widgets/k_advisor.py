@@ -3,7 +3,9 @@ draft step and acceptance by position), with the best k and the current k marked
 
 The title's three lines (best k, α, the measured speed-up and what adaptive k did) are elided to the plot's
 width, the full text on hover: pyqtgraph makes a title's natural width the plot's minimum width, so adaptive
-k's longer explanations ran past the plot's right edge."""
+k's longer explanations ran past the plot's right edge. Where the plot is short (its row at 1280x720 is ~110 px)
+the title keeps only its headline, the α and measured lines on hover: three lines there left the curve 20 px
+and its axis labels overlapping, and the run panel above already shows both figures."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_ax
 from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
+ONE_LINE_TITLE_HEIGHT = 20  # the headline alone, where the plot is short
+DATA_MIN_PX = 95  # under the title: the bottom axis (~35 px) and a data area of ~60 px worth reading
 TITLE = "Predicted speed-up vs k (cost model)"
 HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
 TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
@@ -129,15 +133,21 @@ class KAdvisorPlot(pg.PlotWidget):
                    if pi.getAxis(side).isVisible())
         return max(60, self.width() - axes - TITLE_MARGIN_PX)
 
+    def _roomy(self) -> bool:
+        """Whether the title's three lines leave the data area DATA_MIN_PX (else it shows the headline alone)."""
+        return self.height() >= TITLE_HEIGHT + DATA_MIN_PX
+
     def _render_title(self) -> None:
         width = self._title_width()
-        key = (self.title_text, width)
+        roomy = self._roomy()
+        shown_lines = len(self._lines) if roomy else 1
+        key = (self.title_text, width, roomy)
         if key == self._title_shown:
             return
         self._title_shown = key
         rows: list[str] = []
-        elided = False
-        for n, line in enumerate(self._lines):
+        elided = shown_lines < len(self._lines)
+        for n, line in enumerate(self._lines[:shown_lines]):
             pt = HEADLINE_PT if n == 0 else LINE_PT
             texts = elide_spans(line, width, _metrics(pt, False), _metrics(pt, True))
             elided |= texts != [s.text for s in line]
@@ -147,6 +157,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi = self.getPlotItem()
         pi.setTitle("<br>".join(rows), size=f"{HEADLINE_PT}pt")
         pi.titleLabel.setToolTip(html.escape(self.title_text).replace("\n", "<br>") if elided else "")
-        # setTitle fixes the title row at 30 px: room for three lines
-        pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)
-        pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+        # setTitle fixes the title row at 30 px: room for three lines, or one
+        height = TITLE_HEIGHT if roomy else ONE_LINE_TITLE_HEIGHT  # the rows reserved even before there is data
+        pi.titleLabel.setMaximumHeight(height)
+        pi.layout.setRowFixedHeight(0, height)
