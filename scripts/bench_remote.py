@@ -10,7 +10,11 @@ Rounds alternate the order (A B, then B A, ...). Reported, as ratios and medians
   measurement's ``cost.wall_ms``; the remote one as the client's measurement derives it from the events) —
   the number the issue's "< 2% of the decode span" target is about; greedy outputs are checked identical;
 - the stream's share within each remote run: the time the worker's sink spent encoding and sending the events,
-  over that run's span (a within-run share, immune to the machine drifting between runs).
+  over that run's span (a within-run share, immune to the machine drifting between runs);
+- the client's CPU time (decoding every event and feeding its measurement) over the span: on one machine the
+  client shares the worker's cores, so the span ratio includes it; across an ssh tunnel it runs elsewhere.
+
+The span ratio's median comes with a 95% bootstrap interval (scipy.stats.bootstrap over the rounds).
 
     .venv/bin/python scripts/bench_remote.py [--rounds 8] [--max-new-tokens 96] [--drafter eagle]
         [--out docs/bench-remote.md]
@@ -35,7 +39,7 @@ PROMPT = "Explain in a short paragraph why the sky is blue."
 
 # The client: a process of its own, as the CLI or the app is. One run per "run" line on stdin.
 CLIENT = textwrap.dedent("""
-    import json, sys
+    import json, sys, time
     from specscope.core.records import ControlValues
     from specscope.core.remote.client import WorkerClient
     from specscope.core.remote.received import ReceivedRun
@@ -45,11 +49,13 @@ CLIENT = textwrap.dedent("""
     for line in sys.stdin:
         ask = json.loads(line)
         run = ReceivedRun()
+        cpu0 = time.process_time()
         for event in client.start(ask["prompt"], ControlValues(k=ask["k"]), ask["options"]):
             run.feed(event)
         cost = run.measurement.estimate().cost
         print(json.dumps({"span_ms": cost.wall_ms, "tokens": client.result["token_ids"],
-                          "events": len(run.events)}), flush=True)
+                          "events": len(run.events), "client_cpu_ms": 1000.0 * (time.process_time() - cpu0)}),
+              flush=True)
     client.close()
 """)
 
@@ -122,6 +128,17 @@ class SinkTimer:
         return out
 
 
+def _median_interval(values: list[float]) -> tuple[float, float]:
+    """95% bootstrap interval of the median (percentile method; the rounds are few and not normal)."""
+    from scipy.stats import bootstrap
+
+    if len(values) < 3:
+        return min(values), max(values)
+    res = bootstrap((values,), statistics.median, confidence_level=0.95, method="percentile",
+                    n_resamples=5000, random_state=0, vectorized=False)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -147,11 +164,12 @@ def main() -> int:
     client = subprocess.Popen([sys.executable, "-c", CLIENT, server.address.url()], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert client.stdin is not None and client.stdout is not None
+    to_client, from_client = client.stdin, client.stdout
 
     def remote_run() -> dict[str, Any]:
-        client.stdin.write(json.dumps({"prompt": PROMPT, "k": k, "options": _options(args.max_new_tokens)}) + "\n")
-        client.stdin.flush()
-        got = json.loads(client.stdout.readline())
+        to_client.write(json.dumps({"prompt": PROMPT, "k": k, "options": _options(args.max_new_tokens)}) + "\n")
+        to_client.flush()
+        got = json.loads(from_client.readline())
         got["sink_ms"], got["sender_ms"], got["sent"] = timer.take()
         return got
 
@@ -180,6 +198,8 @@ def main() -> int:
     shares = [rem["sink_ms"] / rem["span_ms"] for _, rem in rows]
     sender_shares = [rem["sender_ms"] / rem["span_ms"] for _, rem in rows]
     per_event_us = [1000.0 * rem["sender_ms"] / rem["sent"] for _, rem in rows if rem["sent"]]
+    client_shares = [rem["client_cpu_ms"] / rem["span_ms"] for _, rem in rows]
+    low, high = _median_interval(ratios)
     identical = all(loc["tokens"] == rem["tokens"] for loc, rem in rows)
     lines = [
         "# The remote stream's cost (scripts/bench_remote.py)",
@@ -190,7 +210,8 @@ def main() -> int:
         "",
         "| measure | median | min–max |",
         "|---|---|---|",
-        f"| decode span, remote / local | {statistics.median(ratios):.3f} | {min(ratios):.3f}–{max(ratios):.3f} |",
+        f"| decode span, remote / local | {statistics.median(ratios):.3f} (95% interval of the median "
+        f"{low:.3f}–{high:.3f}) | {min(ratios):.3f}–{max(ratios):.3f} |",
         f"| the session's sink on the loop's thread (queuing), share of the span | "
         f"{100 * statistics.median(shares):.3f}% | {100 * min(shares):.3f}–{100 * max(shares):.3f}% |",
         f"| the sender thread (encode + send, beside the passes), share of the span | "
@@ -198,6 +219,9 @@ def main() -> int:
         f"{100 * min(sender_shares):.2f}–{100 * max(sender_shares):.2f}% |",
         f"| encode + send per event | {statistics.median(per_event_us):.0f} µs | "
         f"{min(per_event_us):.0f}–{max(per_event_us):.0f} µs |",
+        f"| the client process's CPU (decode + measurement), share of the span | "
+        f"{100 * statistics.median(client_shares):.2f}% | "
+        f"{100 * min(client_shares):.2f}–{100 * max(client_shares):.2f}% |",
         "",
         f"Greedy outputs identical in every round: {identical}. Events per remote run: {rows[-1][1]['events']}.",
     ]
