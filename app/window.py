@@ -274,7 +274,10 @@ class MainWindow(QMainWindow):
                              seed=self.panel.seed_value())
         self.banner.hide()
         self.last_error = None
-        return self.controller.start(request, values, self.session_meta(request, values))
+        started = self.controller.start(request, values, self.session_meta(request, values))
+        if started:
+            self.status.show_message("")  # "Ready: <pair>" no longer says what the window is doing
+        return started
 
     def session_meta(self, request: RunRequest, values: ControlValues) -> dict[str, Any]:
         return {"pair": self.pair_choice.to_dict(), "pair_description": self.controller.pair_description,

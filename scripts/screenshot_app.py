@@ -8,6 +8,7 @@ replayed instead so the screenshot still shows every view. Writes the Qt grab to
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -56,7 +57,7 @@ def main() -> int:
     showcase = next(p for p in load_prompt_sets()["structured"] if p.id == SHOWCASE_PROMPT_ID)
     window.panel.set_prompt_text(showcase.text)
     window.show()
-    state: dict[str, bool] = {"done": False}
+    state: dict[str, bool] = {"done": False, "frozen": False}
 
     def fallback(reason: str) -> None:
         if not state.get("tried_lookup"):
@@ -79,11 +80,17 @@ def main() -> int:
     def check() -> None:
         n = len(window.data.records)
         ended = not window.state.active and n > 0
-        if (n >= args.iterations or ended) and not state["done"]:
-            state["done"] = True
+        if (n >= args.iterations or ended) and not state["frozen"]:
+            state["frozen"] = True
             window.tick()
             if window.state == "running":
                 window.set_paused(True)  # freeze the view while both captures are taken
+            return
+        # Grab what a user sees a moment after pausing: every plot caught up with the last record (live,
+        # the plots redraw one a tick, so a grab at the pause showed each ending at a different iteration).
+        if state["frozen"] and not state["done"] and not window.plots.stale(window.data):
+            state["done"] = True
+            n = len(window.data.records)
             window.grab().save(args.out, "PNG")
             Path(args.out + ".done").write_text(f"{n}\n")
             print(f"saved {args.out} after {n} iterations", flush=True)
@@ -96,7 +103,10 @@ def main() -> int:
     poll.timeout.connect(check)
     poll.start(250)
     QTimer.singleShot(args.timeout_s * 1000, lambda: (print("timed out", flush=True), window.close()))
-    return int(app.exec())
+    try:
+        return int(app.exec())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the run's autosave and settings: a few MB a screenshot
 
 
 if __name__ == "__main__":

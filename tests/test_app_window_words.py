@@ -138,3 +138,8 @@ def test_loading_names_each_step_in_the_status_bar(qtbot, tmp_path):
     assert "building a tiny pair" in seen  # the loader's own steps
     assert seen[-1].startswith("Warming up: decode modules and a memory bandwidth probe")  # the last, named
     assert w.status.message.text().startswith("Ready: ")
+    # Start within the message's 5 s: "Ready: <pair>" no longer describes a window that is decoding
+    w.panel.max_new.setValue(4)
+    with qtbot.waitSignal(w.run_ended, timeout=60_000):
+        assert w.start_run()
+        assert w.status.message.text() == ""
