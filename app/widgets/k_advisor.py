@@ -24,7 +24,7 @@ from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
 ONE_LINE_TITLE_HEIGHT = 20  # the headline alone, where the plot is short
-DATA_MIN_PX = 95  # under the title: the bottom axis (~35 px) and a data area of ~60 px worth reading
+DATA_MIN_PX = 80  # under the title: the bottom axis (~35 px) and a data area of ~45 px, the least worth reading
 TITLE = "Predicted speed-up vs k (cost model)"
 HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
 TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
