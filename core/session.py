@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, Controls
+from specscope.core.engine.cpu_linear import choose_one_token_kernels
 from specscope.core.engine.drafters.suffix import SuffixDrafter
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder
@@ -101,6 +102,7 @@ class Session:
             SuffixLengthPolicy(self.measurement, pair.drafter) if isinstance(pair.drafter, SuffixDrafter)
             else LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
             else CostModelKPolicy(self.measurement))
+        choose_one_token_kernels(pair)  # at this run's thread count, if the load's differed (timed once per count)
         self.busy = BusyDetector.for_device(pair.target.device, torch.get_num_threads())
         self.detector = PagingDetector(factor=self.options.paging_factor)
         self.sampler: MemorySampler | None = None
@@ -182,7 +184,12 @@ class Session:
             "draft_device": str(pair.draft.device) if pair.draft is not None else "",
             "platform": platform.platform(terse=True),
             "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
         }
+        for role, loaded in (("target", pair.target), ("draft", pair.draft)):
+            kernels = getattr(loaded, "one_token_kernels", {}).get(torch.get_num_threads(), "") if loaded else ""
+            if kernels:  # what a one-token step (a plain step, a draft step) ran on: the speed-up's reference
+                machine[f"{role}_one_token_kernel"] = kernels
         options = {"baseline_every": o.baseline_every, "baseline_steps": o.baseline_steps,
                    "measurement_budget": o.measurement_budget, "explore_every": o.explore_every, **o.extra}
         return RunStarted(

@@ -207,6 +207,9 @@ def test_the_bench_report_names_the_kernels_its_passes_ran_on() -> None:
     if cpu_linear.available():
         cpu_linear.prepack_linears(model)
         assert _pair_line(pair).endswith("multi-token passes on oneDNN weights prepacked at load")
+        pair.target.one_token_kernels = {2: "one-token steps on oneDNN's packed weights (15.2 ms packed against "
+                                            "31.3 ms default for the linears at 2 threads)"}
+        assert _pair_line(pair).endswith("prepacked at load; target " + pair.target.one_token_kernels[2])
 
 
 @needs_onednn
@@ -240,3 +243,83 @@ def test_a_packing_failure_leaves_the_model_as_loaded_and_says_why(monkeypatch) 
     assert why == ("multi-token passes on CPU use PyTorch's default kernels: packing the weights failed "
                    "(could not create a primitive descriptor)")
     assert all(type(m) is nn.Linear for m in _linears(model)) and prepacked_bytes(model) == 0
+
+
+@needs_onednn
+def test_one_token_steps_take_the_packed_kernel_only_at_a_thread_count_chosen_for_it(packed_calls) -> None:
+    torch.manual_seed(0)
+    dense = nn.Linear(96, 200)
+    packed = nn.Linear(96, 200)
+    packed.load_state_dict(dense.state_dict())
+    cpu_linear.prepack_linears(packed)
+    threads = torch.get_num_threads()
+    assert cpu_linear.one_row_choice(packed, threads) is None
+    one = torch.randn(1, 1, 96)
+    with torch.inference_mode():
+        cpu_linear.set_one_row_kernel(packed, threads, True)
+        torch.testing.assert_close(packed(one), dense(one), rtol=1e-5, atol=1e-5)
+        assert packed_calls == [1]
+        cpu_linear.set_one_row_kernel(packed, threads + 1, False)  # another count's choice leaves this one be
+        assert cpu_linear.one_row_choice(packed, threads) is True
+        cpu_linear.set_one_row_kernel(packed, threads, False)
+        assert torch.equal(packed(one), dense(one))  # the default kernel again, bit for bit
+        assert packed_calls == [1]
+    cpu_linear.unpack_linears(packed)
+    assert cpu_linear.one_row_choice(packed, threads) is None and "one_row_packed" not in packed.__dict__
+
+
+@needs_onednn
+def test_the_one_token_kernel_follows_its_timing_once_per_thread_count() -> None:
+    model = tiny_model(0, vocab_size=V)
+    assert cpu_linear.time_one_row(model) is None  # nothing packed: nothing to choose
+    cpu_linear.prepack_linears(model)
+    threads = torch.get_num_threads()
+    timing = cpu_linear.choose_one_row_kernel(model)
+    assert timing is not None and timing.threads == threads and timing.default_ms > 0 and timing.packed_ms > 0
+    assert cpu_linear.one_row_choice(model, threads) is timing.packed_wins
+    assert all(m.one_row_packed is model.lm_head.one_row_packed
+               for m in model.modules() if isinstance(m, cpu_linear.PrepackedLinear))  # one choice per model
+    assert cpu_linear.choose_one_row_kernel(model) is None  # timed once for this count
+    assert ("oneDNN's packed weights" if timing.packed_wins else "PyTorch's default kernel") in timing.sentence()
+
+
+def test_the_packed_kernel_must_be_clearly_faster_to_take_one_token_steps() -> None:
+    assert cpu_linear.OneRowTiming(2, default_ms=40.0, packed_ms=24.0).packed_wins
+    assert not cpu_linear.OneRowTiming(2, default_ms=40.0, packed_ms=39.0).packed_wins  # within the arms' spread
+    assert not cpu_linear.OneRowTiming(1, default_ms=40.0, packed_ms=50.0).packed_wins
+    assert "at 1 thread)" in cpu_linear.OneRowTiming(1, 40.0, 50.0).sentence()
+
+
+@needs_onednn
+@pytest.mark.parametrize("k", [1, 3])
+def test_greedy_speculation_equals_plain_greedy_with_one_token_steps_packed_too(k: int) -> None:
+    target = tiny_model(0, vocab_size=V, logit_scale=3.0)
+    draft = perturbed(target, 0.03)
+    plain_target = tiny_model(0, vocab_size=V, logit_scale=3.0)  # never packed
+    threads = torch.get_num_threads()
+    for model in (target, draft):
+        cpu_linear.prepack_linears(model)
+        cpu_linear.set_one_row_kernel(model, threads, True)
+    for prompt in PROMPTS:
+        opts = DecodeOptions(max_new_tokens=30)
+        plain = Decoder(plain_target, V).run(prompt, options=opts, plain=True).token_ids
+        assert Decoder(target, V).run(prompt, options=opts, plain=True).token_ids == plain
+        spec = Decoder(target, V, drafter=ModelDrafter(draft, V)).run(prompt, Controls(ControlValues(k=k)), opts)
+        assert spec.token_ids == plain, (k, prompt)
+
+
+@needs_onednn
+def test_a_run_times_its_thread_counts_one_token_kernel_and_records_it() -> None:
+    from specscope.core.session import Session
+    from tests.app_helpers import make_pair
+
+    pair = make_pair("partial")
+    cpu_linear.prepack_linears(pair.target.model)
+    threads = torch.get_num_threads()
+    session = Session(pair)  # the load's thread count may differ from the run's: the session makes sure
+    sentence = pair.target.one_token_kernels[threads]
+    assert cpu_linear.one_row_choice(pair.target.model, threads) is ("oneDNN's packed weights" in sentence)
+    started = session.run_started([1, 2, 3])
+    assert started.machine["target_one_token_kernel"] == sentence and started.machine["threads"] == threads
+    Session(pair)  # a second run at the same count times nothing again
+    assert list(pair.target.one_token_kernels) == [threads]

@@ -217,6 +217,9 @@ def _pair_line(pair: ModelPair) -> str:
     if pair.target.device.type == "cpu":
         line += ("; multi-token passes on oneDNN weights prepacked at load" if prepacked_bytes(pair.target.model)
                  else "; PyTorch's default CPU kernels for every pass")
+        kernels = getattr(pair.target, "one_token_kernels", {})
+        if kernels:  # the plain step every speed-up is over: which kernel it ran on, at each thread count timed
+            line += "; target " + "; ".join(f"{kernels[t]}" for t in sorted(kernels))
     return line
 
 

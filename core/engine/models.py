@@ -242,6 +242,7 @@ def _prepack(pair: ModelPair, progress: Progress | None) -> None:
         if why_not is not None:
             loaded.warnings.append(f"{role}: {why_not}")
             report_progress(progress, f"Warning: {role}: {why_not}", 0.98)
+    cpu_linear.choose_one_token_kernels(pair, progress)
 
 
 def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) -> ModelPair:

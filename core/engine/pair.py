@@ -19,6 +19,8 @@ class LoadedModel:
     source: str = ""  # resolved local directory
     n_params: int = 0
     warnings: list[str] = field(default_factory=list)
+    # thread count -> which kernel one-token steps use there and the timing that chose it (engine/cpu_linear.py)
+    one_token_kernels: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
