@@ -323,3 +323,33 @@ def test_a_run_times_its_thread_counts_one_token_kernel_and_records_it() -> None
     assert started.machine["target_one_token_kernel"] == sentence and started.machine["threads"] == threads
     Session(pair)  # a second run at the same count times nothing again
     assert list(pair.target.one_token_kernels) == [threads]
+
+
+@needs_onednn
+@pytest.mark.parametrize("mode", ["default", "packed"])
+def test_the_user_can_name_the_one_token_kernel_instead_of_timing(mode: str, monkeypatch) -> None:
+    from tests.app_helpers import make_pair
+
+    pair = make_pair("partial")
+    pair.one_token_kernel = mode
+    cpu_linear.prepack_linears(pair.target.model)
+    monkeypatch.setattr(cpu_linear, "time_one_row", lambda *_: pytest.fail("a named kernel is not timed"))
+    cpu_linear.choose_one_token_kernels(pair)
+    threads = torch.get_num_threads()
+    assert cpu_linear.one_row_choice(pair.target.model, threads) is (mode == "packed")
+    assert pair.target.one_token_kernels[threads].endswith(f"(--one-token-kernel {mode})")
+
+
+def test_the_one_token_kernel_option_reaches_the_spec_and_a_contradiction_is_refused() -> None:
+    import argparse
+
+    from specscope.core.commands.pair_arguments import add_pair_arguments, spec_from_args
+    from specscope.core.engine.pair_spec import ModelLoadError, validate_spec
+
+    parser = argparse.ArgumentParser()
+    add_pair_arguments(parser)
+    assert spec_from_args(parser.parse_args(["--demo"])).one_token_kernel == "auto"
+    assert spec_from_args(parser.parse_args(["--demo", "--one-token-kernel", "default"])).one_token_kernel == "default"
+    spec = spec_from_args(parser.parse_args(["--demo", "--one-token-kernel", "packed", "--no-prepack"]))
+    with pytest.raises(ModelLoadError, match="needs the packed weights that --no-prepack turns off"):
+        validate_spec(spec)

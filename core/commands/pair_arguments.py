@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from specscope.core.commands.cli_checks import finite_number, whole_number
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from specscope.core.engine.drafters import suffix as suffix_defaults
+from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
 
 if TYPE_CHECKING:
     from specscope.core.engine.pair_spec import PairSpec
@@ -46,6 +47,11 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
                    help="on CPU, keep PyTorch's default kernels for multi-token passes instead of oneDNN weights "
                         "packed at load (which cost a second copy of the weights in host memory)")
+    g.add_argument("--one-token-kernel", choices=ONE_TOKEN_KERNELS, default="auto",
+                   help="on CPU with packed weights, what one-token steps (plain decoding, draft steps) run on: "
+                        "auto times both at the run's thread count and takes the faster (the speed-up is over "
+                        "the fastest plain decoding); default is PyTorch's kernel, bit for bit what transformers "
+                        "runs; packed is oneDNN's")
     p = parser.add_argument_group("placement (transformers/accelerate device maps)")
     p.add_argument("--device-map", "--target-device-map", dest="device_map", default=None,
                    help="target placement: auto (device, host memory, disk under --max-memory) or a device")
@@ -111,4 +117,5 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
         target_offload_folder=getattr(args, "offload_folder", None),
         draft_offload_folder=getattr(args, "draft_offload_folder", None),
         prepack_cpu=getattr(args, "prepack_cpu", True),
+        one_token_kernel=getattr(args, "one_token_kernel", "auto"),
     )

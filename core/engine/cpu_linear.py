@@ -250,10 +250,18 @@ def choose_one_token_kernels(pair: ModelPair, progress: Progress | None = None) 
     count: a run's thread count may differ from the load's) and let them use the faster; the sentence saying
     which, and why, is kept on the model for the run's record."""
     threads = torch.get_num_threads()
+    mode = getattr(pair, "one_token_kernel", "auto")
     for role, loaded in (("target", pair.target), ("draft", pair.draft)):
         if loaded is None or threads in loaded.one_token_kernels:
             continue
         if loaded.device.type != "cpu" or one_row_choice(loaded.model, threads) is not None:
+            continue
+        if not _packed_linears(loaded.model):
+            continue
+        if mode != "auto":  # the user's choice: no timing
+            set_one_row_kernel(loaded.model, threads, mode == "packed")
+            kernel = "oneDNN's packed weights" if mode == "packed" else "PyTorch's default kernel"
+            loaded.one_token_kernels[threads] = f"one-token steps on {kernel} (--one-token-kernel {mode})"
             continue
         report_progress(progress, f"Timing the {role}'s one-token steps on both CPU kernels", 0.98)
         timing = choose_one_row_kernel(loaded.model)

@@ -36,6 +36,7 @@ class ModelPair:
     eos_token_ids: frozenset[int] = frozenset()
     use_chat_template: bool = True
     description: str = ""
+    one_token_kernel: str = "auto"  # PairSpec.one_token_kernel: auto (timed), default or packed
 
     def encode_prompt(self, text: str, chat: bool | None = None) -> list[int]:
         """Token ids for a user prompt, through the chat template for instruct models."""

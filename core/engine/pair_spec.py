@@ -51,10 +51,22 @@ class PairSpec:
     # Float32 linears on CPU get a oneDNN copy packed for passes of 2+ tokens (core/engine/cpu_linear.py); False keeps
     # PyTorch's default kernels for every pass.
     prepack_cpu: bool = True
+    # What one-token steps (plain decoding, a draft model's steps) run on where the weights are packed: "auto"
+    # times both kernels at each thread count and takes the faster; "default" is PyTorch's, bit for bit what
+    # transformers runs; "packed" is oneDNN's.
+    one_token_kernel: str = "auto"
+
+
+ONE_TOKEN_KERNELS = ("auto", "default", "packed")
 
 
 def validate_spec(spec: PairSpec) -> None:
     """Refuse a spec that names no runnable pair, before any file is read (one ModelLoadError sentence)."""
+    if spec.one_token_kernel not in ONE_TOKEN_KERNELS:
+        raise ModelLoadError(f"unknown one-token kernel {spec.one_token_kernel!r}: choose one of "
+                             f"{', '.join(ONE_TOKEN_KERNELS)}")
+    if spec.one_token_kernel == "packed" and not spec.prepack_cpu:
+        raise ModelLoadError("--one-token-kernel packed needs the packed weights that --no-prepack turns off")
     if spec.drafter not in DRAFTER_KINDS:
         raise ModelLoadError(f"unknown drafter {spec.drafter!r}: choose one of {', '.join(DRAFTER_KINDS)}")
     if spec.drafter == "model" and not spec.draft and spec.target != "demo":
