@@ -267,7 +267,7 @@ def choose_one_token_kernels(pair: ModelPair, progress: Progress | None = None) 
         timing = choose_one_row_kernel(loaded.model)
         if timing is not None:
             loaded.one_token_kernels[threads] = timing.sentence()
-            report_progress(progress, f"{role}: {timing.sentence()}", 0.99)
+            report_progress(progress, f"{role}: {timing.sentence()}", 0.98)
 
 
 def unpack_linears(model: nn.Module) -> None:

@@ -224,8 +224,8 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, context_tokens: 
     """Resolve, check and load a pair; every failure is one ModelLoadError and leaves nothing loaded."""
     validate_spec(spec)
     pair = _load_demo(spec, progress) if spec.target == "demo" else _load_files(spec, progress, context_tokens)
-    pair.one_token_kernel = spec.one_token_kernel
     if spec.prepack_cpu:
+        pair.one_token_kernel = spec.one_token_kernel  # without packed weights one-token steps have one kernel
         _prepack(pair, progress)
     report_progress(progress, "Ready", 1.0)
     return pair
