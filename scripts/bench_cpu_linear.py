@@ -68,7 +68,8 @@ def _arms(weight_left: bool) -> dict[str, torch.nn.Module]:
     for module in every.modules():
         if type(module) is cpu_linear.PrepackedLinear:
             module.__class__ = PackedForEveryPass
-    arms = {"as loaded (MKL)": loaded, "prepacked, 2+ tokens (shipped)": shipped, "prepacked, every pass": every}
+    arms = {"as loaded (MKL)": loaded, "prepacked, 2+ tokens (shipped until 2026-12-03)": shipped,
+            "prepacked, every pass (one-token steps where timed faster)": every}
     if weight_left:
         swapped = copy.deepcopy(loaded)
         for module in list(swapped.modules()):

@@ -290,12 +290,15 @@ def main(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace, pair: ModelPair, prompts: Sequence[BenchPrompt],
              methods: Sequence[Method], rows: list[RunRow]) -> None:
     """The bench at each thread count; every finished run's row lands in ``rows`` at once."""
+    from specscope.core.engine.cpu_linear import choose_one_token_kernels
     from specscope.core.gc_freeze import loaded_objects_frozen
 
     default_threads = torch.get_num_threads()
     for threads in args.threads:
         torch.set_num_threads(threads or default_threads)
         label = f"[{threads or default_threads} threads]"
+        # the plain runs are every ratio's reference: their one-token steps on the kernel fastest at this count
+        choose_one_token_kernels(pair)
 
         def progress(message: str, label: str = label) -> None:
             progress_line(f"{label} {message}")

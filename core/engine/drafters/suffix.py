@@ -19,11 +19,12 @@ tasks, where the cache's matches are the longer ones).
 When neither tree matches the context's last token (a token never seen before), the drafter backs off to the
 empty context, the trie's root: it proposes the run's most frequent token (``backoff``). The guess is rarely
 right (about 5% of such passes in the replay, 0-10% by prompt kind), but a verify pass of two tokens can
-cost no more than a plain step: on a GPU, where small passes are memory-bound, and on this project's CPU,
-where a two-token pass runs on the prepacked kernel (core/engine/cpu_linear.py) at 0.72-0.83 of a one-token
-step (docs/bench-demo-suffix.md §1). Where two-token passes cost more (a CPU without the prepacked weights,
-or one where even they cost 1.4 steps, as on this project's AVX2 machine of 1 December), turn it off, or use
-adaptive k, which sends the guess only when the measured pass costs say it pays.
+cost no more than a plain step: on a GPU, where small passes are memory-bound, and on this project's CPU
+while one-token steps ran on PyTorch's default kernel and two-token passes on the prepacked one
+(core/engine/cpu_linear.py): 0.72-0.83 of a one-token step (docs/bench-demo-suffix.md §1). Where two-token
+passes cost more (since one-token steps take the faster kernel, about 1.1 steps on the AVX-512 EPYC; 1.4
+on the AVX2 machine of 1 December), turn it off, or use adaptive k, which sends the guess only when the
+measured pass costs say it pays.
 
 Proposals are deterministic, so the draft distribution is a point mass on them (q = 1, ``q_probs`` None) and
 the loop stays exact, as with prompt lookup.
