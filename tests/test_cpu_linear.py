@@ -353,3 +353,26 @@ def test_the_one_token_kernel_option_reaches_the_spec_and_a_contradiction_is_ref
     spec = spec_from_args(parser.parse_args(["--demo", "--one-token-kernel", "packed", "--no-prepack"]))
     with pytest.raises(ModelLoadError, match="needs the packed weights that --no-prepack turns off"):
         validate_spec(spec)
+
+
+@needs_onednn
+def test_the_bench_chooses_the_one_token_kernel_at_each_thread_count_it_runs() -> None:
+    """Its one-thread plain runs were on MKL's kernel while the load had chosen at two: EAGLE read x1.81 for x1.32."""
+    from types import SimpleNamespace
+
+    from specscope.core.commands.bench import _measure
+    from specscope.core.commands.bench_runs import BenchPrompt, Method
+    from tests.app_helpers import make_pair
+
+    pair = make_pair("partial")
+    cpu_linear.prepack_linears(pair.target.model)
+    before = torch.get_num_threads()
+    try:
+        rows: list = []
+        _measure(SimpleNamespace(threads=[1, 2], rounds=1, max_new_tokens=4), pair,
+                 [BenchPrompt("p", "prose", [1, 2, 3])], [Method("plain", "plain")], rows)
+    finally:
+        torch.set_num_threads(before)
+    assert sorted(r.threads for r in rows) == [1, 2]  # a plain run at each count
+    assert sorted(pair.target.one_token_kernels) == [1, 2]
+    assert all(cpu_linear.one_row_choice(pair.target.model, t) is not None for t in (1, 2))

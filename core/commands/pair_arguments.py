@@ -45,8 +45,8 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--early-exit-layers", type=whole_number(1, MAX_LAYERS), default=None,
                    help="early exit: the target's first N layers draft (default: a quarter of them)")
     g.add_argument("--no-prepack", dest="prepack_cpu", action="store_false",
-                   help="on CPU, keep PyTorch's default kernels for multi-token passes instead of oneDNN weights "
-                        "packed at load (which cost a second copy of the weights in host memory)")
+                   help="on CPU, keep PyTorch's default kernels for every pass instead of oneDNN weights packed at "
+                        "load (which cost a second copy of the weights in host memory)")
     g.add_argument("--one-token-kernel", choices=ONE_TOKEN_KERNELS, default="auto",
                    help="on CPU with packed weights, what one-token steps (plain decoding, draft steps) run on: "
                         "auto times both at the run's thread count and takes the faster (the speed-up is over "
