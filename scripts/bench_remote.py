@@ -14,7 +14,8 @@ Rounds alternate the order (A B, then B A, ...). Reported, as ratios and medians
 - the client's CPU time (decoding every event and feeding its measurement) over the span: on one machine the
   client shares the worker's cores, so the span ratio includes it; across an ssh tunnel it runs elsewhere.
 
-The span ratio's median comes with a 95% bootstrap interval (scipy.stats.bootstrap over the rounds).
+The span ratio comes with its Hodges-Lehmann centre and 95% distribution-free interval over the rounds
+(``core.measure.statistics.paired_ratio``, what ``specscope bench`` reports for its paired rounds).
 
     .venv/bin/python scripts/bench_remote.py [--rounds 8] [--max-new-tokens 96] [--drafter eagle]
         [--out docs/bench-remote.md]
@@ -128,17 +129,6 @@ class SinkTimer:
         return out
 
 
-def _median_interval(values: list[float]) -> tuple[float, float]:
-    """95% bootstrap interval of the median (percentile method; the rounds are few and not normal)."""
-    from scipy.stats import bootstrap
-
-    if len(values) < 3:
-        return min(values), max(values)
-    res = bootstrap((values,), statistics.median, confidence_level=0.95, method="percentile",
-                    n_resamples=5000, random_state=0, vectorized=False)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -153,6 +143,7 @@ def main() -> int:
     from specscope.core.drafter_catalogue import default_k
     from specscope.core.engine.models import load_pair
     from specscope.core.gc_freeze import loaded_objects_frozen
+    from specscope.core.measure.statistics import paired_ratio
     from specscope.core.remote.server import WorkerServer
 
     k = args.k or default_k(args.drafter)
@@ -199,7 +190,9 @@ def main() -> int:
     sender_shares = [rem["sender_ms"] / rem["span_ms"] for _, rem in rows]
     per_event_us = [1000.0 * rem["sender_ms"] / rem["sent"] for _, rem in rows if rem["sent"]]
     client_shares = [rem["client_cpu_ms"] / rem["span_ms"] for _, rem in rows]
-    low, high = _median_interval(ratios)
+    paired = paired_ratio(ratios, min_pairs=2)
+    interval = (f" (Hodges-Lehmann {paired.value:.3f}, 95% interval {paired.lo:.3f}–{paired.hi:.3f})"
+                if paired is not None else "")
     identical = all(loc["tokens"] == rem["tokens"] for loc, rem in rows)
     lines = [
         "# The remote stream's cost (scripts/bench_remote.py)",
@@ -210,8 +203,8 @@ def main() -> int:
         "",
         "| measure | median | min–max |",
         "|---|---|---|",
-        f"| decode span, remote / local | {statistics.median(ratios):.3f} (95% interval of the median "
-        f"{low:.3f}–{high:.3f}) | {min(ratios):.3f}–{max(ratios):.3f} |",
+        f"| decode span, remote / local | {statistics.median(ratios):.3f}{interval} | "
+        f"{min(ratios):.3f}–{max(ratios):.3f} |",
         f"| the session's sink on the loop's thread (queuing), share of the span | "
         f"{100 * statistics.median(shares):.3f}% | {100 * min(shares):.3f}–{100 * max(shares):.3f}% |",
         f"| the sender thread (encode + send, beside the passes), share of the span | "
