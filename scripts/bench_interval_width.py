@@ -49,7 +49,7 @@ class OldExploration(VerifyExploration):
         est = self.measurement.estimate()
         if est is None or est.cost is None:
             return True
-        return est.cost.exploration_ms + self.predicted_ms(k, other) <= 0.02 * est.cost.wall_ms
+        return est.cost.exploration_ms + self.predicted_ms(k, other, est.costs) <= 0.02 * est.cost.wall_ms
 
 
 def old_gap(m: Measurement, records: list[IterationRecord], steps: int = 2, min_gap: int = 6, max_gap: int = 48,

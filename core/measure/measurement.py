@@ -316,10 +316,6 @@ class Measurement:
         with self._lock:
             return list(self._recent)
 
-    def costs(self) -> Costs:
-        with self._lock:
-            return self._costs_locked(self._recent[-1].drafter if self._recent else "")
-
     def scores(self, k_lo: int, k_hi: int) -> dict[int, float]:
         """Predicted speed-up for each k in [k_lo, k_hi] that has data: the curve the snapshot shows, which
         adaptive k reads too."""

@@ -45,7 +45,7 @@ two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured spee
 from __future__ import annotations
 
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD
+from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD, Costs
 from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
@@ -157,12 +157,12 @@ class VerifyExploration:
             return False
         if self.budget is None or est is None or est.cost is None:
             return True
-        return est.cost.iterations_ms + self.predicted_ms(k, other) <= self.budget * est.cost.wall_ms
+        return est.cost.iterations_ms + self.predicted_ms(k, other, est.costs) <= self.budget * est.cost.wall_ms
 
-    def predicted_ms(self, k: int, other: int) -> float:
+    @staticmethod
+    def predicted_ms(k: int, other: int, c: Costs) -> float:
         """What an iteration at ``other`` is predicted to take beyond one at ``k``: the extra draft steps and
-        verify tokens at the measured costs (the verify fit's slope; never below 0)."""
-        c = self.measurement.costs()
+        verify tokens at the snapshot's measured costs (the verify fit's slope; never below 0)."""
         points = c.verify_ms_by_len
         longest = max(points, default=1)
         slope = (points[longest] - points[min(points)]) / (longest - min(points)) if len(points) > 1 else 0.0
