@@ -13,8 +13,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specscope.core.attach.baseline import interleaved_baseline
-from specscope.core.attach.client import AttachResult, attach
 from specscope.core.attach.options import (
     MAX_SCRAPE_INTERVAL_S,
     MAX_TIMEOUT_S,
@@ -23,9 +21,9 @@ from specscope.core.attach.options import (
     AttachOptions,
     check_options,
 )
-from specscope.core.attach.summary import summarize_attached
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the client (httpx) and the summary (numpy) are imported when a request runs, not for --help
+    from specscope.core.attach.client import AttachResult
     from specscope.core.commands.cli_checks import Interrupted
     from specscope.core.records import IterationRecord
 
@@ -142,6 +140,8 @@ def main(args: argparse.Namespace) -> int:
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)  # before the request, not after it
 
+    from specscope.core.attach.baseline import interleaved_baseline
+    from specscope.core.attach.client import attach
     from specscope.core.commands.cli_checks import Interrupted, SignalGuard
 
     cancel = _CancelOnSignal()
@@ -181,6 +181,7 @@ class _CancelOnSignal:
 
 def _what_arrived(options: AttachOptions, arrived: list[IterationRecord], stopped: Interrupted) -> AttachResult:
     """The result of a request a second signal cut: the records that had arrived, with no engine details."""
+    from specscope.core.attach.client import AttachResult
     from specscope.core.attach.options import base_url, redact_url
 
     session: dict[str, Any] = {"engine": "unknown", "url": redact_url(base_url(options.url)),
@@ -204,6 +205,7 @@ def _mark_stopped(result: AttachResult, stopped: Interrupted, baseline_out: dict
 def _report(args: argparse.Namespace, result: AttachResult, baseline_out: dict[str, Any] | None,
             extra: dict[str, Any], stopped: Interrupted | None, late: Interrupted | None) -> int:
     """Write the trace, print the summary and the one closing sentence; the exit code."""
+    from specscope.core.attach.summary import summarize_attached
     from specscope.core.commands.cli_checks import emit, print_error
 
     summary = summarize_attached(result.records)

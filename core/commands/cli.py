@@ -98,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="decode on a worker started with `specscope serve` (the specscope://HOST:PORT/?token=… "
                           "line it printed) instead of loading a pair here")
 
-    from specscope.core.commands import bench, verify
+    # The argument modules, not the commands (torch): building the parser, and so every --help, imports no torch.
+    from specscope.core.commands import bench_arguments, verify_arguments
 
-    bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
-    verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
+    bench_arguments.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
+    verify_arguments.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
     from specscope.core.commands import attach as attach_command
 
     attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
-        parser = build_parser()  # imports torch and transformers: seconds
+        parser = build_parser()  # no torch: each command imports what it needs once it runs
         args = parser.parse_args(argv)
     finally:
         starting_done()
