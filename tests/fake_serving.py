@@ -68,6 +68,7 @@ class Engine:
     start_counts: tuple[int, int, int] = (7, 25, 13)  # counters that did not start at zero
     other_steps: list[Step] = field(default_factory=list)  # another request, on engine 1, during ours
     prompt_tokens: int = 11
+    speculative: bool = True  # False: started without --speculative-config (no spec_decode counters at all)
 
     def tokens_sent(self) -> list[int]:
         """Tokens each engine output sends: the prefill's one, then each step's, the last trimmed."""
@@ -99,14 +100,16 @@ class VllmMetrics:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         per_engine = {i: ["fake/model", str(i)] for i in range(engine.engines)}
+        # SpecDecodingProm registers nothing without a speculative config: a scratch registry keeps them unseen
+        spec_registry = self.registry if engine.speculative else CollectorRegistry()
         self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", labels,
-                              registry=self.registry)
+                              registry=spec_registry)
         self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labels,
-                                    registry=self.registry)
+                                    registry=spec_registry)
         self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels,
-                                registry=self.registry)
+                                registry=spec_registry)
         per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                          [*labels, "position"], registry=self.registry)
+                          [*labels, "position"], registry=spec_registry)
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
                              labels, registry=self.registry)
         self.per_engine = per_engine

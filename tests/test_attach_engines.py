@@ -263,3 +263,16 @@ def test_cli_text_json_and_trace_say_which_numbers_are_exact(capsys, tmp_path) -
     saved = read_trace(trace)
     assert saved.session["exactness"]["line"] == exact_line.split(None, 1)[1]
     assert saved.session["prompt_tokens"] == engine.prompt_tokens
+
+
+def test_the_speed_up_against_a_plain_vllm_server() -> None:
+    """A plain vLLM has no spec_decode counters: the plain side of the baseline is expected not to speculate."""
+    from specscope.core.attach.baseline import interleaved_baseline
+
+    plain_engine = Engine(k=K, steps=steps_of([(0, 0)] * 20), speculative=False)
+    with FakeVllm(Engine(k=K, steps=UNIFORM)) as spec, FakeVllm(plain_engine) as plain:
+        options = AttachOptions(url=spec.url, prompt="Count", max_tokens=64, scrape_interval_s=0.05)
+        run = interleaved_baseline(options, AttachOptions(url=plain.url, prompt="Count", max_tokens=64,
+                                                          scrape_interval_s=0.05), rounds=2)
+    assert run.error is None and len(run.ratios) == 2
+    assert all(r.no_speculation and r.error is None for r in run.plain)

@@ -55,6 +55,7 @@ class AttachResult:
     # The engine's own per-request report (vLLM metrics.speculative_decoding, SGLang spec_tokens_details).
     spec_report: RequestSpecReport | None = None
     records_rebuilt: bool = False  # the records were rebuilt from the report's per-step lists after the stream
+    no_speculation: bool = False  # the error is that the server does not speculate (a plain baseline's due)
     placement_certain: bool = True  # each rebuilt pass's place in the stream is the only one the chunks allow
     reconciliation: Reconciliation | None = None  # which figures are exact, which estimated, and why
     latency: dict[str, float | None] = field(default_factory=dict)  # per chunk, as engines' benchmarks count
@@ -333,6 +334,8 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
                         if context.prompt_tokens is None and chunk.prompt_tokens is not None:
                             context.prompt_tokens = chunk.prompt_tokens  # the trace's context length includes it
                             session["prompt_tokens"] = chunk.prompt_tokens
+                        if chunk.completion_tokens is not None:
+                            session["completion_tokens"] = chunk.completion_tokens  # the stream's own count
                         if chunk.spec_report is not None:
                             report = chunk.spec_report
                         if chunk.report_problem:
@@ -395,7 +398,7 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         if result.error is None:
             problem = _speculation_problem(result, engine, info)
             if problem:
-                result.error = problem
+                result.error, result.no_speculation = problem, True
     result.elapsed_s = time.monotonic() - started
     result.session["scrapes"] = [_snapshot_dict(s) for s in result.scrapes]
     result.session["error"] = result.error
