@@ -277,8 +277,9 @@ def reconcile(records: Sequence[IterationRecord], scrapes: Sequence[CounterSnaps
             result = Reconciliation(figures=counted if trimmed else from_records, exact=exact, estimated=[],
                                     checks=checks)
             if trimmed:
-                result.causes.append(f"the last pass's {(counted.accepted or 0) - (from_records.accepted or 0)} accepted "
-                                     "token(s) past max_tokens were counted by the engine but not sent")
+                cut = (counted.accepted or 0) - (from_records.accepted or 0)
+                result.causes.append(f"the last pass's {cut} accepted token(s) past max_tokens were counted by the "
+                                     "engine but not sent")
             return result
         result = Reconciliation(figures=counted, exact=["drafted", "accepted", "passes",
                                                         "per-position rates (vLLM's: per draft)"],
