@@ -89,13 +89,14 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
     totals = result.engine_totals
     rec = result.reconciliation
     fig = rec.figures if rec is not None else None
+    engine_figures = fig is not None and fig.source != "the stream"
     lines = [
         f"engine        {s.get('engine')} {s.get('engine_version') or ''} at {s.get('url')}".rstrip(),
         f"model         {s.get('model')}  speculative config {json.dumps(s.get('speculative_config') or {})}",
         f"passes        {summary['passes']} verify passes, {summary['tokens']} tokens"
         + (f" (prompt {s['prompt_tokens']} tokens)" if s.get("prompt_tokens") is not None else ""),
     ]
-    if fig is not None and fig.source != "the stream":
+    if engine_figures and fig is not None:
         lines += [
             f"figures from  {fig.source}",
             f"drafted       {_fmt(fig.drafted, 'd')} over {_fmt(fig.drafts, 'd')} drafting passes "
@@ -108,12 +109,13 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
             f"drafted       {summary['drafted']} (engine counter: {_fmt(totals['draft_tokens'], 'd')})",
             f"accepted      {summary['accepted']} (engine counter: {_fmt(totals['accepted_tokens'], 'd')})",
         ]
-    alpha = fig.alpha if fig is not None else summary["alpha"]
+    # From the stream, α and accepted / drafted are the measurement's (their one owner); else the engine's counts.
+    alpha = fig.alpha if engine_figures and fig is not None else summary["alpha"]
+    rate = fig.draft_acceptance_rate if engine_figures and fig is not None else summary["acceptance_rate"]
     bound = " (a lower bound)" if fig is not None and fig.judged_is_bound else ""
     lines += [
         f"alpha         {_fmt(alpha)}  specscope's α: accepted / judged{bound}",
-        f"draft acceptance rate   {_fmt(fig.draft_acceptance_rate if fig else summary['acceptance_rate'])}  "
-        "vLLM's: accepted / drafted",
+        f"draft acceptance rate   {_fmt(rate)}  vLLM's: accepted / drafted",
         f"mean acceptance length  {_fmt(fig.mean_acceptance_length if fig else None, '.2f')}  "
         "vLLM's: 1 + accepted / drafts",
     ]
