@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,7 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     return format(value, spec if isinstance(value, float) or not spec.endswith("d") else "d")
 
 
-def _rates(values: list[float | None] | None) -> str:
+def _rates(values: Sequence[float | None] | None) -> str:
     return " ".join("n/a" if v is None else f"{v:.2f}" for v in values) if values else "n/a"
 
 
