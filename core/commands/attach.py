@@ -93,7 +93,8 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
     engine_figures = fig is not None and fig.source != "the stream"
     lines = [
         f"engine        {s.get('engine')} {s.get('engine_version') or ''} at {s.get('url')}".rstrip(),
-        f"model         {s.get('model')}  speculative config {json.dumps(s.get('speculative_config') or {})}",
+        f"model         {s.get('model')}  speculative config {json.dumps(s.get('speculative_config') or {})}"
+        + (f", k = {s['draft_len']}" if s.get("draft_len") is not None else ""),
         f"passes        {summary['passes']} verify passes, {summary['tokens']} tokens"
         + (f" (prompt {s['prompt_tokens']} tokens)" if s.get("prompt_tokens") is not None else ""),
     ]
