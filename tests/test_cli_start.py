@@ -73,3 +73,26 @@ def test_reading_a_trace_imports_no_torch() -> None:
         assert read_trace(Path("tests/data/trace-0.1.0/export/run.csv")).records
     """)
     assert loaded["heavy"] == []
+
+
+def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_quiet() -> None:
+    """run/bench/verify/serve load torch and transformers before ``starting_done``: a Ctrl-C during those
+    seconds stays one line (tests/test_cli_interrupt.py), as when the parser imported them; ``run --remote``,
+    which decodes on a worker, loads none of it."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import contextlib, io, sys
+        import specscope.core.commands.cli as cli
+        seen = []
+        real = cli.starting_done
+        def spy():
+            seen.append("torch" in sys.modules and "transformers" in sys.modules)
+            real()
+        cli.starting_done = spy
+        with contextlib.redirect_stderr(io.StringIO()):
+            cli.main(["run", "--remote", "specscope://127.0.0.1:9/?token=x", "--prompt", "hi"])
+            cli.main(["run", "--target", "/nonexistent/model", "--prompt", "hi"])
+        print(seen)
+    """)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # run --remote decodes on the worker: no torch here; a local run has it before the start ends
+    assert done.stdout.strip().splitlines()[-1] == "[False, True]"
