@@ -218,7 +218,11 @@ class FakeVllm(_Server):
         self.engine = engine
         self.metrics = VllmMetrics(engine)
         self.requests: list[dict[str, Any]] = []
-        self.scraped = threading.Event()  # set by every /metrics request
+        # /metrics requests: how many began, and the latest one answered (a scrape that began after a change in
+        # the counters has seen it)
+        self._scrapes = threading.Condition()
+        self._scrapes_begun = 0
+        self._last_answered = -1
         fake = self
 
         class Handler(_Base):
@@ -228,8 +232,13 @@ class FakeVllm(_Server):
                 elif self.path == "/version":
                     self._json({"version": "0.34.0"})
                 elif self.path == "/metrics":
+                    with fake._scrapes:
+                        n = fake._scrapes_begun
+                        fake._scrapes_begun += 1
                     self._text(fake.metrics.text())
-                    fake.scraped.set()
+                    with fake._scrapes:
+                        fake._last_answered = max(fake._last_answered, n)
+                        fake._scrapes.notify_all()
                 else:
                     self._json({"detail": "Not Found"}, 404)
 
@@ -249,8 +258,9 @@ class FakeVllm(_Server):
                 m.set_running(1, engine_idx=1)
                 for s in e.other_steps:
                     m.observe(s, engine_idx=1)
-                self.scraped.clear()
-                self.scraped.wait(timeout=30)  # a scrape sees it running (the client's own thread)
+                with self._scrapes:  # a scrape begun from here on sees it running (the client's own thread)
+                    first = self._scrapes_begun
+                    self._scrapes.wait_for(lambda first=first: self._last_answered >= first, timeout=30)
                 m.set_running(0, engine_idx=1)
             for i in outputs:
                 if i:
