@@ -80,6 +80,13 @@ class AttachRunner(QObject):
             result = AttachResult(records=[], text="", session={}, scrapes=[], final_timings=None,
                                   error=f"{type(exc).__name__}: {exc}")
         self.result = result
+        rec = result.reconciliation
+        if rec is not None and (rec.records_are_estimates or result.records_rebuilt or not rec.all_exact):
+            # The window drew the passes as they streamed; where those were estimates, or the engine's report
+            # rebuilt them afterwards, it says which figures hold and why, in one line.
+            shown = ("the passes shown are as streamed; " if result.records_rebuilt or rec.records_are_estimates
+                     else "")
+            self.notice.emit(f"{shown}{rec.figures_line()}; {rec.line}")
         records: list[IterationRecord] = result.records
         last = records[-1].finish_reason if records else ""
         reason = "error" if result.error else "stop" if self.cancel.is_set() else last or "stop"

@@ -151,3 +151,25 @@ def test_an_attached_run_disables_start_and_is_autosaved(qtbot, tmp_path, fake_s
     assert w.data.estimate is not None and live is not None
     assert w.data.estimate.alpha_text() == live.alpha_text()
     assert "attached to" in w.run_panel.pair.text() and w.panel.prompt_text() == "Tell me about ferries"
+
+
+def test_the_window_says_which_attached_figures_are_estimates(qtbot, tmp_path):
+    """A vLLM that merges steps into chunks: the window drew the passes as streamed, so the attach source says in
+    one line which figures hold (the counters') and why (issue 38)."""
+    from specscope.app.attach_source import AttachRunner
+    from specscope.app.worker import RecordBuffer
+    from tests.fake_serving import Engine, FakeVllm, steps_of
+
+    steps = steps_of([(3, 3), (3, 1), (3, 0), (3, 2), (3, 3), (3, 0)])
+    with FakeVllm(Engine(k=3, steps=steps, merge=[1, 3, 3])) as server:
+        runner = AttachRunner(AttachOptions(url=server.url, prompt="Count", max_tokens=64, scrape_interval_s=0.05),
+                              RecordBuffer(), tmp_path / "sessions")
+        notices: list[str] = []
+        runner.notice.connect(notices.append)
+        with qtbot.waitSignal(runner.finished, timeout=60_000) as done:
+            runner.start()
+    assert done.args == [""]
+    line = next(n for n in notices if "the passes shown are as streamed" in n)
+    accepted, judged = 9, 9 + 6 - 2  # 6 steps, 2 accepting all 3
+    assert f"α {accepted / judged:.3f} (specscope's)" in line and "from the engine's counters" in line
+    assert "merged engine steps into one chunk" in line and "\n" not in line

@@ -100,6 +100,11 @@ def test_records_match_the_servers_own_counters_and_timings(spec_server: LlamaSe
         assert s["alpha"] == pytest.approx(accepted / judged)
     # Client-side tokens/s over the decode passes vs the engine's generation rate: same run, same tokens.
     assert s["tokens_per_s"] == pytest.approx(timings["predicted_per_second"], rel=0.25)
+    # The chunks' own counters make every pass exact, and the counters agree (issue 38): nothing is an estimate.
+    rec = result.reconciliation
+    assert rec is not None and rec.all_exact and all(c.agrees for c in rec.checks), rec.line if rec else None
+    assert result.session["prompt_tokens"] == timings["prompt_n"]
+    assert records[0].context_len == timings["prompt_n"] + records[0].n_emitted
 
 
 def test_server_killed_mid_stream_keeps_the_partial_trace(binary: Path, gguf: Path, tmp_path: Path):

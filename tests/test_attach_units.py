@@ -156,3 +156,62 @@ def test_sse_errors_are_sentences():
         parse_sse_data("{oops", 0.0)
     with pytest.raises(ChunkError, match="error mid-stream: boom"):
         parse_sse_data(json.dumps({"error": {"message": "boom"}}), 0.0)
+
+
+# The final usage chunk exactly as vLLM 0.34.0 dumps it (``model_dump_json(exclude_unset=False,
+# exclude_none=True)`` of a CompletionStreamResponse with choices=[], usage and metrics), --per-request-spec-decode-
+# metrics detailed: RequestSpecDecodeMetrics.to_dict of four steps.
+VLLM_FINAL_CHUNK = (
+    '{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,'
+    '"total_tokens":20,"completion_tokens":11},"metrics":{"speculative_decoding":{"mean_acceptance_length":2.75,'
+    '"draft_acceptance_rate":0.7777777777777778,"acceptance_histogram":[1,0,1,2],"num_spec_steps":4,'
+    '"num_accepted_draft_tokens":8,"num_draft_tokens":9,"num_spec_tokens":3,"per_step_accepted":[3,0,2,3],'
+    '"per_step_drafted":[3,1,2,3]}}}')
+
+
+def test_vllm_final_usage_chunk_gives_the_exact_per_request_report():
+    chunk = parse_sse_data(VLLM_FINAL_CHUNK, 1.0)
+    assert chunk is not None and chunk.prompt_tokens == 9 and chunk.completion_tokens == 11
+    report = chunk.spec_report
+    assert report is not None and report.detailed and report.k == 3
+    assert (report.steps, report.draft_tokens, report.accepted) == (4, 9, 8)
+    assert report.accepted_per_position() == [3, 3, 2]
+    assert report.drafted_per_position() == [4, 3, 2]
+    assert report.judged() == 8 + 1  # only the step drafting 1 and accepting 0 rejected
+
+
+def test_a_malformed_report_is_a_note_not_a_failure():
+    bad = json.loads(VLLM_FINAL_CHUNK)
+    bad["metrics"]["speculative_decoding"]["per_step_drafted"] = [3, 1]
+    chunk = parse_sse_data(json.dumps(bad), 1.0)
+    assert chunk is not None and chunk.spec_report is None
+    assert chunk.report_problem == ("the stream sent metrics.speculative_decoding with per_step_accepted and "
+                                    "per_step_drafted of different lengths: the per-request figures are not used")
+
+
+def test_sglang_spec_tokens_details_chunk():
+    body = {"id": "x", "object": "text_completion", "created": 1, "model": "m", "choices": [], "usage": None,
+            "sglext": {"spec_tokens_details": {"spec_verify_ct": 5, "spec_num_correct_drafts": 9,
+                                               "spec_num_proposed_drafts": 15, "spec_accept_length": 2.8,
+                                               "spec_accept_rate": 0.6,
+                                               "spec_correct_drafts_histogram": [1, 0, 2, 2]}}}
+    chunk = parse_sse_data(json.dumps(body), 0.0)
+    assert chunk is not None and chunk.spec_report is not None
+    r = chunk.spec_report
+    assert (r.k, r.steps, r.draft_tokens, r.accepted) == (3, 5, 15, 9)
+    assert r.judged() == 9 + 5 - 2 and r.accepted_per_position() == [4, 4, 2]
+
+
+def test_steps_placed_on_chunks_say_when_the_place_is_not_the_only_one():
+    from specscope.core.attach.passes import passes_from_steps
+
+    def chunks(totals: list[int]) -> list:
+        return [parse_sse_data(json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": n}}), float(i))
+                for i, n in enumerate(totals)]
+
+    # steps accepting 2, 0 (3 then 1 token) and one undrafted step between them: chunk sizes 1, 3, 1, 1
+    passes, certain = passes_from_steps(chunks([1, 4, 5, 6]), [2, 0], [3, 3])
+    assert not certain  # the undrafted step and the step accepting 0 both send one token in chunks of one
+    passes, certain = passes_from_steps(chunks([1, 2, 5, 6]), [2, 0], [3, 3])
+    assert certain and [(p.n_drafted, p.n_accepted, p.n_emitted) for p in passes] == \
+        [(0, 0, 1), (0, 0, 1), (3, 2, 3), (3, 0, 1)]

@@ -2,11 +2,24 @@
 
 No Qt here. ``client.attach`` runs one request; ``baseline.interleaved_baseline`` measures the speed-up
 against a plain endpoint; ``summary.summarize_attached`` reads the numbers through ``core.measure.metrics``.
+The names below are loaded on first use (PEP 562): importing one submodule, as the CLI's ``--help`` does for
+the option limits, does not load the HTTP client.
 """
 
-from specscope.core.attach.client import AttachResult, attach
-from specscope.core.attach.options import AttachError, AttachOptions, redact_url
-from specscope.core.attach.prometheus import CounterSnapshot, Engine, parse_counters
+from __future__ import annotations
 
-__all__ = ["AttachError", "AttachOptions", "AttachResult", "CounterSnapshot", "Engine", "attach", "parse_counters",
-           "redact_url"]
+import importlib
+from typing import Any
+
+_HOMES = {"AttachResult": "client", "attach": "client", "AttachError": "options", "AttachOptions": "options",
+          "redact_url": "options", "CounterSnapshot": "prometheus", "Engine": "prometheus",
+          "parse_counters": "prometheus"}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -6,7 +6,11 @@ Two engines put speculative counters on the chunks themselves:
   drafted), ``predicted_ms`` and ``predicted_per_second``.
 - vLLM, asked with ``stream_options: {include_usage, continuous_usage_stats}``, adds cumulative
   ``usage.completion_tokens`` to every chunk.
-Either gives the number of tokens each chunk carries; without them a chunk counts as one token.
+Either gives the number of tokens each chunk carries; without them a chunk counts as one token. vLLM's usage
+and llama.cpp's ``timings.prompt_n`` also give the prompt's length in tokens.
+
+The engines' per-request speculation reports (vLLM's ``metrics.speculative_decoding`` on the final usage
+chunk, SGLang's ``sglext.spec_tokens_details``) are read by ``request_metrics`` into ``Chunk.spec_report``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from specscope.core.attach.request_metrics import (
+    RequestMetricsError,
+    RequestSpecReport,
+    sglang_report,
+    vllm_report,
+)
 
 
 @dataclass
@@ -26,6 +37,9 @@ class Chunk:
     draft_n_accepted: int | None = None  # cumulative accepted drafted tokens (llama.cpp timings)
     timings: dict[str, Any] | None = None  # the chunk's llama.cpp timings object, as sent
     fingerprint: str | None = None  # system_fingerprint (llama.cpp: its build info)
+    prompt_tokens: int | None = None  # usage.prompt_tokens (vLLM, SGLang) or timings.prompt_n (llama.cpp)
+    spec_report: RequestSpecReport | None = None  # the engine's per-request speculation report, where sent
+    report_problem: str | None = None  # a report that could not be read (one sentence; the stream goes on)
 
 
 class ChunkError(ValueError):
@@ -95,10 +109,16 @@ def parse_sse_data(data: str, t_s: float) -> Chunk | None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
         chunk.completion_tokens = _count(usage, "completion_tokens", "usage")
+        chunk.prompt_tokens = _count(usage, "prompt_tokens", "usage")
+    try:
+        chunk.spec_report = vllm_report(obj) or sglang_report(obj, None)
+    except RequestMetricsError as exc:
+        chunk.report_problem = f"{exc}: the per-request figures are not used"
     timings = obj.get("timings")
     if isinstance(timings, dict):
         chunk.timings = timings
         predicted = _count(timings, "predicted_n", "timings")
+        chunk.prompt_tokens = _count(timings, "prompt_n", "timings")
         if predicted is not None:
             chunk.completion_tokens = predicted
         # llama.cpp leaves draft_n out until something was drafted: absent means 0 so far.

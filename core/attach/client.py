@@ -31,8 +31,11 @@ from specscope.core.attach.options import (
     redact_url,
     request_url,
 )
-from specscope.core.attach.passes import Pass, PassBuilder, RecordContext, RecordMaker
+from specscope.core.attach.passes import Pass, PassBuilder, RecordContext, RecordMaker, passes_from_steps
 from specscope.core.attach.prometheus import CounterSnapshot, Engine, MetricsError, parse_counters
+from specscope.core.attach.reconcile import Reconciliation, reconcile
+from specscope.core.attach.request_metrics import RequestSpecReport
+from specscope.core.attach.summary import chunk_latency
 from specscope.core.records import ControlValues, IterationRecord
 
 OnRecord = Callable[[IterationRecord], None]
@@ -49,6 +52,13 @@ class AttachResult:
     warnings: list[str] = field(default_factory=list)
     ttft_ms: float | None = None
     elapsed_s: float = 0.0
+    # The engine's own per-request report (vLLM metrics.speculative_decoding, SGLang spec_tokens_details).
+    spec_report: RequestSpecReport | None = None
+    records_rebuilt: bool = False  # the records were rebuilt from the report's per-step lists after the stream
+    no_speculation: bool = False  # the error is that the server does not speculate (a plain baseline's due)
+    placement_certain: bool = True  # each rebuilt pass's place in the stream is the only one the chunks allow
+    reconciliation: Reconciliation | None = None  # which figures are exact, which estimated, and why
+    latency: dict[str, float | None] = field(default_factory=dict)  # per chunk, as engines' benchmarks count
 
     @property
     def engine_totals(self) -> dict[str, int | None]:
@@ -178,11 +188,21 @@ def _server_info(client: httpx.Client, root: str) -> dict[str, Any]:
         slots = get_json("/slots")
         if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
             info["speculative"]["slots_speculative"] = bool(slots[0]["speculative"])
-    server_info = get_json("/get_server_info")  # SGLang
-    if isinstance(server_info, dict) and ("speculative_algorithm" in server_info or "version" in server_info):
-        info["sglang_version"] = server_info.get("version")
-        info["speculative"] = {k: v for k, v in server_info.items() if str(k).startswith("speculative")}
+    if "vllm_version" not in info and "llama_cpp_build" not in info:
+        # SGLang: /server_info (0.5 and later); /get_server_info, deprecated, on older servers
+        server_info = get_json("/server_info")
+        if not _is_sglang_info(server_info):
+            server_info = get_json("/get_server_info")
+        if _is_sglang_info(server_info):
+            info["sglang_version"] = server_info.get("version")
+            info["speculative"] = {k: v for k, v in server_info.items() if str(k).startswith("speculative")}
+            # None: launched without --speculative-algorithm
+            info["speculation_on"] = server_info.get("speculative_algorithm") is not None
     return info
+
+
+def _is_sglang_info(obj: Any) -> bool:
+    return isinstance(obj, dict) and ("speculative_algorithm" in obj or "version" in obj)
 
 
 def _engine_from_info(info: dict[str, Any]) -> Engine:
@@ -206,6 +226,8 @@ def _request_body(options: AttachOptions, model: str | None, engine: Engine) -> 
     }
     if model:
         body["model"] = model
+    if engine is Engine.SGLANG:
+        body["return_spec_tokens_details"] = True  # the request's exact totals and histogram, before [DONE]
     if engine is Engine.LLAMA_CPP:
         body["timings_per_token"] = True  # cumulative draft_n / draft_n_accepted on every chunk
         body["cache_prompt"] = False  # every request processes its prompt: requests are comparable
@@ -253,8 +275,10 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         model = options.model or (info.get("models") or [None])[0]
         if before is None and scraper.problem:
             result.warnings.append(scraper.problem)
-        elif before is not None and not before.has_speculation_counters and engine is not Engine.LLAMA_CPP:
-            # llama.cpp always lists its speculative counters; vLLM/SGLang only when speculation is on.
+        elif before is not None and not before.has_speculation_counters and engine is not Engine.LLAMA_CPP \
+                and info.get("speculation_on") is not True:
+            # llama.cpp always lists its speculative counters; vLLM only when speculation is on; SGLang publishes
+            # its gauges after its first logging window, so /server_info decides there.
             result.warnings.append(f"the {engine.value} server exposes no speculative-decoding metrics: "
                                    "speculation looks disabled there")
         draft_len = _draft_len(before, info)
@@ -267,6 +291,8 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         maker = RecordMaker(context)
         builder = PassBuilder(draft_len=draft_len)
         texts: list[str] = []
+        chunks: list[Chunk] = []
+        report: RequestSpecReport | None = None
 
         def emit(passes: list[Pass], finished: bool = False, reason: str = "") -> None:
             for i, p in enumerate(passes):
@@ -304,6 +330,16 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
                             break
                         sanity.check(chunk)
                         n_chunks += 1
+                        chunks.append(chunk)
+                        if context.prompt_tokens is None and chunk.prompt_tokens is not None:
+                            context.prompt_tokens = chunk.prompt_tokens  # the trace's context length includes it
+                            session["prompt_tokens"] = chunk.prompt_tokens
+                        if chunk.completion_tokens is not None:
+                            session["completion_tokens"] = chunk.completion_tokens  # the stream's own count
+                        if chunk.spec_report is not None:
+                            report = chunk.spec_report
+                        if chunk.report_problem:
+                            result.warnings.append(chunk.report_problem)
                         if result.ttft_ms is None and (chunk.text or chunk.completion_tokens):
                             result.ttft_ms = (t - context.t_request_s) * 1000.0
                         last_chunk = chunk
@@ -336,6 +372,17 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
             result.records[-1].finished = True
             result.records[-1].finish_reason = finish_reason or "stop"
         result.text = "".join(texts)
+        result.spec_report = report
+        if report is not None and report.detailed and result.error is None and not cancelled:
+            assert report.per_step_accepted is not None and report.per_step_drafted is not None
+            rebuilt, result.placement_certain = passes_from_steps(chunks, report.per_step_accepted,
+                                                                  report.per_step_drafted)
+            exact_maker = RecordMaker(context)
+            exact = [exact_maker.record(p) for p in rebuilt]
+            if exact:
+                exact[-1].finished, exact[-1].finish_reason = True, finish_reason or "stop"
+                result.records, result.records_rebuilt = exact, True
+        result.latency = chunk_latency(chunks, context.t_request_s)
         if last_chunk is not None and last_chunk.fingerprint and "llama_cpp_build" not in info:
             session["system_fingerprint"] = last_chunk.fingerprint
         if result.error is None or "dropped" not in result.error:
@@ -344,14 +391,21 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
         if session.get("draft_len") is None and result.scrapes:
             # llama.cpp lists its per-position counters only once a request has drafted: k is known afterwards.
             session["draft_len"] = _draft_len(result.scrapes[-1], info)
+        chunk_counters = any(c.draft_n is not None for c in chunks)
+        result.reconciliation = reconcile(result.records, result.scrapes, engine, session.get("draft_len"), report,
+                                          builder.max_chunk_tokens, records_exact=result.records_rebuilt
+                                          or chunk_counters, placement_certain=result.placement_certain)
         if result.error is None:
-            problem = _speculation_problem(result, engine)
+            problem = _speculation_problem(result, engine, info)
             if problem:
-                result.error = problem
+                result.error, result.no_speculation = problem, True
     result.elapsed_s = time.monotonic() - started
     result.session["scrapes"] = [_snapshot_dict(s) for s in result.scrapes]
     result.session["error"] = result.error
     result.session["warnings"] = result.warnings
+    result.session["latency"] = result.latency
+    if result.reconciliation is not None:
+        result.session["exactness"] = result.reconciliation.to_dict()
     return result
 
 
@@ -375,17 +429,25 @@ def _status_sentence(response: httpx.Response, root: str) -> str:
     return f"{where} answered {response.status_code} to the completion request: {detail}"
 
 
-def _speculation_problem(result: AttachResult, engine: Engine) -> str | None:
+def _speculation_problem(result: AttachResult, engine: Engine, info: dict[str, Any]) -> str | None:
     """A sentence when the request ran without speculation (nothing drafted anywhere we can see)."""
     if not result.records:
+        return None
+    if engine is Engine.SGLANG:
+        if info.get("speculation_on") is False:
+            return ("the SGLang server runs without speculative decoding (its /server_info gives no "
+                    "speculative_algorithm): start it with --speculative-algorithm")
+        if info.get("speculation_on") is None and result.spec_report is None and result.scrapes and not any(
+                s.accept_length for s in result.scrapes):
+            return ("the SGLang server reports no speculative decoding (sglang:spec_accept_length is 0 or absent "
+                    "and it sent no spec_tokens_details): start it with --speculative-algorithm")
         return None
     drafted = sum(r.n_drafted for r in result.records)
     counters = result.engine_totals
     if engine is Engine.LLAMA_CPP and drafted == 0 and not counters.get("draft_tokens"):
         return ("the server generated without speculative decoding (nothing was drafted): start llama-server "
                 "with a draft model (-md) or a --spec-type")
-    if engine in (Engine.VLLM, Engine.SGLANG) and result.scrapes and \
-            not any(s.has_speculation_counters for s in result.scrapes):
+    if engine is Engine.VLLM and result.scrapes and not any(s.has_speculation_counters for s in result.scrapes):
         return (f"the {engine.value} server reports no speculative-decoding counters: start it with a "
                 "speculative config")
     return None
@@ -394,6 +456,10 @@ def _speculation_problem(result: AttachResult, engine: Engine) -> str | None:
 def _draft_len(snapshot: CounterSnapshot | None, info: dict[str, Any]) -> int | None:
     """k as the engine reports it: vLLM creates one per-position series per draft position at start."""
     spec = info.get("speculative") or {}
+    if isinstance(spec.get("speculative_num_draft_tokens"), int) and spec["speculative_num_draft_tokens"] > 1:
+        # SGLang drafts num_draft_tokens - 1 per pass (its spec_num_proposed_drafts); num_steps is the chain
+        # depth, which is not the draft's size once topk > 1 makes it a tree.
+        return int(spec["speculative_num_draft_tokens"]) - 1
     for key in ("speculative_num_steps", "num_speculative_tokens"):
         if isinstance(spec.get(key), int):
             return int(spec[key])

@@ -12,10 +12,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 API_KEY_VARIABLES = ("SPECSCOPE_API_KEY", "OPENAI_API_KEY")
 
@@ -116,6 +117,8 @@ def base_url(url: str) -> str:
         port = 0
     if port == 0:
         raise AttachError(f"the port in {shown} must be a whole number from 1 to 65535")
+    import httpx  # here, not at the top: the CLI's --help reads this module's limits without the HTTP client
+
     try:
         httpx.URL(url)  # what the client will parse: refuse here what it would refuse later
     except (httpx.InvalidURL, ValueError) as exc:
@@ -127,6 +130,8 @@ def base_url(url: str) -> str:
 
 
 def auth_from_url(url: str) -> httpx.BasicAuth | None:
+    import httpx
+
     parts = urlsplit(url)
     if parts.username:
         return httpx.BasicAuth(parts.username, parts.password or "")

@@ -8,8 +8,15 @@ Metric names, as the engines' sources spell them (checked against the source, no
 - llama.cpp's server (``tools/server/server-task.cpp``, with ``--metrics``): ``llamacpp:spec_decode_num_drafts_total``,
   ``…num_draft_tokens_total``, ``…num_accepted_tokens_total`` and ``…num_accepted_tokens_per_pos_total{position}``.
   They are folded in when a request's slot is released, so they move only between requests, never mid-stream.
-- SGLang (``python/sglang/srt/metrics/collector.py``): gauges ``sglang:spec_accept_length`` (mean tokens per
-  verify pass over the engine's last logging window) and, in newer versions, ``sglang:spec_accept_rate``.
+- SGLang (``python/sglang/srt/observability/metrics_collector.py``, 0.5.23): gauges ``sglang:spec_accept_length``
+  (mean tokens per verify pass over the engine's last logging window) and ``sglang:spec_accept_rate``, and
+  ``sglang:num_running_reqs``, labelled by ``tp_rank`` (and ``dp_rank``). Labelled gauges have no sample until
+  the scheduler first logs, so a fresh server lists the families empty: their absence says nothing about
+  whether speculation is on (``/server_info`` does).
+
+Requests running: vLLM ``vllm:num_requests_running``, llama.cpp ``llamacpp:requests_processing``, SGLang
+``sglang:num_running_reqs`` (the same requests seen by every tensor-parallel rank: the most over the ranks of
+one data-parallel rank, summed over those).
 
 Parsing is prometheus_client's own (``text_string_to_metric_families``); series of one family are summed
 across engines/ranks (data-parallel vLLM exposes one per engine).
@@ -140,6 +147,7 @@ def parse_counters(text: str, t_s: float) -> CounterSnapshot:
     per_pos: dict[int, float] = {}
     totals: dict[str, float] = {}
     gauges: dict[str, list[float]] = {}
+    running_by_dp: dict[str, float] = {}  # SGLang: per data-parallel rank, the most any tensor rank reports
     for family in families:
         if not family.name.startswith(prefix):
             continue
@@ -151,6 +159,9 @@ def parse_counters(text: str, t_s: float) -> CounterSnapshot:
                 pos = sample.labels.get("position")
                 if pos is not None and pos.isdigit():
                     per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + sample.value
+            elif short == "num_running_reqs" and math.isfinite(sample.value):
+                dp = sample.labels.get("dp_rank", "")
+                running_by_dp[dp] = max(running_by_dp.get(dp, 0.0), sample.value)
             elif family.type == "gauge":
                 gauges.setdefault(short, []).append(sample.value)
             else:
@@ -174,7 +185,7 @@ def parse_counters(text: str, t_s: float) -> CounterSnapshot:
         snap.accepted_per_pos = [whole(ACCEPTED_PER_POS, per_pos.get(i, 0.0)) for i in range(max(per_pos) + 1)]
     running = [v for v in gauges.get("requests_processing") or gauges.get("num_requests_running") or []
                if math.isfinite(v)]
-    snap.requests_running = sum(running) if running else None
+    snap.requests_running = sum(running) if running else sum(running_by_dp.values()) if running_by_dp else None
     if engine is Engine.SGLANG:  # gauges per rank: their mean, not their sum
         length = [v for v in gauges.get(SGLANG_ACCEPT_LENGTH, []) if math.isfinite(v)]
         rate = [v for v in gauges.get(SGLANG_ACCEPT_RATE, []) if math.isfinite(v)]

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specscope.core.attach.baseline import interleaved_baseline
-from specscope.core.attach.client import AttachResult, attach
 from specscope.core.attach.options import (
     MAX_SCRAPE_INTERVAL_S,
     MAX_TIMEOUT_S,
@@ -23,9 +22,9 @@ from specscope.core.attach.options import (
     AttachOptions,
     check_options,
 )
-from specscope.core.attach.summary import summarize_attached
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the client (httpx) and the summary (numpy) are imported when a request runs, not for --help
+    from specscope.core.attach.client import AttachResult
     from specscope.core.commands.cli_checks import Interrupted
     from specscope.core.records import IterationRecord
 
@@ -80,23 +79,64 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     return format(value, spec if isinstance(value, float) or not spec.endswith("d") else "d")
 
 
+def _rates(values: Sequence[float | None] | None) -> str:
+    return " ".join("n/a" if v is None else f"{v:.2f}" for v in values) if values else "n/a"
+
+
 def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
+    """The figures every surface shows (``reconcile``: the engine's report, its counters or the stream, each
+    line saying which), vLLM's definitions beside specscope's α, and the line on what is exact."""
     s = result.session
     totals = result.engine_totals
+    rec = result.reconciliation
+    fig = rec.figures if rec is not None else None
+    engine_figures = fig is not None and fig.source != "the stream"
     lines = [
         f"engine        {s.get('engine')} {s.get('engine_version') or ''} at {s.get('url')}".rstrip(),
-        f"model         {s.get('model')}  speculative config {json.dumps(s.get('speculative_config') or {})}",
-        f"passes        {summary['passes']} verify passes, {summary['tokens']} tokens",
-        f"drafted       {summary['drafted']} (engine counter: {_fmt(totals['draft_tokens'], 'd')})",
-        f"accepted      {summary['accepted']} (engine counter: {_fmt(totals['accepted_tokens'], 'd')})",
-        f"alpha         {_fmt(summary['alpha'])}  (accepted / judged)",
-        f"accepted/drafted {_fmt(summary['acceptance_rate'])}",
+        f"model         {s.get('model')}  speculative config {json.dumps(s.get('speculative_config') or {})}"
+        + (f", k = {s['draft_len']}" if s.get("draft_len") is not None else ""),
+        f"passes        {summary['passes']} verify passes, {summary['tokens']} tokens"
+        + (f" (prompt {s['prompt_tokens']} tokens)" if s.get("prompt_tokens") is not None else ""),
+    ]
+    if engine_figures and fig is not None:
+        lines += [
+            f"figures from  {fig.source}",
+            f"drafted       {_fmt(fig.drafted, 'd')} over {_fmt(fig.drafts, 'd')} drafting passes "
+            f"(the stream's records: {summary['drafted']}; engine counter: {_fmt(totals['draft_tokens'], 'd')})",
+            f"accepted      {_fmt(fig.accepted, 'd')} (the stream's records: {summary['accepted']}; engine "
+            f"counter: {_fmt(totals['accepted_tokens'], 'd')})",
+        ]
+    else:
+        lines += [
+            f"drafted       {summary['drafted']} (engine counter: {_fmt(totals['draft_tokens'], 'd')})",
+            f"accepted      {summary['accepted']} (engine counter: {_fmt(totals['accepted_tokens'], 'd')})",
+        ]
+    # From the stream, α and accepted / drafted are the measurement's (their one owner); else the engine's counts.
+    alpha = fig.alpha if engine_figures and fig is not None else summary["alpha"]
+    rate = fig.draft_acceptance_rate if engine_figures and fig is not None else summary["acceptance_rate"]
+    bound = " (a lower bound)" if fig is not None and fig.judged_is_bound else ""
+    lines += [
+        f"alpha         {_fmt(alpha)}  specscope's α: accepted / judged{bound}",
+        f"draft acceptance rate   {_fmt(rate)}  vLLM's: accepted / drafted",
+        f"mean acceptance length  {_fmt(fig.mean_acceptance_length if fig else None, '.2f')}  "
+        "vLLM's: 1 + accepted / drafts",
+    ]
+    if fig is not None and (fig.per_position is not None or fig.per_position_vllm is not None):
+        lines.append(f"per position  {_rates(fig.per_position)} (accepted / drafted at each position); vLLM's "
+                     f"{_rates(fig.per_position_vllm)} (accepted / drafts)")
+    lat = result.latency or {}
+    lines += [
         f"tokens/pass   {_fmt(summary['tokens_per_iteration'], '.2f')}",
         f"tokens/s      {_fmt(summary['tokens_per_s'], '.1f')} (client side, decode passes)",
+        f"latency       TTFT {_fmt(lat.get('ttft_ms'), '.1f')} ms, inter-token {_fmt(lat.get('itl_p50_ms'), '.1f')} ms "
+        f"median / {_fmt(lat.get('itl_p95_ms'), '.1f')} ms p95 between chunks, TPOT {_fmt(lat.get('tpot_ms'), '.2f')} "
+        "ms (as vLLM's benchmark counts them)",
     ]
     timings = result.final_timings or {}
     if isinstance(timings, dict) and timings.get("predicted_per_second") is not None:
         lines.append(f"engine tok/s  {_fmt(timings.get('predicted_per_second'), '.1f')} (the engine's own timings)")
+    if rec is not None:
+        lines.append(f"exactness     {rec.line}")
     for w in result.warnings:
         lines.append(f"note          {w}")
     return "\n".join(lines)
@@ -142,6 +182,8 @@ def main(args: argparse.Namespace) -> int:
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)  # before the request, not after it
 
+    from specscope.core.attach.baseline import interleaved_baseline
+    from specscope.core.attach.client import attach
     from specscope.core.commands.cli_checks import Interrupted, SignalGuard
 
     cancel = _CancelOnSignal()
@@ -181,6 +223,7 @@ class _CancelOnSignal:
 
 def _what_arrived(options: AttachOptions, arrived: list[IterationRecord], stopped: Interrupted) -> AttachResult:
     """The result of a request a second signal cut: the records that had arrived, with no engine details."""
+    from specscope.core.attach.client import AttachResult
     from specscope.core.attach.options import base_url, redact_url
 
     session: dict[str, Any] = {"engine": "unknown", "url": redact_url(base_url(options.url)),
@@ -204,6 +247,7 @@ def _mark_stopped(result: AttachResult, stopped: Interrupted, baseline_out: dict
 def _report(args: argparse.Namespace, result: AttachResult, baseline_out: dict[str, Any] | None,
             extra: dict[str, Any], stopped: Interrupted | None, late: Interrupted | None) -> int:
     """Write the trace, print the summary and the one closing sentence; the exit code."""
+    from specscope.core.attach.summary import summarize_attached
     from specscope.core.commands.cli_checks import emit, print_error
 
     summary = summarize_attached(result.records)
@@ -212,8 +256,11 @@ def _report(args: argparse.Namespace, result: AttachResult, baseline_out: dict[s
 
     if args.json:
         error = result.error or (stopped.reason if stopped is not None else None)
+        rec = result.reconciliation
         emit(json.dumps({"session": result.session, "summary": summary, "final_timings": result.final_timings,
                          "engine_totals": result.engine_totals, "baseline": baseline_out, "error": error,
+                         "figures": rec.figures.to_dict() if rec is not None else None,
+                         "exactness": rec.to_dict() if rec is not None else None, "latency": result.latency,
                          "text": result.text}, indent=2, default=str))
     else:
         lines = [summary_text(result, summary)]

@@ -14,7 +14,8 @@ from typing import IO
 
 import torch
 
-from specscope.core.commands.bench_runs import DEFAULT_GOALS, Mismatch, RunRow
+from specscope.core.commands.bench_arguments import DEFAULT_GOALS
+from specscope.core.commands.bench_runs import Mismatch, RunRow
 from specscope.core.measure.measurement import RatioInterval
 from specscope.core.measure.statistics import paired_ratio
 from specscope.core.trace.cells import spreadsheet_safe

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from specscope.core.commands.bench_arguments import LookupVariant
 from specscope.core.controls import K_MAX, Controls
 from specscope.core.engine.drafters.base import Drafter
 from specscope.core.engine.drafters.suffix import SuffixDrafter
@@ -29,9 +30,6 @@ from specscope.core.records import ControlValues, IterationRecord
 SPECSCOPE_KINDS = ("plain", "fixed", "adaptive", "heuristic")
 
 
-DEFAULT_GOALS = (1.25, 1.5)  # speed-ups the report says the needed α for, beside break-even
-
-
 HF_KINDS = ("hf-assisted", "hf-lookup")
 
 
@@ -44,31 +42,6 @@ class Method:
     # Suffix decoding: whether the run's cross-run cache holds the responses to the prompts run before it in
     # this round (never its own prompt's: that would be the answer it is verified against).
     suffix_cache: bool = True
-
-
-@dataclass(frozen=True)
-class LookupVariant:
-    """How prompt lookup matches: which occurrence, and the n-gram sizes tried (longest first)."""
-
-    match: str = "recent"  # or "earliest" (transformers' choice)
-    max_ngram: int = 3
-    min_ngram: int = 1
-
-    @property
-    def label(self) -> str:
-        return f"{self.match} n={self.max_ngram}..{self.min_ngram}"
-
-    @classmethod
-    def parse(cls, text: str) -> LookupVariant:
-        """``MATCH:MAX:MIN``, e.g. ``earliest:2:1``."""
-        parts = text.strip().split(":")
-        try:
-            match, hi, lo = parts[0], int(parts[1]), int(parts[2])
-        except (IndexError, ValueError):
-            raise ValueError(f"a lookup variant is MATCH:MAX_N:MIN_N (e.g. earliest:2:1), got {text!r}") from None
-        if match not in ("recent", "earliest") or not 1 <= lo <= hi <= 8:
-            raise ValueError(f"a lookup variant needs recent or earliest and 1 <= MIN_N <= MAX_N <= 8, got {text!r}")
-        return cls(match, hi, lo)
 
 
 @dataclass(frozen=True)

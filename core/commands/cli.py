@@ -9,6 +9,7 @@ autosave recorder as the app, so even kill -9 loses at most about the last secon
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -98,10 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="decode on a worker started with `specscope serve` (the specscope://HOST:PORT/?token=… "
                           "line it printed) instead of loading a pair here")
 
-    from specscope.core.commands import bench, verify
+    # The argument modules, not the commands (torch): building the parser, and so every --help, imports no torch.
+    from specscope.core.commands import bench_arguments, verify_arguments
 
-    bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
-    verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
+    bench_arguments.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
+    verify_arguments.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
     from specscope.core.commands import attach as attach_command
 
     attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
@@ -115,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
-        parser = build_parser()  # imports torch and transformers: seconds
+        parser = build_parser()  # no torch: --help answers at once, attach and run --remote never load it
         args = parser.parse_args(argv)
+        _import_engine(args)
     finally:
         starting_done()
     _Run.session_folder = None
@@ -142,6 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_error(f"interrupted by Ctrl-C; {args.command} stopped before it finished")
         rc = 128 + signal.SIGINT
     return rc
+
+
+# What a command that decodes here needs (seconds of imports), loaded while a signal still ends the start in one
+# line (a KeyboardInterrupt inside transformers' imports surfaced as a traceback): as before for these commands.
+ENGINE_MODULES = ("specscope.core.engine.speculative", "transformers")
+
+
+def _import_engine(args: argparse.Namespace) -> None:
+    if args.command in ("run", "serve", "bench", "verify") and getattr(args, "remote", None) is None:
+        for name in ENGINE_MODULES:
+            importlib.import_module(name)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from specscope.core.commands.cli_checks import finite_number, whole_number
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
-from specscope.core.engine.drafters import suffix as suffix_defaults
+from specscope.core.engine.drafters import suffix_defaults
 from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
 
 if TYPE_CHECKING:

@@ -25,7 +25,6 @@ from specscope.core.commands.cli_checks import CliError, Interrupted, SignalGuar
 from specscope.core.controls import Controls
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
 from specscope.core.remote.options import session_options_to_data
-from specscope.core.remote.received import ReceivedRun
 from specscope.core.remote.url import BadWorkerUrl, parse_worker_url
 
 # run's model options name a pair; with --remote the worker's pair decodes
@@ -248,6 +247,7 @@ def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls
     from specscope.core.commands.run import warn_autosave_off
     from specscope.core.commands.run_report import RunOutcome, nothing_decoded, report_run
     from specscope.core.events import RunStarted
+    from specscope.core.remote.received import ReceivedRun  # the measurement (numpy): not for --help
 
     lazy = _LazyRecorder(description, quiet)
     received = ReceivedRun(sinks=[lazy])

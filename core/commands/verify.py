@@ -32,21 +32,18 @@ import torch
 from specscope.core.commands.cli_checks import (
     EXIT_FAILURE,
     MAX_NEW_TOKENS,
-    SEED,
-    TEMPERATURE,
-    TOP_K,
-    TOP_P,
     CliError,
     Interrupted,
     SignalGuard,
-    add_max_new_tokens,
     check_writable,
     emit,
-    file_path,
-    finite_number,
     print_error,
     progress_line,
-    whole_number,
+)
+from specscope.core.commands.verify_arguments import (  # noqa: F401 - the CLI's names
+    MAX_DRAWS,
+    MAX_OFFSETS,
+    add_arguments,
 )
 from specscope.core.commands.verify_statistics import (
     RULES,
@@ -61,13 +58,10 @@ from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.sampling import processed_probs
 from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.progress import Progress, report_progress
-from specscope.core.prompts import PROMPT_KINDS, Prompt, load_prompt_file, load_prompt_sets
+from specscope.core.prompts import Prompt, load_prompt_file, load_prompt_sets
 from specscope.core.records import ControlValues
 from specscope.core.trace.errors import TraceError
 from specscope.core.trace.files import atomic_text_files
-
-MAX_DRAWS = 10_000_000  # per context and rule; the draws are vectorised, so memory grows with them
-MAX_OFFSETS = 64  # contexts per prompt
 
 
 # ---- report -----------------------------------------------------------------------------------------
@@ -300,33 +294,6 @@ def verify_pair(
 
 
 # ---- command line -----------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specscope.core.commands.pair_arguments import add_pair_arguments
-
-    add_pair_arguments(parser)
-    g = parser.add_argument_group("verification")
-    g.add_argument("--prompts", default="all",
-                   help=f"prompt sets ({', '.join(PROMPT_KINDS)}, comma-separated, or all) "
-                   "or a .json/.txt file")
-    g.add_argument("--limit", type=whole_number(0, 100_000), default=0,
-                   help="use at most this many prompts per set (0 = all)")
-    g.add_argument("--k", default="2,4", help="draft lengths for the greedy check, comma-separated")
-    add_max_new_tokens(g, 48)
-    g.add_argument("--draws", type=whole_number(0, MAX_DRAWS), default=200_000,
-                   help="draws per context and rule (0 = skip the sampling test)")
-    g.add_argument("--top-n", type=whole_number(1, 100_000), default=60,
-                   help="chi-square bins: the most likely N tokens + rest")
-    g.add_argument("--offsets", default="0,8", help="contexts: prompt + this many greedy tokens")
-    g.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling settings for the sampling test")
-    g.add_argument("--top-k", type=TOP_K, default=0)
-    g.add_argument("--top-p", type=TOP_P, default=1.0)
-    g.add_argument("--alpha", type=finite_number(0.0, 1.0, lo_open=True), default=1e-3,
-                   help="significance level per context")
-    g.add_argument("--no-greedy", action="store_true", help="skip the greedy equality check")
-    g.add_argument("--seed", type=SEED, default=0)
-    g.add_argument("--json", dest="json_path", type=file_path, help="also write the report as JSON to this file")
-
-
 def _int_list(text: str, name: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.core.drafter_catalogue import DRAFTER_KINDS
-from specscope.core.engine.drafters import suffix as suffix_defaults
+from specscope.core.engine.drafters import suffix_defaults
 
 
 class ModelLoadError(Exception):

@@ -42,21 +42,16 @@ from typing import Any
 import torch
 
 from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.drafters.suffix_defaults import (  # the defaults live without torch
+    DEFAULT_BACKOFF,
+    DEFAULT_MAX_CACHED_REQUESTS,
+    DEFAULT_MAX_SPEC_FACTOR,
+    DEFAULT_MAX_TREE_DEPTH,
+    DEFAULT_MIN_TOKEN_PROB,
+)
 from specscope.core.engine.drafters.suffix_tree import ROOT, SuffixDraft, SuffixTree
 from specscope.core.records import ControlValues
 
-# vLLM's names (``suffix_decoding_*``). Its tree depth and minimum probability; not its factor (1.0) or its
-# 10,000 cached responses. On this machine's CPU a verify pass of up to ~10 tokens costs about one plain step
-# (docs/bench-demo-suffix.md §2), so longer drafts are nearly free: a replay of recorded greedy outputs put
-# factor 3 ahead of 1 and 2 on every prompt kind. Where longer passes cost more, adaptive k
-# (core/adaptive_suffix) trims the draft by its own count ratios and the measured verify costs. The cache is
-# smaller: a Python trie costs more per node than vLLM's C++ one, and a desktop session holds tens of runs,
-# not a server's thousands of requests.
-DEFAULT_MAX_TREE_DEPTH = 24
-DEFAULT_MAX_SPEC_FACTOR = 3.0
-DEFAULT_MIN_TOKEN_PROB = 0.1
-DEFAULT_MAX_CACHED_REQUESTS = 64
-DEFAULT_BACKOFF = True  # not vLLM's: see the module's docstring
 LOCAL_SEQ = 0
 
 

@@ -1,0 +1,98 @@
+"""The command line starts light (issue 38, item 6): every command's ``--help``, ``specscope attach`` itself and
+reading a trace import neither torch nor transformers, so a laptop without them can attach to a GPU server and
+``--help`` answers at once. Each case runs in a fresh interpreter and reads its ``sys.modules`` at the end;
+the parser's modules are not imported by the test process first, so nothing is inherited."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specscope.core.commands.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers")
+
+
+def _loaded_after(code: str) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter; the heavy modules it left loaded, and what it printed last."""
+    probe = textwrap.dedent(code) + textwrap.dedent(f"""
+        import json, sys
+        print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _commands() -> list[str]:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sorted(sub.choices)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("command", [*_commands(), None])
+def test_help_of_every_command_imports_no_torch(command: str | None) -> None:
+    argv = [command, "--help"] if command else ["--help"]
+    loaded = _loaded_after(f"""
+        import contextlib, io
+        from specscope.core.commands.cli import main
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+            main({argv!r})
+        assert "usage:" in out.getvalue(), out.getvalue()
+    """)
+    assert loaded["heavy"] == []
+
+
+def test_attach_to_a_server_imports_no_torch() -> None:
+    """A whole ``specscope attach`` against the fake llama.cpp server, then writing and reading its trace."""
+    loaded = _loaded_after("""
+        import contextlib, io, tempfile
+        from pathlib import Path
+        from specscope.core.commands.cli import main
+        from specscope.core.trace.files import read_trace
+        from tests.fake_engine import FakeEngine
+        with FakeEngine() as engine, tempfile.TemporaryDirectory() as tmp:
+            trace = str(Path(tmp) / "a.csv")
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                rc = main(["attach", engine.url, "--prompt", "hi", "--max-tokens", "8", "--trace", trace])
+            assert rc == 0 and "drafted" in out.getvalue(), out.getvalue()
+            assert read_trace(Path(trace)).records
+    """)
+    assert loaded["heavy"] == []
+
+
+def test_reading_a_trace_imports_no_torch() -> None:
+    loaded = _loaded_after("""
+        from pathlib import Path
+        from specscope.core.trace.files import read_trace
+        assert read_trace(Path("tests/data/trace-0.1.0/export/run.csv")).records
+    """)
+    assert loaded["heavy"] == []
+
+
+def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_quiet() -> None:
+    """run/bench/verify/serve load torch and transformers before ``starting_done``: a Ctrl-C during those
+    seconds stays one line (tests/test_cli_interrupt.py), as when the parser imported them; ``run --remote``,
+    which decodes on a worker, loads none of it."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import contextlib, io, sys
+        import specscope.core.commands.cli as cli
+        seen = []
+        real = cli.starting_done
+        def spy():
+            seen.append("torch" in sys.modules and "transformers" in sys.modules)
+            real()
+        cli.starting_done = spy
+        with contextlib.redirect_stderr(io.StringIO()):
+            cli.main(["run", "--remote", "specscope://127.0.0.1:9/?token=x", "--prompt", "hi"])
+            cli.main(["run", "--target", "/nonexistent/model", "--prompt", "hi"])
+        print(seen)
+    """)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # run --remote decodes on the worker: no torch here; a local run has it before the start ends
+    assert done.stdout.strip().splitlines()[-1] == "[False, True]"
