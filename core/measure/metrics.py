@@ -103,7 +103,8 @@ def inter_token_intervals_ms(records: Sequence[IterationRecord]) -> list[float]:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between order statistics."""
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default); None
+    with no values. The project's one percentile: summaries, benches and their reports use it."""
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {q}")
     if not values:
