@@ -92,6 +92,7 @@ lint() {
     (cd .typecheck && "$VENV/bin/mypy" -p specscope)
     # The layer contracts (pyproject's [tool.importlinter]), read from the same mirror.
     PYTHONPATH="$ROOT/.typecheck" "$VENV/bin/lint-imports" --no-cache pyproject.toml
+    PYTHONPATH="$ROOT/.typecheck" "$VENV/bin/lint-imports" --no-cache import-cycles.ini
 }
 
 cmd=${1:-app}; shift || true
