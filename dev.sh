@@ -92,6 +92,7 @@ lint() {
     (cd .typecheck && "$VENV/bin/mypy" -p specscope)
     # The layer contracts (pyproject's [tool.importlinter]), read from the same mirror.
     PYTHONPATH="$ROOT/.typecheck" "$VENV/bin/lint-imports" --no-cache pyproject.toml
+    PYTHONPATH="$ROOT/.typecheck" "$VENV/bin/lint-imports" --no-cache import-cycles.ini
 }
 
 cmd=${1:-app}; shift || true
@@ -124,7 +125,7 @@ case "$cmd" in
                 echo "[test] WARNING: llama-server was not built within ${budget} min (it resumes next time);" \
                      "the attach tests against it are skipped in this run" >&2
             fi
-            # Measured, README "Tests": 9.0 and 9.9 min on the quiet development machine, lint included.
+            # Measured 9.0 and 9.9 min on the quiet development machine, lint included (7.3 min later: docs/setup-and-tests.md).
             echo "[test] then every test: about 10 min on 2 quiet cores (measured 9.0 and 9.9; 2-3 times that on a busy machine)"
             # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
             QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} SPECSCOPE_NO_SERVER_BUILD=1 \

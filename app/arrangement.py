@@ -85,10 +85,6 @@ class Arrangement(QObject):
 
     # ---- beside or below -------------------------------------------------------------------------------
     @property
-    def beside_wanted(self) -> bool:
-        return self._beside_wanted
-
-    @property
     def shown_beside(self) -> bool:
         return self.splitter.orientation() == Qt.Orientation.Horizontal
 

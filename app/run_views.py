@@ -24,7 +24,7 @@ __all__ = ["LIVE_VIEW_PERIOD_S", "RunViews"]
 
 # While a run is live, the token view, status and plot titles are brought up to date at most this often (10 Hz):
 # on the tiny pair at every 33 ms tick they took 5 of the app's 10 ms of CPU per iteration, and the GUI thread
-# shares the interpreter lock with the decode (scripts/bench_app_rate.py, docs/bench-overhead.md).
+# shares the interpreter lock with the decode (docs/bench-overhead.md; bench_app_rate.py is in commit a985f13).
 LIVE_VIEW_PERIOD_S = 0.1
 
 

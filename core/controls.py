@@ -11,7 +11,7 @@ from specscope.core.records import ControlValues
 
 K_MIN, K_MAX = 1, 16
 # New tokens a session decodes unless told otherwise: SessionOptions, the app's run panel and its saved setting.
-# (The CLI's run and attach default to 128 and verify to 48: shorter checks, documented in README.)
+# (The CLI's run and attach default to 128, bench to 64 and verify to 48: shorter checks; the README says so.)
 DEFAULT_MAX_NEW_TOKENS = 256
 
 

@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from specscope.core.measure.metrics import percentile  # noqa: E402  (after the platform is chosen)
+
 
 def rss_mib() -> float:
     import psutil
@@ -119,10 +121,6 @@ def thread_cpu() -> dict[str, float]:
         out[name] = out.get(name, 0.0) + t.user_time + t.system_time
     return out
 
-
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def main() -> int:
@@ -273,8 +271,8 @@ def main() -> int:
     print(f"event-loop latency while decoding ({args.pair} pair, decoding in a {args.engine}, {where}, "
           f"{args.hogs} busy processes beside it, "
           f"{n_live / args.decode_seconds:.0f} iterations/s, "
-          f"{len(lateness)} probes): p50 {percentile(lateness, 0.5):.1f} ms, "
-          f"p99 {percentile(lateness, 0.99):.1f} ms, max {max(lateness):.1f} ms, "
+          f"{len(lateness)} probes): p50 {percentile(lateness, 50):.1f} ms, "
+          f"p99 {percentile(lateness, 99):.1f} ms, max {max(lateness):.1f} ms, "
           f"{sum(1 for x in lateness if x > 150)} pauses over 150 ms")
     if ended_early:
         print(f"the run ended by itself {ended_early[0][0]:.1f} s after Start ({ended_early[0][1]}): the rest of the "
@@ -282,7 +280,7 @@ def main() -> int:
     if pauses:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
     late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
-    print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 0.99):.1f} ms, max "
+    print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 99):.1f} ms, max "
           f"{max(own_ms):.1f} ms; of the {len(late)} probes later than 100 ms, "
           f"{sum(1 for _, c in late if c > 50)} were mostly its own work (over 50 ms of CPU)")
     print(f"plot paints while decoding: {paints[0] / args.decode_seconds:.0f} a second (6 plots; the tick, "

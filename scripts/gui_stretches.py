@@ -25,6 +25,8 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication
 
+from specscope.core.measure.metrics import percentile
+
 
 @dataclass
 class Stretch:
@@ -134,10 +136,6 @@ class StretchApplication(QApplication):
                 self._paints[label] = self._paints.get(label, 0.0) + spent
 
 
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
-
 
 BURST_GAP_MS = 1.0
 
@@ -167,22 +165,23 @@ def report_collections(collections: list[tuple[int, float, int]]) -> str:
 def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> str:
     """The longest stretches, what they were, and the totals by label."""
     cpu = [s.cpu_ms for s in stretches]
-    out = [f"the GUI thread's stretches (one per event dispatched): {len(cpu)}, p50 {percentile(cpu, 0.5):.2f} ms, "
-           f"p99 {percentile(cpu, 0.99):.1f} ms, p99.9 {percentile(cpu, 0.999):.1f} ms, max {max(cpu, default=0):.1f} "
+    p50, p99, p999 = (percentile(cpu, q) or 0.0 for q in (50, 99, 99.9))
+    out = [f"the GUI thread's stretches (one per event dispatched): {len(cpu)}, p50 {p50:.2f} ms, "
+           f"p99 {p99:.1f} ms, p99.9 {p999:.1f} ms, max {max(cpu, default=0):.1f} "
            f"ms of CPU, {sum(cpu) / 1000:.2f} s in all"]
     by_label: dict[str, list[float]] = {}
     for s in stretches:
         by_label.setdefault(s.label, []).append(s.cpu_ms)
     out.append("by event (count, total, p99, max ms):")
     for label, xs in sorted(by_label.items(), key=lambda kv: -sum(kv[1]))[:10]:
-        out.append(f"  {label:<48} {len(xs):>6} {sum(xs):>9.0f} {percentile(xs, 0.99):>7.1f} {max(xs):>7.1f}")
+        out.append(f"  {label:<48} {len(xs):>6} {sum(xs):>9.0f} {percentile(xs, 99):>7.1f} {max(xs):>7.1f}")
     painted: dict[str, list[float]] = {}
     for s in stretches:
         for widget, ms in s.paints.items():
             painted.setdefault(widget, []).append(ms)
     out.append("paints by widget (count, median, p99, max ms of CPU):")
     for widget, xs in sorted(painted.items(), key=lambda kv: -sum(kv[1]))[:8]:
-        out.append(f"  {widget:<48} {len(xs):>6} {percentile(xs, 0.5):>7.1f} {percentile(xs, 0.99):>7.1f} "
+        out.append(f"  {widget:<48} {len(xs):>6} {percentile(xs, 50):>7.1f} {percentile(xs, 99):>7.1f} "
                    f"{max(xs):>7.1f}")
     out.append(f"the {top} longest:")
     for s in sorted(stretches, key=lambda s: -s.cpu_ms)[:top]:
@@ -192,7 +191,7 @@ def report(stretches: list[Stretch], top: int = 12, profile_lines: int = 40) -> 
                    + (f"  (resized: {resized})" if resized else ""))
     bursts = _bursts(stretches)
     out.append(f"bursts (stretches back to back, under {BURST_GAP_MS:g} ms apart: what delays a timer): "
-               f"p99 {percentile([b[0] for b in bursts], 0.99):.1f} ms, "
+               f"p99 {percentile([b[0] for b in bursts], 99) or 0.0:.1f} ms, "
                f"max {max((b[0] for b in bursts), default=0):.1f} "
                "ms of CPU; the longest:")
     for cpu_ms, members in sorted(bursts, key=lambda b: -b[0])[:5]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from specscope.core.controls import Controls
@@ -226,6 +227,21 @@ def test_verify_curve_is_made_monotone():
     assert monotone_fit({1: 5.0, 3: 7.0}) == {1: 5.0, 3: 7.0}
     # weighted by how many passes each length has: the better-measured length moves less
     assert monotone_fit({1: 10.0, 2: 7.0}, {1: 3.0, 2: 1.0}) == {1: 9.25, 2: 9.25}
+
+
+def test_monotone_fit_is_scipys_weighted_isotonic_regression():
+    # the fit stays hand-written only for import time (core/measure/statistics.py says why): it must be scipy's
+    from scipy.optimize import isotonic_regression
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        lengths = sorted(rng.choice(np.arange(1, 20), size=int(rng.integers(1, 12)), replace=False).tolist())
+        values = rng.normal(10.0, 3.0, size=len(lengths))
+        weights = rng.integers(1, 9, size=len(lengths)).astype(float)
+        ours = monotone_fit(dict(zip(lengths, values.tolist(), strict=True)),
+                            dict(zip(lengths, weights.tolist(), strict=True)))
+        theirs = isotonic_regression(values, weights=weights, increasing=True).x
+        assert list(ours) == lengths and list(ours.values()) == pytest.approx(theirs.tolist(), rel=1e-12)
 
 
 class ScriptedPolicy:

@@ -185,6 +185,8 @@ def _answer_with_garbage(server: socket.socket) -> None:
         conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
 
 
+# Full tier: two worker processes started and killed (18 s of CPU at load 10, the second-dearest fast test).
+@pytest.mark.slow
 def test_a_killed_worker_is_said_its_events_are_kept_and_a_restart_decodes_again(qtbot, tmp_path, tiny_dirs):
     from specscope.core.trace.files import read_trace
 
@@ -268,6 +270,9 @@ GUI_SCRIPT = textwrap.dedent("""
 """)
 
 
+# Full tier: a GUI process and its worker (12 s of CPU at load 10); the fast tier keeps the static check
+# (test_app_units: no app module imports torch) and the import contract.
+@pytest.mark.slow
 def test_the_gui_process_imports_no_torch_while_a_local_run_decodes(tiny_dirs, tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECSCOPE_SETTINGS_FILE": str(tmp_path / "s.ini")}
     env.pop("SPECSCOPE_IN_PROCESS", None)

@@ -142,8 +142,9 @@ def test_costs_and_needed_alpha_come_from_the_runs_estimate(rows: list[bench_run
                 continue
             fixed = r.estimate.costs.fixed_ms or 0.0
             # the needed alpha, put back into the one cost model with the row's own costs, gives the goal
-            assert costmodel.predicted_speedup(a, 3, r.plain_step_ms, r.draft_ms / 3, r.verify_ms,
-                                               fixed) == pytest.approx(goal, rel=1e-6)
+            tokens = costmodel.expected_tokens_per_iteration(a, 3)
+            assert costmodel.speedup(tokens, r.plain_step_ms, r.draft_ms, r.verify_ms,
+                                     fixed) == pytest.approx(goal, rel=1e-6)
         assert r.break_even_alpha == r.alpha_needed(1.0)
     assert all(r.estimate is None and r.verify_ms is None for r in rows if r.method == "plain")
     text = bench_report.markdown_report(rows, [], "tiny random pair", "cmd", 2, 12, goals=[1.3])

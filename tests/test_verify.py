@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import pytest
 import torch
-from scipy.stats import chi2
 
 from specscope.core.commands import verify
 from specscope.core.commands.verify import verify_pair
 from specscope.core.commands.verify_statistics import (
     RULES,
-    _upper_gamma_regularized,
+    chi2_sf,
     chi_square_top,
     simulate_first_token,
     total_variation,
@@ -26,10 +26,23 @@ from specscope.core.records import ControlValues
 from tests.models import perturbed, save_model_dir, tiny_model, word_tokenizer
 
 
-@pytest.mark.parametrize(("stat", "df"), [(0.3, 1), (4.0, 3), (59.0, 60), (95.0, 60), (400.0, 60), (12.0, 2)])
-def test_own_chi2_survival_matches_scipy(stat: float, df: int) -> None:
-    expected = chi2.sf(stat, df)
-    assert _upper_gamma_regularized(df / 2, stat / 2) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+@pytest.mark.parametrize("stat", [0.0, 0.3, 4.0, 12.0, 95.0])
+def test_chi2_survival_with_two_degrees_is_exp_of_minus_half(stat: float) -> None:
+    # with 2 degrees of freedom the chi-square survival function is exp(-x/2) exactly
+    assert chi2_sf(stat, 2) == pytest.approx(math.exp(-stat / 2.0), rel=1e-12)
+
+
+def test_chi2_survival_falls_with_the_statistic_and_rises_with_the_degrees() -> None:
+    assert chi2_sf(0.0, 5) == 1.0 and chi2_sf(math.inf, 5) == 0.0
+    assert chi2_sf(3.0, 5) > chi2_sf(6.0, 5) > chi2_sf(60.0, 5) > 0.0
+    assert chi2_sf(10.0, 5) < chi2_sf(10.0, 10) < chi2_sf(10.0, 20)
+    assert chi2_sf(59.0, 60) > 0.5 > chi2_sf(95.0, 60)  # the median of chi-square(60) is about 59.3
+
+
+def test_chi_square_top_passes_matching_counts_and_fails_far_ones() -> None:
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    assert chi_square_top(torch.tensor([500.0, 300.0, 200.0]), p).pvalue == pytest.approx(1.0)
+    assert chi_square_top(torch.tensor([300.0, 300.0, 400.0]), p).pvalue < 1e-12
 
 
 def far_apart(vocab: int = 200) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,57 +12,16 @@ import math
 from dataclasses import dataclass
 
 import torch
+from scipy.special import chdtrc
 
 from specscope.core.engine.acceptance import residual_distribution
 
 RULES = ("correct", "resample-from-p", "keep-draft")
 
 
-def _upper_gamma_regularized(a: float, x: float) -> float:
-    """Q(a, x) = Γ(a, x) / Γ(a): series for x < a + 1, continued fraction otherwise (Numerical Recipes)."""
-    if x <= 0.0:
-        return 1.0
-    log_prefix = a * math.log(x) - x - math.lgamma(a)
-    if x < a + 1.0:
-        term = total = 1.0 / a
-        ap = a
-        for _ in range(10_000):
-            ap += 1.0
-            term *= x / ap
-            total += term
-            if abs(term) < abs(total) * 1e-15:
-                break
-        return max(0.0, 1.0 - total * math.exp(log_prefix))
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c = 1.0 / tiny
-    d = 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return min(1.0, math.exp(log_prefix) * h)
-
-
 def chi2_sf(stat: float, df: int) -> float:
-    """P(χ²_df ≥ stat): scipy's when installed, else our own incomplete gamma."""
-    if math.isinf(stat):
-        return 0.0
-    try:
-        from scipy.stats import chi2
-
-        return float(chi2.sf(stat, df))
-    except ImportError:
-        return _upper_gamma_regularized(df / 2.0, stat / 2.0)
+    """P(χ²_df ≥ stat)."""
+    return 0.0 if math.isinf(stat) else float(chdtrc(df, stat))
 
 
 @dataclass

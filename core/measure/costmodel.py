@@ -2,8 +2,8 @@
 
 Pure functions of floats. Times in milliseconds. ``alpha`` is the probability that one proposal is
 accepted given that every earlier one in the iteration was (assumed the same at every position), which is
-what :func:`specscope.core.measure.metrics.alpha_estimate` measures — not ``accepted / drafted``, which shrinks with
-k because proposals after the first rejection are never checked.
+the measurement's α, accepted / checked proposals — not ``accepted / drafted``, which shrinks with k because
+proposals after the first rejection are never checked.
 
 One iteration drafts k tokens (k draft steps), verifies them in one target pass of length k+1 and rolls
 the caches back; it emits on average E(alpha, k) tokens. Plain decoding emits one token per target step.
@@ -88,19 +88,6 @@ def speedup(tokens_per_iteration: float, target_ms: float, draft_ms_per_iteratio
     return target_ms * tokens_per_iteration / cost if cost > 0.0 else None
 
 
-def predicted_speedup(
-    alpha: float, k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
-) -> float:
-    """Speculative over plain tokens/s at iid acceptance ``alpha``: :func:`speedup` with E(alpha, k)."""
-    _check_costs(target_ms=target_ms)
-    cost = iteration_cost_ms(k, draft_ms, verify_ms, rollback_ms)
-    if cost <= 0.0:
-        raise ValueError("an iteration must cost more than 0 ms")
-    out = speedup(expected_tokens_per_iteration(alpha, k), target_ms, k * draft_ms, verify_ms, rollback_ms)
-    assert out is not None
-    return out
-
-
 def alpha_for_speedup(
     k: int, speedup: float, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
 ) -> float | None:
@@ -128,14 +115,3 @@ def alpha_for_speedup(
         else:
             hi = mid
     return 0.5 * (lo + hi)
-
-
-def break_even_alpha(
-    k: int, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
-) -> float | None:
-    """The alpha at which speculation at this k is as fast as plain decoding.
-
-    0.0 when it pays even with nothing accepted (verification cheaper than a plain step); None when it
-    cannot pay even with everything accepted (the iteration costs more than k+1 plain steps).
-    """
-    return alpha_for_speedup(k, 1.0, target_ms, draft_ms, verify_ms, rollback_ms)

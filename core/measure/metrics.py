@@ -32,17 +32,6 @@ def checked_proposals(record: IterationRecord) -> int:
     return record.n_accepted + (1 if record.n_accepted < record.n_drafted else 0)
 
 
-def alpha_estimate(records: Sequence[IterationRecord]) -> float | None:
-    """The cost model's alpha: accepted / checked proposals (maximum likelihood under iid acceptance).
-
-    Unlike accepted / drafted it does not depend on k when acceptance is iid; it is what
-    :func:`specscope.core.measure.costmodel.expected_tokens_per_iteration` expects.
-    """
-    spec = _speculative(records)
-    checked = sum(checked_proposals(r) for r in spec)
-    return sum(r.n_accepted for r in spec) / checked if checked else None
-
-
 def mean_acceptance_length(records: Sequence[IterationRecord]) -> float | None:
     """1 + accepted / iterations: tokens per target pass with the bonus/correction counted."""
     spec = _speculative(records)
@@ -69,7 +58,7 @@ def conditional_position_acceptance(records: Sequence[IterationRecord]) -> list[
     """Conditional: at position i, P(accept i | positions < i accepted, i drafted).
 
     = iterations accepting >= i+1 / iterations that drafted >= i+1 and accepted >= i. Equal at every
-    position (and to :func:`alpha_estimate`) when acceptance is iid; rising with i when it comes in runs.
+    position (and to α, accepted / checked proposals) when acceptance is iid; rising with i when it comes in runs.
     """
     spec = _speculative(records)
     depth = max((r.n_drafted for r in spec), default=0)
@@ -114,7 +103,8 @@ def inter_token_intervals_ms(records: Sequence[IterationRecord]) -> list[float]:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between order statistics."""
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default); None
+    with no values. The project's one percentile: summaries, benches and their reports use it."""
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {q}")
     if not values:
@@ -125,8 +115,3 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
-
-def tokens_per_second(records: Sequence[IterationRecord]) -> float | None:
-    """Emitted tokens over the loop's own time (sum of iteration_ms)."""
-    ms = sum(r.iteration_ms for r in records)
-    return sum(r.n_emitted for r in records) * 1000.0 / ms if ms > 0 else None

@@ -32,11 +32,6 @@ class Residency:
     step_read_bytes: int = 0  # weight bytes one forward pass reads (an untied input embedding reads one row)
     prepacked_bytes: int = 0  # copies of CPU linear weights packed for multi-token passes (engine/cpu_linear.py)
 
-    def layers_off(self, compute_device: str) -> dict[str, int]:
-        """Layers whose weights live somewhere other than ``compute_device`` (e.g. {"disk": 18})."""
-        want = device_key(compute_device)
-        return {p: n for p, n in self.layers_by_place.items() if p != want and n}
-
     @property
     def total_bytes(self) -> int:
         return self.param_bytes + self.buffer_bytes + self.prepacked_bytes

@@ -143,11 +143,6 @@ class WorkerServer:
         with self._lock:
             return self._lock.wait_for(lambda: self._client is None, timeout_s)
 
-    @property
-    def has_client(self) -> bool:
-        with self._lock:
-            return self._client is not None
-
     # ---- stopping ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Stop serving (any thread, or a signal handler): serve_forever returns once the run under way ended."""

@@ -45,10 +45,6 @@ class WorkerAddress:
         return self.redacted()
 
 
-def format_worker_url(host: str, port: int, token: str) -> str:
-    return WorkerAddress(host, port, token).url()
-
-
 def _host(text: str) -> str:
     if text.startswith("["):
         if not text.endswith("]"):
