@@ -22,7 +22,7 @@ from specscope.core.engine.drafters.early_exit import EarlyExitDrafter
 from specscope.core.engine.drafters.lookup import PromptLookupDrafter
 from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.drafters.suffix import SuffixDrafter
-from specscope.core.engine.speculative import Decoder, DecodeOptions
+from specscope.core.engine.speculative import DecodeOptions, Decoder
 from specscope.core.records import ControlValues
 from tests.families import FAMILIES, FAST, VOCAB, WINDOW, Family, family_model, greedy_reference, perturbed_copy
 from tests.stats import chi_square_pvalue, exact_first_two

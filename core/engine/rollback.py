@@ -27,6 +27,7 @@ be returned exactly: :func:`rollback_problem` names them, so the loader refuses 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,11 +63,16 @@ def unrollable_layers(cache: Cache) -> list[str]:
 def rollback_problem(config: PretrainedConfig) -> str | None:
     """A sentence if the cache a model with this config decodes with cannot roll back exactly; else None.
 
-    Builds the (empty, lazily allocated) cache from the config alone, so it costs nothing before loading."""
+    Builds the (empty, lazily allocated) cache from the config alone, so it costs nothing before loading. The
+    model's class is imported first: a family's own cache layers register themselves when its module loads."""
+    from transformers import AutoModelForCausalLM
+
+    with contextlib.suppress(Exception):  # no causal LM class: the loader says so in its own sentence
+        AutoModelForCausalLM._model_mapping[type(config)]  # imports the modeling module
     try:
         cache = DynamicCache(config=config)
-    except Exception as e:  # a config transformers cannot build a cache for fails later with its own words
-        return f"transformers cannot build a cache for {type(config).__name__} ({e})"
+    except Exception:  # transformers cannot build this cache from the config alone: the load decides
+        return None
     names = unrollable_layers(cache)
     if not names:
         return None
