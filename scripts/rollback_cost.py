@@ -31,12 +31,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specscope.core.controls import Controls  # noqa: E402
-from specscope.core.engine.drafters.model import ModelDrafter  # noqa: E402
-from specscope.core.engine.speculative import Decoder, DecodeOptions  # noqa: E402
-from specscope.core.memory.residency import kv_cache_bytes  # noqa: E402
-from specscope.core.records import ControlValues, IterationRecord  # noqa: E402
-from tests.families import FAMILIES, VOCAB, family_model, perturbed_copy  # noqa: E402
+from specscope.core.controls import Controls
+from specscope.core.engine.drafters.model import ModelDrafter
+from specscope.core.engine.speculative import DecodeOptions, Decoder
+from specscope.core.memory.residency import kv_cache_bytes
+from specscope.core.records import ControlValues, IterationRecord
+from tests.families import FAMILIES, VOCAB, family_model, perturbed_copy
 
 PROMPT = [5, 9, 12, 5, 9, 30, 7, 3, 44, 17, 8, 21]
 
@@ -134,7 +134,8 @@ def main() -> None:
         print(f"| {name} | {med([r.share for r in rounds]) * 100:.1f}% "
               f"({min(r.share for r in rounds) * 100:.1f}–{max(r.share for r in rounds) * 100:.1f}) "
               f"| {med([r.rollback_ms for r in rounds]):.2f} | {med([r.rejected for r in rounds]) * 100:.0f}% "
-              f"| {max(r.held_target for r in rounds) / 1024:.1f} KiB | {max(r.held_draft for r in rounds) / 1024:.1f} KiB "
+              f"| {max(r.held_target for r in rounds) / 1024:.1f} KiB "
+              f"| {max(r.held_draft for r in rounds) / 1024:.1f} KiB "
               f"| {rounds[-1].cache_bytes / 1024:.1f} KiB |")
 
 
