@@ -114,6 +114,10 @@ class Session:
                     "target": lambda: self.decoder.target.cache,
                     "draft": lambda: getattr(pair.drafter, "cache", None),
                 },
+                rollbacks={
+                    "target": lambda: self.decoder.target.rollback,
+                    "draft": lambda: getattr(pair.drafter, "cache_rollback", None),
+                },
                 expected_devices=self._expected_devices(),
             )
         self.decoder = Decoder(

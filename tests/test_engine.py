@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import queue
 import sys
 import threading
@@ -359,6 +360,12 @@ def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
     assert caught is None and total > 100
     landed = 0
     for at in np.linspace(1, total - 1, 120).astype(int):
+        # An interrupt inside torch's inference-mode entry leaves its C++ guard in the held traceback's frames;
+        # the guard restores the grad mode when it is collected, which without this would be at some allocation
+        # in the next run (a frame of that run then runs with grad on). Collect it between runs, as a process
+        # that handles the interrupt and starts over does before decoding again.
+        caught = None
+        gc.collect()
         decoder = Decoder(target, V, drafter=drafter)
         _, caught = _consume_with_interrupt_at(decoder, [1, 2, 3], int(at))
         if caught is None:

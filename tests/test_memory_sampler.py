@@ -160,3 +160,23 @@ def test_start_stop_restart() -> None:
 def test_bad_period_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="period_s"):
         MemorySampler(period_s=0)
+
+
+def test_what_rollback_holds_is_a_series_of_its_own() -> None:
+    """A sliding-window cache records rows for rollback during a pass: the residency plot shows them."""
+    from specscope.core.engine.rollback import CacheRollback
+    from tests.families import FAMILIES, family_model
+
+    model = family_model(FAMILIES["Mistral"], seed=2)
+    cache = DynamicCache(config=model.config)
+    rollback = CacheRollback(cache)
+    with torch.inference_mode():
+        model(torch.arange(3, 15)[None], cache=cache, use_cache=True)
+        rollback.mark(12)
+        model(torch.arange(15, 20)[None], cache=cache, use_cache=True)
+    rollback.crop_to(14)
+    s = sampler_with(gpu(), Clock(), caches={"target": lambda: cache}, rollbacks={"target": lambda: rollback,
+                                                                                  "draft": lambda: None})
+    values = s.sample_once().values
+    assert values["target_rollback_bytes"] == rollback.held_bytes > 0
+    assert "draft_rollback_bytes" not in values

@@ -304,3 +304,28 @@ def test_arguments_build_a_spec() -> None:
     assert spec_from_args(parser.parse_args(["--demo", "--drafter", "lookup"])).target == "demo"
     with pytest.raises(ModelLoadError, match="needs --draft"):
         spec_from_args(parser.parse_args(["--target", "x"]))
+
+
+def test_a_vision_language_checkpoint_is_named_before_loading(tmp_path) -> None:
+    folder = save_model_dir(tmp_path / "llava", None, word_tokenizer())
+    (folder / "config.json").write_text(json.dumps({"model_type": "llava",
+                                                    "architectures": ["LlavaForConditionalGeneration"]}))
+    (folder / "model.safetensors").write_bytes(b"never read")
+    with pytest.raises(ModelLoadError) as exc:
+        load_pair(PairSpec(str(folder), drafter="lookup"))
+    message = one_sentence(exc)
+    assert "vision-language model (LlavaForConditionalGeneration)" in message and "(llama)" in message
+
+
+def test_a_cache_that_cannot_roll_back_is_refused_before_loading(tmp_path) -> None:
+    from transformers import DeepseekV4Config
+
+    folder = save_model_dir(tmp_path / "v4", None, word_tokenizer())
+    DeepseekV4Config(vocab_size=V).save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file: loading would fail another way")
+    before = _live_models()
+    with pytest.raises(ModelLoadError) as exc:
+        load_pair(PairSpec(str(folder), drafter="lookup"))
+    message = one_sentence(exc)
+    assert "cannot be used for speculative decoding" in message and "DeepseekV4" in message
+    assert _live_models() == before

@@ -110,6 +110,12 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
     model_type = getattr(config, "model_type", "")
     remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not remote:
+        text = config.get_text_config(decoder=True)
+        if text is not config:  # an image (or audio) model around a language model
+            architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
+            raise ModelLoadError(f"{directory} holds a vision-language model ({architecture}) that transformers "
+                                 "loads only as a whole, not as a causal language model; use a text-only "
+                                 f"checkpoint of its language model ({text.model_type}) instead")
         raise ModelLoadError(f"unsupported architecture {model_type!r} in {directory}: specscope needs a "
                              "causal language model that transformers can load")
     return config

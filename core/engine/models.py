@@ -41,6 +41,7 @@ from specscope.core.engine.placement import (
     residency_warnings,
     resolve_dtype,
 )
+from specscope.core.engine.rollback import rollback_problem
 from specscope.core.memory.residency import compute_device
 from specscope.core.progress import Progress, report_progress
 from specscope.core.units import format_bytes
@@ -77,6 +78,9 @@ def _open_source(name: str, device_text: str, dtype_text: str, spec: PairSpec, r
     check_weights(directory, spec.allow_pickle)
     tokenizer = read_tokenizer(directory, spec.trust_remote_code, role)
     dtype = resolve_dtype(dtype_text, device, config)
+    problem = rollback_problem(config)
+    if problem is not None:  # every drafter's tokens are verified, and a rejection rolls both caches back
+        raise ModelLoadError(f"the {role} {name} cannot be used for speculative decoding: {problem}")
     return _Source(name=name, directory=directory, config=config, tokenizer=tokenizer, device=device,
                    dtype=dtype)
 

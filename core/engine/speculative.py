@@ -3,7 +3,9 @@
 Cache invariant (both loops): the committed sequence is ``ids`` (prompt + generated); the target's cache
 holds ``ids[:-1]``. The last committed token was supplied by the target (or is the last prompt token) and
 has not been through it yet, so it opens the next pass. A speculative pass feeds it plus the k proposals
-and reads k+1 rows of logits; afterwards the cache is cropped back to the new ``ids[:-1]``.
+and reads k+1 rows of logits; afterwards the cache is returned to the new ``ids[:-1]`` by the rules of
+``rollback.py`` (a crop, a trim of recorded sliding-window rows, or a restored recurrent state plus a recompute
+of the accepted tokens), inside the step's rollback time.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from transformers import DynamicCache, PreTrainedModel
 from specscope.core.controls import K_MAX, Controls
 from specscope.core.engine.acceptance import accept_greedy, accept_sample
 from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.rollback import CacheRollback
 from specscope.core.engine.sampling import processed_probs, sample_from
 from specscope.core.events import ControlChange, regime
 from specscope.core.memory.residency import compute_device
@@ -100,9 +103,11 @@ class TargetRunner:
         # where its forward runs: an offloaded model's first weights may sit on meta behind a hook
         self.device = compute_device(model, next(model.parameters()).device)
         self.cache = DynamicCache(config=model.config)
+        self.rollback = CacheRollback(self.cache)
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
+        self.rollback = CacheRollback(self.cache)
 
     @property
     def cache_len(self) -> int:
@@ -127,10 +132,17 @@ class TargetRunner:
         features = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
         return out.logits[0, -keep:, : self.vocab_size], features
 
-    def crop_to(self, length: int) -> None:
-        drop = self.cache_len - length
-        if drop > 0:
-            self.cache.crop(-drop)
+    def mark(self) -> None:
+        """Before a pass whose tokens may be rejected: the cache may have to return to what it holds now."""
+        self.rollback.mark(self.cache_len)
+
+    def crop_to(self, committed_ids: list[int]) -> None:
+        """Return the cache to ``committed_ids[:-1]`` (the loop's invariant) after a verify pass."""
+
+        def refeed(start: int, end: int) -> None:
+            self.forward(committed_ids[start:end], keep=1)
+
+        self.rollback.crop_to(len(committed_ids) - 1, refeed)
 
 
 class Decoder:
@@ -418,6 +430,9 @@ class Decoder:
         k = len(proposals)
         self._sync()
         t1 = time.perf_counter()
+        # the rollback point (a copy of any recurrent state) is rollback's cost, not the verify pass's
+        self.target.mark()
+        mark_s = time.perf_counter() - t1
         # 2. verify: the unseen committed token(s) plus all proposals in one pass -> k+1 rows
         first_fed = self.target.cache_len
         unseen = ids[first_fed:]
@@ -441,7 +456,7 @@ class Decoder:
         new, reason = self._finish_check(ids, n_prompt, committed, opts)
         position0 = len(ids) - n_prompt
         ids.extend(new)
-        self.target.crop_to(len(ids) - 1)
+        self.target.crop_to(ids)
         if features is not None:  # rows of the positions now committed (the target's cache holds ids[:-1])
             self.drafter.observe_target_features(first_fed, features[: len(ids) - 1 - first_fed])
         self.drafter.rollback(ids)
@@ -473,7 +488,8 @@ class Decoder:
         return IterationRecord(
             iteration=iteration, mode=SPECULATIVE_MODE, drafter=self.drafter.name, controls=values,
             tokens=tokens, n_drafted=k, n_accepted=n_acc, n_emitted=len(new),
-            draft_ms=(t1 - t0) * 1000.0, verify_ms=(t2 - t1) * 1000.0, rollback_ms=(t3 - t2) * 1000.0,
+            draft_ms=(t1 - t0) * 1000.0, verify_ms=(t2 - t1 - mark_s) * 1000.0,
+            rollback_ms=(t3 - t2 + mark_s) * 1000.0,
             iteration_ms=(t4 - t0) * 1000.0, context_len=len(ids), generated_len=len(ids) - n_prompt,
             t_start_s=t_start, t_end_s=time.monotonic(), finished=bool(reason), finish_reason=reason,
             cpu_ms=(cpu1 - cpu0) * 1000.0, preempted=pre1 - pre0, explore=explore, k_note=note,

@@ -230,15 +230,21 @@ def _warnings(name: str, r: Residency, expected: torch.device | str | None) -> l
 
 
 def kv_cache_bytes(cache: object | None) -> int:
-    """Bytes held by a transformers cache (``layers[i].keys/values``; legacy ``key_cache/value_cache``)."""
+    """Bytes held by a transformers cache: ``layers[i].keys/values`` (sliding-window rows recorded for rollback
+    included), the conv and recurrent states of linear-attention and Mamba layers; legacy
+    ``key_cache/value_cache``."""
     if cache is None:
         return 0
     total = 0
     layers = getattr(cache, "layers", None)
     if layers is not None:
         for layer in list(layers):
-            for attr in ("keys", "values"):
-                t = getattr(layer, attr, None)
+            tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+            for attr in ("conv_states", "recurrent_states"):  # dicts: state index -> tensor
+                states = getattr(layer, attr, None)
+                if isinstance(states, dict):
+                    tensors.extend(list(states.values()))
+            for t in tensors:
                 if isinstance(t, torch.Tensor):
                     total += t.numel() * t.element_size()
         return total

@@ -71,6 +71,8 @@ class MemorySampler:
 
     ``models``: name -> nn.Module whose residency is reported (``{name}_weights_{device}_bytes``).
     ``caches``: name -> callable returning that model's current KV cache (``{name}_kv_bytes``).
+    ``rollbacks``: name -> callable returning that cache's rollback keeper, whose ``held_bytes`` (state copies
+    and recorded window rows it held at its last rollback) is ``{name}_rollback_bytes``.
     ``nvml``: an :class:`NvmlProbe`, a pynvml-like module (tests pass a fake), or None for pynvml.
     ``clock``: the time source (tests use a controllable one); must agree with the records' ``t_*_s``.
     """
@@ -80,6 +82,7 @@ class MemorySampler:
         period_s: float = 0.25,
         models: dict[str, Any] | None = None,
         caches: dict[str, Callable[[], object | None]] | None = None,
+        rollbacks: dict[str, Callable[[], object | None]] | None = None,
         nvml: NvmlProbe | ModuleType | Any = None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -92,6 +95,7 @@ class MemorySampler:
         self.period_s = period_s
         self.models = dict(models or {})
         self.caches = dict(caches or {})
+        self.rollbacks = dict(rollbacks or {})
         self.nvml = nvml if isinstance(nvml, NvmlProbe) else NvmlProbe(nvml)
         self.clock = clock
         self.residency_period_s = residency_period_s
@@ -178,6 +182,10 @@ class MemorySampler:
                 # the loop may be replacing the cache right now: then skip this one
                 with contextlib.suppress(Exception):
                     values[f"{name}_kv_bytes"] = float(kv_cache_bytes(get_cache()))
+            for name, get_rollback in self.rollbacks.items():
+                held = getattr(get_rollback(), "held_bytes", None)
+                if isinstance(held, int):
+                    values[f"{name}_rollback_bytes"] = float(held)
             counters: dict[int, tuple[int, int, int]] = {}
             for r in readings:
                 if r.pcie_rx_counter is not None and r.pcie_tx_counter is not None:

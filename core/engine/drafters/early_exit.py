@@ -36,6 +36,14 @@ def _shallow(module: nn.Module) -> Any:
     return clone
 
 
+def _holds_attention(config: Any) -> bool:
+    """Whether a cache for this config has a layer with attention rows (transformers counts positions there)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
+
+    return any(isinstance(layer, CacheLayerMixin) for layer in DynamicCache(config=config).layers)
+
+
 def truncated_view(model: PreTrainedModel, n_layers: int) -> PreTrainedModel:
     """The causal LM ``model`` with only its first ``n_layers`` decoder layers; no weights are copied."""
     base, layers = _decoder_stack(model)
@@ -44,10 +52,16 @@ def truncated_view(model: PreTrainedModel, n_layers: int) -> PreTrainedModel:
         raise ValueError(f"early exit needs between 1 and {total} layers, got {n_layers}")
     config = copy.deepcopy(model.config)
     text_config = config.get_text_config()
-    text_config.num_hidden_layers = n_layers
     layer_types = getattr(text_config, "layer_types", None)
-    if isinstance(layer_types, list):  # sliding/full attention per layer: keep the first N
+    text_config.num_hidden_layers = n_layers
+    # sliding/full/linear attention per layer: keep the first N (unless the config derives the list from the
+    # layer count, as Falcon-H1's does)
+    if isinstance(layer_types, list) and len(getattr(text_config, "layer_types", None) or ()) != n_layers:
         text_config.layer_types = layer_types[:n_layers]
+    if not _holds_attention(config):
+        raise ValueError(f"early exit after {n_layers} layer{'s' if n_layers > 1 else ''} keeps no attention layer of "
+                         f"{type(model).__name__} (only linear-attention or SSM layers, which transformers cannot "
+                         "run alone); choose more layers with --early-exit-layers")
     short_base = _shallow(base)
     short_base.layers = nn.ModuleList(list(layers)[:n_layers])
     short_base.config = text_config
