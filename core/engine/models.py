@@ -157,14 +157,21 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def check_mtp_target(name: str, config: Any) -> None:
-    """--drafter mtp needs MTP layers the config declares; refused from the config, before any weights load."""
-    from specscope.core.engine.drafters.mtp import declared_mtp_layers
+def check_mtp_target(name: str, config: Any, directory: Path) -> None:
+    """--drafter mtp needs MTP layers the config declares and the checkpoint ships; refused from the config
+    and the checkpoint's tensor names, before any weights load."""
+    from specscope.core.engine.drafters.mtp import declared_mtp_layers, missing_mtp_weights
 
-    if not declared_mtp_layers(config):
-        family = getattr(config, "model_type", "") or type(config).__name__
+    family = getattr(config, "model_type", "") or type(config).__name__
+    n_mtp = declared_mtp_layers(config)
+    if not n_mtp:
         raise ModelLoadError(f"{name} ({family}) has no multi-token-prediction layers (its config declares no "
                              "num_mtp_layers), so --drafter mtp cannot draft with it: choose another drafter")
+    if missing_mtp_weights(directory, config):
+        raise ModelLoadError(f"{name} ({family}) declares {n_mtp} multi-token-prediction layer"
+                             f"{'s' if n_mtp != 1 else ''} but its checkpoint holds none of their weights "
+                             "(re-saved and distilled checkpoints often drop them), so --drafter mtp cannot "
+                             "draft with it: choose another drafter")
 
 
 def default_early_exit_layers(n_layers: int) -> int:
@@ -267,7 +274,7 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
     width = tokenizer_width(tsrc.tokenizer)
     check_vocab_width(width, logit_width(tsrc.config), "target")
     if spec.drafter == "mtp":
-        check_mtp_target(spec.target, tsrc.config)
+        check_mtp_target(spec.target, tsrc.config, tsrc.directory)
     dsrc: _Source | None = None
     if spec.drafter == "model":
         assert spec.draft is not None

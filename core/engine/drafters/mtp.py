@@ -24,8 +24,10 @@ loads their weights from the target's checkpoint. This module drives them, as ``
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,6 +60,48 @@ def mtp_weight_patterns(model_cls: type, n_layers: int, n_mtp: int) -> list[str]
     if any(re.match(r"\^?model\\\.layers\\\.\d", p) for p in patterns):
         patterns.extend(rf"model\.layers\.{n_layers + i}\." for i in range(n_mtp))
     return list(dict.fromkeys(patterns))
+
+
+def checkpoint_keys(directory: Path) -> list[str] | None:
+    """The tensor names of a safetensors checkpoint, from its index or the files' headers (no tensor is
+    read); None when the folder holds no safetensors."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map")
+        return list(weight_map) if isinstance(weight_map, dict) else None
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    keys: list[str] = []
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            keys.extend(handle.keys())
+    return keys
+
+
+def missing_mtp_weights(directory: Path, config: Any) -> bool:
+    """True when the family names where its MTP weights live and the checkpoint has none there (a config that
+    declares MTP layers its checkpoint does not ship). False when that cannot be told without loading."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_cls: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except KeyError:  # remote code, or a family transformers does not map to a causal LM
+        return False
+    if not isinstance(model_cls, type):
+        return False
+    text = config.get_text_config()
+    patterns = mtp_weight_patterns(model_cls, int(text.num_hidden_layers), declared_mtp_layers(config))
+    try:
+        keys = checkpoint_keys(directory)
+    except (OSError, ValueError):
+        return False
+    if not patterns or keys is None:
+        return False
+    regex = re.compile("|".join(f"({p})" for p in patterns))
+    return not any(regex.search(k) for k in keys)
 
 
 class MtpLoadError(ValueError):
