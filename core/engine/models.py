@@ -317,7 +317,9 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
     if spec.drafter == "mtp":
         n_mtp = getattr(drafter, "n_layers", 0)
-        description = f"{spec.target} with its {n_mtp} MTP layer{'s' if n_mtp != 1 else ''}"
+        # what each draft position is, for the per-position acceptance beside it (docs/drafter-mtp.md)
+        description = (f"{spec.target} with its {n_mtp} MTP layer{'s' if n_mtp != 1 else ''} (draft positions "
+                       f"past {n_mtp} chain the last layer)")
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,
                      draft=draft, vocab_size=width, eos_token_ids=_eos_ids(target.model, tsrc.tokenizer),
                      use_chat_template=bool(getattr(tsrc.tokenizer, "chat_template", None)),
