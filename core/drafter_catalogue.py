@@ -55,9 +55,9 @@ def adaptive_k_default(drafter: str) -> bool:
 # the serving engines' EAGLE-3 examples draft 3. The app's "which k" plot then says where the optimum is.
 DEFAULT_K = 4
 # Suffix decoding caps each draft itself (match length x max_spec_factor, min_token_prob): k is only its ceiling.
-DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8}
-# MTP: no default of its own; a checkpoint's layer count is known only from its config (DeepSeek-V3 and GLM-4.5
-# ship one), and vLLM's MTP examples draft 1-3 with one layer.
+# MTP: SGLang's DeepSeek-V3 NEXTN example drafts 3 (--speculative-num-steps 3) with the one layer it ships;
+# past the layers a chain's acceptance falls off like an EAGLE head's.
+DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8, "mtp": 3}
 
 
 def default_k(drafter: str) -> int:
