@@ -166,6 +166,9 @@ class MtpDrafter(Drafter):
         from transformers.cache_utils import MtpCache
 
         self._cache = MtpCache(config=self.mtp.config)
+        # A sliding-window MTP layer (Mellum's) keeps the rows past its window until the next crop, so drafted
+        # rows can be dropped after it filled; each rollback's crop restricts it to the window again.
+        self._cache.activate_past_recording()
         self._depths = [_Depth() for _ in range(self.n_layers)]
         self._pending: list[torch.Tensor] = []  # the target's last hidden states (T, H) for depth 0's next rows
         self._pending_start = 0
@@ -184,6 +187,8 @@ class MtpDrafter(Drafter):
         """Drop the last ``drop`` rows of MTP layer ``depth``'s cache (a layer of a kind without ``crop``, a
         linear-attention state, cannot go back: none of the families with MTP layers has one)."""
         crop = getattr(self._cache.layers[depth], "crop", None)
+        if crop is None and drop == 0:
+            return
         if crop is None:
             raise RuntimeError(f"MTP layer {depth}'s cache ({type(self._cache.layers[depth]).__name__}) cannot "
                                "drop rows")
@@ -191,9 +196,8 @@ class MtpDrafter(Drafter):
 
     def _crop(self, depth: int, rows: int) -> None:
         drop = self._depths[depth].rows - rows
-        if drop > 0:
-            self._drop_rows(depth, drop)
-            self._depths[depth].rows = rows
+        self._drop_rows(depth, max(0, drop))  # crop(0) too: a recording sliding layer goes back to its window
+        self._depths[depth].rows = min(rows, self._depths[depth].rows)
 
     def rollback(self, committed_ids: list[int]) -> None:
         """Keep each depth's rows whose drafted tokens were committed; crop the rest."""
