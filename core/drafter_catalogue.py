@@ -7,8 +7,9 @@ read these tuples.
 from __future__ import annotations
 
 # How proposals are made: a small draft model, n-gram lookup in the context, suffix decoding (the context and
-# earlier responses), the target's own early layers, an EAGLE-3 head.
-DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "suffix", "early-exit", "eagle")
+# earlier responses), the target's own early layers, an EAGLE-3 head, the target's own multi-token-prediction
+# (MTP) layers.
+DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "suffix", "early-exit", "eagle", "mtp")
 DEFAULT_DRAFTER = "model"
 DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 
@@ -18,6 +19,11 @@ def default_drafter(target: str) -> str:
     return DEMO_DRAFTER if target == "demo" else DEFAULT_DRAFTER
 
 
+# What k means for the MTP drafter, said once for the CLI's help, the app and the docs.
+MTP_K_MEANING = ("the target's own multi-token-prediction (MTP) layers propose (DeepSeek-V3, GLM-4.5 and other "
+                 "families whose config declares num_mtp_layers): proposal i comes from MTP layer i; past the "
+                 "last layer (k > num_mtp_layers) that layer drafts on, fed its own output, as vLLM's MTP does")
+
 DRAFTER_HELP = {
     "model": "a small draft model proposes tokens",
     "lookup": "prompt lookup: continue an n-gram already in the context (no draft model)",
@@ -25,6 +31,7 @@ DRAFTER_HELP = {
               "earlier responses (no draft model)",
     "early-exit": "the target's first layers and its head propose (self-speculation)",
     "eagle": "an EAGLE-3 head reads the target's hidden states and proposes from a reduced vocabulary",
+    "mtp": MTP_K_MEANING,
 }
 # Drafters whose cost does not grow with the number of proposals (a lookup finds a whole continuation at
 # once): the cost model charges them per iteration, not per proposal.
@@ -48,7 +55,9 @@ def adaptive_k_default(drafter: str) -> bool:
 # the serving engines' EAGLE-3 examples draft 3. The app's "which k" plot then says where the optimum is.
 DEFAULT_K = 4
 # Suffix decoding caps each draft itself (match length x max_spec_factor, min_token_prob): k is only its ceiling.
-DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8}
+# MTP: SGLang's DeepSeek-V3 NEXTN example drafts 3 (--speculative-num-steps 3) with the one layer it ships;
+# past the layers a chain's acceptance falls off like an EAGLE head's.
+DEFAULT_K_BY_DRAFTER: dict[str, int] = {"eagle": 3, "suffix": 8, "mtp": 3}
 
 
 def default_k(drafter: str) -> int:

@@ -54,7 +54,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     g.add_argument("--k", type=_positive_int, default=None,
                    help="proposals per iteration (1-16; default: " + ", ".join(
-                       f"{k} for --drafter {d}" for d, k in DEFAULT_K_BY_DRAFTER.items()) + f", {DEFAULT_K} otherwise)")
+                       f"{k} for --drafter {d}" for d, k in DEFAULT_K_BY_DRAFTER.items()) + f", {DEFAULT_K} otherwise; "
+                       "--drafter mtp: proposal i from MTP layer i, and past the last layer that layer drafts on, "
+                       "fed its own output)")
     g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
                    help="choose k each iteration from the cost model (default: on for --drafter lookup, "
                         "off otherwise)")

@@ -161,6 +161,23 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
+def check_mtp_target(name: str, config: Any, directory: Path) -> None:
+    """--drafter mtp needs MTP layers the config declares and the checkpoint ships; refused from the config
+    and the checkpoint's tensor names, before any weights load."""
+    from specscope.core.engine.drafters.mtp import declared_mtp_layers, missing_mtp_weights
+
+    family = getattr(config, "model_type", "") or type(config).__name__
+    n_mtp = declared_mtp_layers(config)
+    if not n_mtp:
+        raise ModelLoadError(f"{name} ({family}) has no multi-token-prediction layers (its config declares no "
+                             "num_mtp_layers), so --drafter mtp cannot draft with it: choose another drafter")
+    if missing_mtp_weights(directory, config):
+        raise ModelLoadError(f"{name} ({family}) declares {n_mtp} multi-token-prediction layer"
+                             f"{'s' if n_mtp != 1 else ''} but its checkpoint holds none of their weights "
+                             "(re-saved and distilled checkpoints often drop them), so --drafter mtp cannot "
+                             "draft with it: choose another drafter")
+
+
 def default_early_exit_layers(n_layers: int) -> int:
     return max(1, n_layers // 4)
 
@@ -179,6 +196,11 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
         from specscope.core.engine.drafters.suffix import SuffixDrafter
 
         return SuffixDrafter.from_spec(spec)
+    if spec.drafter == "mtp":
+        from specscope.core.engine.drafters.mtp import MtpDrafter, load_mtp_layers
+
+        layers = load_mtp_layers(target.model)
+        return MtpDrafter(layers, width, next(layers.parameters()).device)
     if spec.drafter == "eagle":
         from specscope.core.engine.drafters.eagle import EagleDrafter
         from specscope.core.engine.drafters.eagle_files import load_head
@@ -255,6 +277,8 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
     tsrc = _open_source(spec.target, spec.target_device, spec.target_dtype, spec, "target")
     width = tokenizer_width(tsrc.tokenizer)
     check_vocab_width(width, logit_width(tsrc.config), "target")
+    if spec.drafter == "mtp":
+        check_mtp_target(spec.target, tsrc.config, tsrc.directory)
     dsrc: _Source | None = None
     if spec.drafter == "model":
         assert spec.draft is not None
@@ -295,6 +319,11 @@ def _load_files(spec: PairSpec, progress: Progress | None, context_tokens: int) 
             for warning in loaded.warnings[len(src.warnings):]:  # placement: not wholly on its device
                 report_progress(progress, f"Warning: {warning}", 0.95)
     description = f"{spec.target} with " + (f"draft {spec.draft}" if draft is not None else spec.drafter)
+    if spec.drafter == "mtp":
+        n_mtp = getattr(drafter, "n_layers", 0)
+        # what each draft position is, for the per-position acceptance beside it (docs/drafter-mtp.md)
+        description = (f"{spec.target} with its {n_mtp} MTP layer{'s' if n_mtp != 1 else ''} (draft positions "
+                       f"past {n_mtp} chain the last layer)")
     return ModelPair(target=target, tokenizer=tsrc.tokenizer, drafter=drafter, drafter_kind=spec.drafter,
                      draft=draft, vocab_size=width, eos_token_ids=_eos_ids(target.model, tsrc.tokenizer),
                      use_chat_template=bool(getattr(tsrc.tokenizer, "chat_template", None)),

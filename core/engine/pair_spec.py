@@ -75,6 +75,12 @@ def validate_spec(spec: PairSpec) -> None:
     if spec.drafter == "eagle" and not spec.draft and spec.target != "demo":
         raise ModelLoadError("the eagle drafter needs an EAGLE-3 head directory (give --draft DIR with its "
                              "config.json and safetensors)")
+    if spec.drafter == "mtp" and spec.target == "demo":
+        raise ModelLoadError("the demo (SmolLM2-135M-Instruct) has no multi-token-prediction layers for --drafter "
+                             "mtp: choose another drafter, or a target whose config declares num_mtp_layers")
+    if spec.drafter == "mtp" and spec.draft:
+        raise ModelLoadError(f"--draft {spec.draft} does not apply to --drafter mtp, which drafts with the "
+                             "target's own MTP layers: drop --draft")
     if spec.target == "demo" and spec.draft:
         raise ModelLoadError(f"--draft {spec.draft} does not apply to the demo, which brings its own draft for "
                              "each drafter: drop --draft, or give the target with --target to pair it with "
