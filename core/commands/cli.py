@@ -1,4 +1,4 @@
-"""Headless command line: ``specscope run | bench | verify | attach``.
+"""Headless command line: ``specscope run | bench | verify | attach | serve | report``.
 
 Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable output path)
 ends with one ``specscope: error: ...`` sentence and exit code 2 before any decoding; a fault during a run
@@ -78,44 +78,63 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from specscope.core.commands.pair_arguments import add_pair_arguments
-
+def build_parser(commands: set[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; ``commands`` limits it to those subcommands (``report`` alone imports no torch)."""
     parser = Parser(
         prog="specscope", description="Profile speculative decoding: run, bench or verify a draft/target pair."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="decode one prompt headless and print what speculation did")
-    add_pair_arguments(run)
-    add_decode_arguments(run)
-    out = run.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
-    out.add_argument("--trace", type=file_path, help="write the per-iteration trace CSV (+ tokens CSV, session JSON)")
-    out.add_argument("--chrome-trace", type=file_path, help="write a Chrome/Perfetto trace JSON")
-    out.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
-    run.add_argument("--remote", metavar="URL", default=None,
-                     help="decode on a worker started with `specscope serve` (the specscope://HOST:PORT/?token=… "
-                          "line it printed) instead of loading a pair here")
+    def wanted(name: str) -> bool:
+        return commands is None or name in commands
 
-    from specscope.core.commands import bench, verify
+    if wanted("run"):
+        from specscope.core.commands.pair_arguments import add_pair_arguments
 
-    bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
-    verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
-    from specscope.core.commands import attach as attach_command
+        run = sub.add_parser("run", help="decode one prompt headless and print what speculation did")
+        add_pair_arguments(run)
+        add_decode_arguments(run)
+        out = run.add_argument_group("output")
+        out.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+        out.add_argument("--trace", type=file_path,
+                         help="write the per-iteration trace CSV (+ tokens CSV, session JSON)")
+        out.add_argument("--chrome-trace", type=file_path, help="write a Chrome/Perfetto trace JSON")
+        out.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+        run.add_argument("--remote", metavar="URL", default=None,
+                         help="decode on a worker started with `specscope serve` (the specscope://HOST:PORT/?token=… "
+                              "line it printed) instead of loading a pair here")
+    if wanted("bench"):
+        from specscope.core.commands import bench
 
-    attach_command.add_arguments(sub.add_parser("attach", help="stream from a serving engine and read its speculation"))
-    from specscope.core.commands.serve import add_serve_arguments
+        bench.add_arguments(sub.add_parser("bench", help="interleaved benchmark against plain and transformers"))
+    if wanted("verify"):
+        from specscope.core.commands import verify
 
-    add_serve_arguments(sub.add_parser("serve", help="run the engine headless for `run --remote` and the app "
-                                                     "(prints its URL; one client at a time)"))
+        verify.add_arguments(sub.add_parser("verify", help="check speculation keeps the target's output"))
+    if wanted("attach"):
+        from specscope.core.commands import attach as attach_command
+
+        attach_command.add_arguments(sub.add_parser("attach",
+                                                    help="stream from a serving engine and read its speculation"))
+    if wanted("serve"):
+        from specscope.core.commands.serve import add_serve_arguments
+
+        add_serve_arguments(sub.add_parser("serve", help="run the engine headless for `run --remote` and the app "
+                                                         "(prints its URL; one client at a time)"))
+    if wanted("report"):
+        from specscope.core.commands import report
+
+        report.add_arguments(sub.add_parser("report", help="print the summary `run` prints for a recorded trace "
+                                                           "(no models needed)"))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
-        parser = build_parser()  # imports torch and transformers: seconds
+        argv = list(sys.argv[1:] if argv is None else argv)
+        # a trace is read without models: ``report`` alone builds a parser that imports no torch
+        parser = build_parser({"report"} if argv[:1] == ["report"] else None)  # else torch, transformers: seconds
         args = parser.parse_args(argv)
     finally:
         starting_done()
@@ -167,6 +186,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from specscope.core.commands import attach as attach_command
 
         return attach_command.main(args)
+    if args.command == "report":
+        from specscope.core.commands import report
+
+        return report.main(args)
     raise CliError(f"unknown command {args.command}")
 
 
