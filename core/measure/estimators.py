@@ -139,10 +139,12 @@ class VerifyCostFit:
         counts: dict[int, float] = {}
         stale: list[str] = []
         plain_ms: float | None = None
+        # a cost timed among the passes that make "now" is current whatever the noise between two means says
+        recent_from = float(t_pos[-LEVEL_NOW_PASSES:][0]) if len(t_pos) else math.inf
         for n in sorted(set(lengths.tolist())):
             idx = np.flatnonzero(lengths == n)[-self.kept:]
             cost = math.exp(float(np.median(units[idx])) + now)
-            if abs(now - float(level[idx[-1]])) > math.log1p(STALE_DRIFT):
+            if pos[idx[-1]] < recent_from and abs(now - float(level[idx[-1]])) > math.log1p(STALE_DRIFT):
                 stale.append("plain step" if n == 1 else f"verify pass of {n}")
             if n == 1:
                 plain_ms = cost  # the plain step as timed, not pooled with cheaper short passes
