@@ -132,6 +132,10 @@ class RunViews:
                 self._plot_due = False
                 if time_left and plots.stale(data):
                     plots.refresh_one(data)
+                    # the plot just drawn read the latest snapshot: the titles and numbers show it too, so no
+                    # frame has the k advisor's α at one iteration and the status bar's at the one before
+                    plots.refresh_titles(data)
+                    self.render_numbers()
                 return
             if time.monotonic() - self._shown_at < LIVE_VIEW_PERIOD_S:
                 return
@@ -157,8 +161,7 @@ class RunViews:
         adaptive = bool(est and est.adaptive)
         numbers = "" if est is None else " · ".join(
             [est.alpha_text(), f"speed-up {est.speedup_text()}", *([est.cost.text()] if est.cost else [])])
-        w.run_panel.show_k(k, adaptive, est.controller_text().partition(": ")[2] if est is not None else "",
-                           numbers)
+        w.run_panel.show_k(k, adaptive, est.k_note_text() if est is not None else "", numbers)
         # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
         w.panel.show_k_in_use(k if adaptive and w.panel.values().adaptive_k else None)
         w.run_panel.show_verdict(est.verdict if est is not None else None)

@@ -1,4 +1,5 @@
-"""One entry point for both faces: ``specscope`` opens the app; ``specscope run|bench|verify|attach`` stays headless.
+"""One entry point for both faces: ``specscope`` opens the app; ``specscope run|bench|verify|attach|serve|report`` stays
+headless.
 
 Dispatching here, before anything imports Qt or torch, keeps the headless commands free of a display and
 the app's start-up free of torch.
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 # The CLI's subcommands (core/commands/cli.py's parser; a test checks the two agree). A name missing here opens the app,
 # which then rejects the command's arguments as its own.
-HEADLESS_COMMANDS = {"run", "bench", "verify", "attach", "serve"}
+HEADLESS_COMMANDS = {"run", "bench", "verify", "attach", "serve", "report"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_main(args)
     if args and args[0] in {"-h", "--help"} and len(args) == 1:
         print("usage: specscope [APP OPTIONS]                  open the desktop app (see specscope --app-help)\n"
-              "       specscope run|bench|verify|attach|serve ...  headless commands (specscope run --help)")
+              "       specscope run|bench|verify|attach|serve|report ...  headless commands (specscope run --help)")
         return 0
     from specscope.app.main import main as app_main
 

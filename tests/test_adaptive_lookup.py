@@ -34,6 +34,11 @@ def rec(drafted: int, accepted: int, verify: dict[int, float]) -> IterationRecor
 def policy_with(verify: dict[int, float], **kw: object) -> LookupLengthPolicy:
     measurement = Measurement(window=64)
     measurement.feed(BaselineRecord(0, 10, [verify[1]] * 3, verify_ms_by_len=dict(verify)))
+    # the policy reads the snapshot, which exists from the first iteration on: a plain step opens the run
+    measurement.feed(IterationRecord(
+        iteration=0, mode="plain", drafter="none", controls=ControlValues(k=1, adaptive_k=True), tokens=[],
+        n_drafted=0, n_accepted=0, n_emitted=1, draft_ms=0.0, verify_ms=verify[1], rollback_ms=0.0,
+        iteration_ms=verify[1], context_len=0, generated_len=0, t_start_s=0.0, t_end_s=0.0))
     return LookupLengthPolicy(measurement, **kw)  # type: ignore[arg-type]
 
 

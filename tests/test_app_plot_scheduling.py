@@ -159,6 +159,37 @@ def test_a_live_periods_text_and_plot_are_drawn_on_two_ticks_not_one(qtbot, tmp_
 
 
 @needs_qt
+def test_after_a_plot_tick_every_surface_shows_the_snapshot_that_plot_drew(qtbot, tmp_path, monkeypatch):
+    """Issue 40: one frame had the advisor's α at 0.61 and the status bar's at 0.59, and the acceptance bars an
+    iteration behind: the plot tick drew the newest snapshot while the numbers kept the previous tick's."""
+    import html
+    from types import SimpleNamespace
+
+    w = make_window(qtbot, tmp_path)
+    views = w.views
+    monkeypatch.setattr(views, "_window", SimpleNamespace(
+        controller=SimpleNamespace(state=SimpleNamespace(active=True), data=w.data),
+        plots=w.plots, token_view=w.token_view, legend=w.legend, status=w.status, run_panel=w.run_panel,
+        panel=w.panel))
+    checked = 0
+    for e in synthetic_records(80, k=4):
+        views._shown_at = -1e9
+        views.on_frame(True)  # a text tick: titles and numbers of the snapshot so far
+        w.controller.feed([e])  # a record arrives between the ticks
+        views.on_frame(True)  # the plot tick
+        est = w.data.estimate
+        if est is None or est.alpha is None:
+            continue
+        numbers = html.unescape(w.run_panel.k_in_use.text())
+        assert est.alpha_text() in numbers
+        if w.plots.k_advisor.estimate is est:  # the advisor's turn: its title and the numbers agree
+            assert est.alpha_text() in w.plots.k_advisor.title_text
+            checked += 1
+        assert w.plots.positions._version == w.data.version  # the bars show this snapshot, not an older one
+    assert checked > 3
+
+
+@needs_qt
 def test_the_k_advisors_star_marks_the_best_k_its_title_names_between_its_turns(qtbot, tmp_path):
     """Titles follow every frame, curves redraw in turn: the advisor's title named best k=10 while its star,
     drawn at an older turn, marked k=5 (seen in the README screenshot)."""

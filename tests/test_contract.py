@@ -127,6 +127,7 @@ def test_the_export_csv_and_json_summary_carry_the_snapshot(recorded, tmp_path) 
     with paths.iterations.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     after_iteration = [s for e, s in live if isinstance(e, IterationRecord)]
+    after_iteration[-1] = live[-1][1]  # the last row: the snapshot the run ends on (after run_finished)
     assert len(rows) == len(after_iteration)
     for row, snap in zip(rows, after_iteration, strict=True):
         assert snap is not None
@@ -234,3 +235,16 @@ def test_a_snapshot_is_immutable() -> None:
     with pytest.raises(AttributeError):
         snap.alpha = 0.0  # type: ignore[misc]
     assert replace(snap, alpha=0.0).alpha == 0.0 and snap.alpha == 0.5
+
+
+def test_specscope_report_on_the_autosave_ends_where_the_live_run_ended(recorded, capsys) -> None:
+    """`specscope report FOLDER --json` replays the autosaved stream: the numbers the live run ended on."""
+    live, folder = recorded
+    assert main(["report", str(folder), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    final = live[-1][1]
+    assert final is not None and final.measured is not None
+    assert metrics["alpha"] == final.alpha and metrics["best_k"] == final.best_k
+    assert (metrics["measured_speedup"], metrics["measured_speedup_lo"], metrics["measured_speedup_hi"]) == (
+        final.measured.value, final.measured.lo, final.measured.hi)
+    assert metrics["predicted_speedup"] == final.predicted_speedup and metrics["verdict"] == final.verdict

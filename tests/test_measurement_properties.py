@@ -112,7 +112,16 @@ def reference(events: list[Event]) -> Reference:
         return max(0.0, judging[j].iteration_ms - median(r.iteration_ms for r in usual) - gained * per_token)
 
     explored = sum(beyond_usual(j) for j, r in enumerate(judging) if r.mode == "speculative" and r.explore)
-    spent = max(0.0, wall_ms - decode_ms) + extra(plain_in_run) + explored
+    # the wait between two iterations around a paging drill's event is the drill moving layers, not measuring
+    drill_ms, previous, drilled = 0.0, None, False
+    for e in events:
+        if isinstance(e, DrillEvent):
+            drilled = True
+        elif isinstance(e, IterationRecord):
+            if drilled and previous is not None:
+                drill_ms += (e.t_start_s - previous.t_end_s) * 1000.0
+            previous, drilled = e, False
+    spent = max(0.0, wall_ms - decode_ms - drill_ms) + extra(plain_in_run) + explored
     overhead = spent / wall_ms if wall_ms > 0 else None
     return Reference(alpha, segment_alpha, emitted * 1000.0 / decode_ms if decode_ms > 0 else None,
                      emitted * 1000.0 / wall_ms if wall_ms > 0 else None, measured, overhead)

@@ -57,14 +57,15 @@ class PlotsPanel(QWidget):
             p._version != data.version for p in self.live_plots)
 
     def refresh_one(self, data: RunData) -> None:
-        """Redraw the next plot in turn (the k advisor counts as one turn)."""
-        turn = self._turn % 6
+        """Redraw the next plot in turn (the k advisor counts as one turn). The acceptance bars, a handful of
+        rectangles, redraw at every turn: they show the snapshot the numbers beside them show, not one several
+        turns old."""
+        turn = self._turn % 5
         self._turn += 1
         self.change_list.show_changes(data.markers)
+        self.positions.refresh(data)
         if turn < 4:
             self.live_plots[turn].refresh(data)
-        elif turn == 4:
-            self.positions.refresh(data)
         else:
             self.k_advisor.show_estimate(data.estimate)
 

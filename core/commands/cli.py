@@ -1,4 +1,4 @@
-"""Headless command line: ``specscope run | bench | verify | attach``.
+"""Headless command line: ``specscope run | bench | verify | attach | serve | report``.
 
 Every failure a user can cause (bad path, model without tokenizer, bad flag value, unwritable output path)
 ends with one ``specscope: error: ...`` sentence and exit code 2 before any decoding; a fault during a run
@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(sub.add_parser("serve", help="run the engine headless for `run --remote` and the app "
                                                      "(prints its URL; one client at a time)"))
+    from specscope.core.commands import report
+
+    report.add_arguments(sub.add_parser("report", help="print the summary `run` prints for a recorded trace "
+                                                       "(no models needed)"))
     return parser
 
 
@@ -183,6 +187,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from specscope.core.commands import attach as attach_command
 
         return attach_command.main(args)
+    if args.command == "report":
+        from specscope.core.commands import report
+
+        return report.main(args)
     raise CliError(f"unknown command {args.command}")
 
 

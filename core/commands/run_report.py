@@ -132,8 +132,9 @@ def _overhead_text(estimate: Any) -> str:
     cost = estimate.cost
     if cost is None:
         return "measurement overhead —"
+    drill = f"; a paging drill's {cost.drill_ms:.0f} ms moving layers not counted" if cost.drill_ms else ""
     return (f"{cost.text()} (bookkeeping {cost.bookkeeping_ms:.0f} ms, baselines {cost.baseline_ms:.0f} ms, "
-            f"exploration {cost.exploration_ms:.0f} ms of {cost.wall_ms / 1000.0:.1f} s)")
+            f"exploration {cost.exploration_ms:.0f} ms of {cost.wall_ms / 1000.0:.1f} s{drill})")
 
 
 def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[str, Any],
@@ -164,6 +165,8 @@ def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[st
                     if estimate.measured else f"measured: {estimate.measured_reason}")
         lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
                      f"at k={estimate.k}")
+        if estimate.costs.stale:
+            lines.append(f"              {estimate.costs.stale_text()}")
         lines.append(f"best k        {estimate.best_k_text()}")
         if estimate.controller_text():
             lines.append(f"              {estimate.controller_text()}")

@@ -21,9 +21,9 @@ class CostModelKPolicy:
       step), so it comes back when acceptance rises. A probe costs little: k = 1 is near break-even then.
       It stops drafting only once ``skip_after`` proposals were judged: one unlucky first iteration must
       not stop the measuring.
-    - The scores are ``Measurement.scores``: E(k) from per-position conditional acceptance (acceptance comes
-      in runs, so the iid alpha under-predicts what the positions after an accepted one are worth) and the
-      one verify-cost fit; k with no verify data has no score and is never chosen.
+    - The scores are the snapshot's curve (``Estimate.scores``): E(k) from per-position conditional
+      acceptance (acceptance comes in runs, so the iid alpha under-predicts what the positions after an
+      accepted one are worth) and the one verify-cost fit; k with no verify data has no score and is never chosen.
     - Every ``explore_every`` choices it tries one more proposal than its choice, so the acceptance at the
       next position and the verify cost at the next length keep being measured; but only when that k is
       predicted to lose at most ``explore_margin`` (relative): where drafting is dear, a deeper probe
@@ -84,14 +84,14 @@ class CostModelKPolicy:
         """Nothing to learn beyond the measurement, which the session feeds (the one feeder)."""
 
     def predicted_scores(self, hi: int) -> dict[int, float] | None:
-        """The measurement's predicted speed-up for k in k_min..hi, at most ``reach`` past measured positions."""
-        counts = self.measurement.counts
-        if len(self.measurement.window_records()) < self.min_iterations or counts.pooled is None:
+        """The snapshot's predicted speed-up for k in k_min..hi, at most ``reach`` past measured positions."""
+        est = self.measurement.estimate()
+        if est is None or est.window < self.min_iterations or est.recently_judged <= 0:
             return None
-        hi = max(self.k_min, min(hi, counts.depth(self.min_trials) + self.reach))
+        hi = max(self.k_min, min(hi, est.acceptance_depth(self.min_trials) + self.reach))
         # not drafting stops the measuring: only on the evidence of enough judged proposals
-        lo = self.k_min if counts.judged >= self.skip_after else max(self.k_min, 1)
-        return self.measurement.scores(lo, hi) or None
+        lo = self.k_min if est.recently_judged >= self.skip_after else max(self.k_min, 1)
+        return est.scores(lo, hi) or None
 
     def choose_k(self, k_max: int) -> int:
         hi = max(self.k_min, min(self.k_max, k_max))

@@ -7,7 +7,7 @@ and tokens after the first likely rejection only add cost. The policy decides af
 - acceptance by position, conditioned on the size of the n-gram that matched (a 3-gram match is copied
   text far more often than a 1-gram one), measured in this run (``measurement.KeyedPositionCounts``, shrunk
   toward all matches together, then toward ``prior`` before anything was judged);
-- the one verify-cost fit and the same speed-up formula as everywhere (``Measurement.scores_for``: lookup's
+- the one verify-cost fit and the same speed-up formula as everywhere (``Estimate.scores_for``: lookup's
   draft cost is charged per iteration);
 - it proposes the number of tokens with the highest predicted speed-up, none when no length beats a plain
   step. While it proposes none it still probes with one token, per match size: at once for a match size
@@ -17,7 +17,7 @@ and tokens after the first likely rejection only add cost. The policy decides af
   copies pays for a handful of one-token probes.
 - It looks at most twice as far (at least ``reach`` further) as the positions judged and the pass lengths
   measured so far, and scores a length whose pass was measured fewer than three times at a lower bound on
-  its cost (``Measurement.scores_for(optimistic=True)``): it proposes such a length (and so measures it)
+  its cost (``Estimate.scores_for(optimistic=True)``): it proposes such a length (and so measures it)
   only when even that bound beats every measured choice. Without any sweep it climbs 1, 2, 4, 8 … while
   everything is accepted, and it measures the plain step first (a match before any length-1 pass
   proposes nothing).
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from specscope.core.controls import K_MAX
 from specscope.core.measure.estimators import KeyedPositionCounts
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.measurement import TRUSTED_PASSES, Measurement
 from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 
@@ -94,14 +94,14 @@ class LookupLengthPolicy:
     def _decide(self, match_ngram: int, available: int) -> int:
         if available == 0:
             return 0
-        fit = self.measurement.fit
-        if fit(1) is None:
+        est = self.measurement.estimate()
+        if est is None or est.costs.plain_step_ms is None:
             return 0  # a plain step first: every speed-up is measured against it
         # no further than double the positions judged and the pass lengths measured: a run of full
         # acceptances at 2 proposals is not extrapolated to 10 in one jump
-        reachable = min(available, self._further(max(0, fit.max_length - 1)), self._position_reach())
+        reachable = min(available, self._further(max(0, est.costs.longest_pass - 1)), self._position_reach())
         cond = self._conditional(match_ngram, reachable)
-        scores = self.measurement.scores_for(cond, 0, reachable)
+        scores = est.scores_for(cond, 0, reachable)
         self.scores = scores
         if 0 not in scores:
             return 0
@@ -112,7 +112,7 @@ class LookupLengthPolicy:
         # CPU a 2-token pass can cost 1.6 plain steps while a 9-token one costs 2, so climbing only through
         # measured lengths would stall at the expensive short ones, and one slow pass would bar a length
         # for the rest of the run.
-        bounds = self.measurement.scores_for(cond, 0, reachable, optimistic=True)
+        bounds = est.scores_for(cond, 0, reachable, optimistic=True, trusted_passes=TRUSTED_PASSES)
         if bounds:
             explore = max(bounds, key=lambda k: (bounds[k], -k))
             if bounds[explore] > scores[best]:

@@ -88,6 +88,17 @@ def speedup(tokens_per_iteration: float, target_ms: float, draft_ms_per_iteratio
     return target_ms * tokens_per_iteration / cost if cost > 0.0 else None
 
 
+def speedup_at_k(k: int, tokens_per_iteration: float, plain_ms: float, draft_ms_per_iteration: float,
+                 verify_ms: float, fixed_ms: float = 0.0) -> float | None:
+    """:func:`speedup` for an iteration at ``k``. At k = 0 the iteration proposes nothing: it is one target pass
+    of one token committing one token, which is what a plain step is, so it costs the plain step and its
+    speed-up is 1 by construction, whatever the verify fit and the bookkeeping read."""
+    _check_k(k)
+    if k == 0:
+        return speedup(1.0, plain_ms, 0.0, plain_ms)
+    return speedup(tokens_per_iteration, plain_ms, draft_ms_per_iteration, verify_ms, fixed_ms)
+
+
 def alpha_for_speedup(
     k: int, speedup: float, target_ms: float, draft_ms: float, verify_ms: float, rollback_ms: float = 0.0
 ) -> float | None:

@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import median
 
 from specscope.core.controls import K_MAX
 from specscope.core.drafter_catalogue import draft_cost_per_token
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
-from specscope.core.measure import costmodel
 from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.measure.estimators import POSITION_DECAY, PositionCounts, VerifyCostFit
 from specscope.core.measure.metrics import (
@@ -65,6 +64,7 @@ from specscope.core.measure.snapshot import (
     PositionStat,
     RatioInterval,
     Segment,
+    price_curve,
 )
 from specscope.core.measure.speedup import SpeedupResult, SpeedupSamples, measured_speedup
 from specscope.core.measure.verdict import with_verdict
@@ -132,7 +132,6 @@ class Measurement:
         self._window_version = 0  # changes whenever ``_recent`` does (what the cost and curve caches key on)
         self._timing_cache: tuple[tuple[object, ...], tuple[float | None, float | None, float | None]] | None = None
         self._curve_cache: tuple[tuple[object, ...], tuple[CurvePoint, ...]] | None = None
-        self._positions: list[list[int]] = []  # [reached, accepted, drafted] per position, since sampling change
         self._accepted = self._judged = self._spec_iterations = 0
         self._emitted = 0
         self._iterations = 0
@@ -145,6 +144,9 @@ class Measurement:
         self._baseline_tokens = 0
         self._explorations = 0
         self._explore_ms = 0.0  # what explored iterations took beyond an iteration at the user's k
+        self._drill_ms = 0.0  # wall time a paging drill spent moving layers between iterations
+        self._drill_pending = False  # a drill event came since the last iteration
+        self._exploring_k: int | None = None  # the k the last iteration explored at (None: it ran at the user's)
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
@@ -169,20 +171,22 @@ class Measurement:
                 self._control_change(event)
             elif isinstance(event, BaselineRecord):  # a trace from before baselines committed their tokens
                 for ms in event.step_ms:
-                    self.fit.add(1, ms)
+                    self.fit.add(1, ms, self._position)
                     for samples in (self._samples, self._segments[-1].samples):
                         samples.add_plain(self._position, ms, False)
                     self._position += 1
                     self._since_plain = 0
                 for n, ms in event.verify_ms_by_len.items():
-                    self.fit.add(int(n), ms)
+                    self.fit.add(int(n), ms, self._position)
             elif isinstance(event, RunStarted):
                 self._plain_run = event.plain
                 if self._segments[0].controls is None:
                     self._segments[0].controls = event.controls
             elif isinstance(event, RunFinished):
                 self._finished = True
-            elif not isinstance(event, DrillEvent):
+            elif isinstance(event, DrillEvent):
+                self._drill_pending = True
+            else:
                 raise TypeError(f"not an event of a run: {type(event).__name__}")
             if self._last_record is not None:
                 self._estimate = self._build()
@@ -192,7 +196,6 @@ class Measurement:
         if _sampling(change.new) != _sampling(change.old):
             # the curve predicts for the controls now in force: acceptance under other sampling says little
             self.counts = PositionCounts(POSITION_DECAY)
-            self._positions = []
         self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
 
     def _iteration(self, r: IterationRecord) -> None:
@@ -204,15 +207,19 @@ class Measurement:
         self._decode_ms += r.iteration_ms
         if self._first_start_s is None:
             self._first_start_s = r.t_start_s
-        self._last_end_s = r.t_end_s
         if r.explore:
             self._explorations += 1
         for flag in r.flags:
             if flag.startswith(BUSY_PREFIX):
                 self._last_busy, self._last_busy_iteration = flag, r.iteration
-        if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
-            self.fit.add(r.n_drafted + 1, r.verify_ms)
+        if self._drill_pending and self._last_end_s is not None and r.t_start_s >= self._last_end_s:
+            # the layers moved between the last iteration and this one: that wait is the drill's
+            self._drill_ms += (r.t_start_s - self._last_end_s) * 1000.0
+        self._drill_pending = False
+        self._last_end_s = r.t_end_s
         position, self._position = self._position, self._position + 1
+        if r.mode != ATTACHED_MODE:  # an engine's pass time is not this machine's verify time
+            self.fit.add(r.n_drafted + 1, r.verify_ms, position)
         if not self._plain_run and r.mode in (PLAIN_MODE, SPECULATIVE_MODE):
             # a --plain run's steps are the decoding: nothing to compare them with
             busy = any(f.startswith(BUSY_PREFIX) for f in r.flags)
@@ -227,7 +234,8 @@ class Measurement:
             return
         if r.mode not in JUDGING_MODES:
             return
-        self._last_judging = r
+        if not r.explore:  # an exploration runs at another k for one iteration: the run's k is the user's
+            self._last_judging = r
         if len(self._recent) == self._recent.maxlen:
             gone = self._recent[0]
             self._window_accepted -= gone.n_accepted
@@ -244,14 +252,6 @@ class Measurement:
         seg = self._segments[-1]
         seg.accepted += r.n_accepted
         seg.judged += judged
-        while len(self._positions) < r.n_drafted:
-            self._positions.append([0, 0, 0])
-        for i in range(r.n_drafted):
-            self._positions[i][2] += 1
-            if i < judged:
-                self._positions[i][0] += 1
-            if i < r.n_accepted:
-                self._positions[i][1] += 1
         if r.mode == SPECULATIVE_MODE and r.explore:
             self._explore_ms += self._beyond_usual(r)
         elif r.mode == SPECULATIVE_MODE:
@@ -317,28 +317,9 @@ class Measurement:
             return list(self._recent)
 
     def scores(self, k_lo: int, k_hi: int) -> dict[int, float]:
-        """Predicted speed-up for each k in [k_lo, k_hi] that has data: the curve the snapshot shows, which
-        adaptive k reads too."""
-        with self._lock:
-            drafter = self._recent[-1].drafter if self._recent else ""
-            curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1))
-        return {p.k: p.speedup for p in curve if p.speedup is not None}
-
-    def scores_for(self, conditional: Sequence[float], k_lo: int, k_hi: int,
-                   optimistic: bool = False) -> dict[int, float]:
-        """Predicted speed-up for each k in [k_lo, k_hi] that has data, for a given conditional acceptance by
-        position (a caller that knows more about this iteration's proposals than the run's pooled counts, e.g.
-        prompt lookup's match length): the same costs, verify fit and formula as :meth:`scores`.
-
-        ``optimistic`` scores each k at a lower bound on its verify pass's cost instead, the fit at the
-        longest length up to k + 1 measured at least ``TRUSTED_PASSES`` times (the fit is non-decreasing), so
-        k with a pass never measured, or measured once or twice, get an upper bound on their speed-up: what a
-        policy needs to decide whether measuring such a pass could pay."""
-        with self._lock:
-            drafter = self._recent[-1].drafter if self._recent else ""
-            curve = self._curve_locked(self._costs_locked(drafter), range(k_lo, k_hi + 1), list(conditional),
-                                       cost_floor_beyond=optimistic)
-        return {p.k: p.speedup for p in curve if p.speedup is not None}
+        """The snapshot's curve for k in [k_lo, k_hi] (``Estimate.scores``; empty before any iteration)."""
+        est = self.estimate()
+        return est.scores(k_lo, k_hi) if est is not None else {}
 
     # ---- internals (lock held) ---------------------------------------------------------------------------
     def _costs_locked(self, drafter: str) -> Costs:
@@ -355,50 +336,19 @@ class Measurement:
                      if recent else None)
             self._timing_cache = (key, (draft_step, draft_iter, fixed))
         draft_step, draft_iter, fixed = self._timing_cache[1]
-        points = dict(self.fit.points)
-        # The plain step as timed, not the monotone fit's length-1 knot: on a CPU a one-token pass can cost more
-        # than a short multi-token one, and the fit would pool it down (one plain step, here and in the schedule).
-        return Costs(self.fit.median(1), draft_step, draft_iter, fixed, points)
+        # the target's costs carried to the machine's speed now (the plain step as timed, not the monotone
+        # fit's length-1 knot: on a CPU a one-token pass can cost more than a short multi-token one)
+        frame = self.fit.frame()
+        return Costs(frame.plain_ms, draft_step, draft_iter, fixed, dict(frame.knots), dict(frame.passes),
+                     frame.stale, frame.speed_change)
 
     def _curve_locked(self, costs: Costs, ks: Iterable[int], conditional: list[float] | None = None,
                       cost_floor_beyond: bool = False) -> list[CurvePoint]:
-        out: list[CurvePoint] = []
-        plain = costs.plain_step_ms
         ks = list(ks)
-        if conditional is not None:
-            alpha: float | None = conditional[0] if conditional else None
-            cond = conditional
-        else:
+        if conditional is None:
             alpha = self.counts.pooled
-            cond = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
-        # E(k) for every k at once (the same sums as expected_tokens_from_positions, k by k)
-        tokens_by_k = costmodel.expected_tokens_by_k(cond, max(ks, default=0)) if alpha is not None and cond else []
-        for k in ks:
-            if plain is None or plain <= 0:
-                out.append(CurvePoint(k, None, "no plain step measured yet"))
-                continue
-            verify = self.fit.floor(k + 1, TRUSTED_PASSES) if cost_floor_beyond else self.fit(k + 1)
-            if verify is None:
-                longest = self.fit.max_length
-                out.append(CurvePoint(k, None, f"no verify pass of length {k + 1} measured (longest {longest})"))
-                continue
-            if k == 0:
-                tokens, draft = 1.0, 0.0
-            elif alpha is None:
-                out.append(CurvePoint(k, None, "no proposal judged yet"))
-                continue
-            else:
-                tokens = tokens_by_k[k] if k < len(tokens_by_k) else costmodel.expected_tokens_from_positions(cond, k)
-                if costs.draft_step_ms is not None:
-                    draft = k * costs.draft_step_ms
-                elif costs.draft_iteration_ms is not None:
-                    draft = costs.draft_iteration_ms
-                else:
-                    out.append(CurvePoint(k, None, "no draft step measured yet"))
-                    continue
-            speedup = costmodel.speedup(tokens, plain, draft, verify, costs.fixed_ms or 0.0)
-            out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
-        return out
+            conditional = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
+        return price_curve(costs, conditional, ks, cost_floor_beyond, TRUSTED_PASSES)
 
     def _segment_snapshot(self, seg: _SegmentState, run: SpeedupResult) -> tuple[Segment, SpeedupResult]:
         # with one segment its samples are the run's: computed once
@@ -420,14 +370,17 @@ class Measurement:
             # speculation loses, the plain step was the faster way to decode them)
             baseline = max(0.0, self._baseline_ms - self._baseline_tokens * self._spec_ms / self._spec_tokens)
         explore = self._explore_ms
-        bookkeeping = max(0.0, wall_ms - self._decode_ms)
-        return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations, explore)
+        bookkeeping = max(0.0, wall_ms - self._decode_ms - self._drill_ms)  # moving a drill's layers is the drill's
+        return MeasurementCost(wall_ms, self._decode_ms, bookkeeping, baseline, self._explorations, explore,
+                               self._drill_ms)
 
     def _build(self) -> Estimate:
         last = self._last_record
         assert last is not None
         r = self._last_judging or last  # the iteration that says what k and drafter are in use
-        k = r.controls.k
+        seg_controls = self._segments[-1].controls
+        # the user's k (or the controller's choice), never an exploration's: that one is ``exploring_k``
+        k = r.controls.k if self._last_judging is not None or seg_controls is None else seg_controls.k
         drafter = r.drafter
         costs = self._costs_locked(drafter)
         # the curve reads the costs, the fit and the acceptance counts: rebuilt only when one of them changed
@@ -440,7 +393,7 @@ class Measurement:
         predicted = next((p.speedup for p in curve if p.k == k), None)
         judged_w = self._window_judged
         alpha_w = self._window_accepted / judged_w if judged_w else None
-        positions = tuple(PositionStat(i, p[0], p[1], p[2]) for i, p in enumerate(self._positions))
+        positions = self.counts.stats()
         run = self._speedup(self._samples)
         segment, seg_result = self._segment_snapshot(self._segments[-1], run)
         used = seg_result if len(self._segments) > 1 and segment.measured is not None else run
@@ -473,6 +426,8 @@ class Measurement:
             segment=segment, segments=len(self._segments),
             wall_tokens_per_s=self._emitted / wall_s if wall_s > 0 else None, cost=cost,
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
+            exploring_k=last.controls.k if last.explore else None,
+            exploring_note=last.k_note if last.explore else "",
         )
         return with_verdict(est, self._samples.busy_records, self._samples.quiet_records)
 

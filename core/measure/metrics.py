@@ -38,37 +38,6 @@ def mean_acceptance_length(records: Sequence[IterationRecord]) -> float | None:
     return 1.0 + sum(r.n_accepted for r in spec) / len(spec) if spec else None
 
 
-def per_position_acceptance(records: Sequence[IterationRecord]) -> list[float | None]:
-    """Unconditional: at position i, iterations accepting >= i+1 / iterations that drafted >= i+1.
-
-    The denominator counts only iterations that proposed something at position i, so runs whose k varies
-    (adaptive k, lookup drafters returning fewer tokens) are not diluted. With a fixed k it equals the
-    serving engines' "accepted at position i / drafts".
-    """
-    spec = _speculative(records)
-    depth = max((r.n_drafted for r in spec), default=0)
-    out: list[float | None] = []
-    for i in range(depth):
-        drafted = [r for r in spec if r.n_drafted >= i + 1]
-        out.append(sum(1 for r in drafted if r.n_accepted >= i + 1) / len(drafted) if drafted else None)
-    return out
-
-
-def conditional_position_acceptance(records: Sequence[IterationRecord]) -> list[float | None]:
-    """Conditional: at position i, P(accept i | positions < i accepted, i drafted).
-
-    = iterations accepting >= i+1 / iterations that drafted >= i+1 and accepted >= i. Equal at every
-    position (and to α, accepted / checked proposals) when acceptance is iid; rising with i when it comes in runs.
-    """
-    spec = _speculative(records)
-    depth = max((r.n_drafted for r in spec), default=0)
-    out: list[float | None] = []
-    for i in range(depth):
-        reached = [r for r in spec if r.n_drafted >= i + 1 and r.n_accepted >= i]
-        out.append(sum(1 for r in reached if r.n_accepted >= i + 1) / len(reached) if reached else None)
-    return out
-
-
 def accepted_histogram(records: Sequence[IterationRecord]) -> list[int]:
     """counts[n] = number of speculative iterations that accepted exactly n proposals."""
     spec = _speculative(records)

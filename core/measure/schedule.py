@@ -103,6 +103,8 @@ class BaselineSchedule:
             return self.min_gap  # nothing known yet: the first block, to get a first estimate
         if s <= 1.0:
             return self.min_gap  # a plain step is the faster way to decode: baselines cost nothing
+        if "plain step" in est.costs.stale:
+            return self.min_gap  # the machine's speed moved since the last plain step (a drill, a busy spell)
         cost = est.mean_acceptance_length / s  # one speculative iteration, in plain-step times
         gap = budget_gap(self.budget, self.steps, s, cost)
         plain_ms = est.costs.plain_step_ms
@@ -166,17 +168,19 @@ class VerifyExploration:
         points = c.verify_ms_by_len
         longest = max(points, default=1)
         slope = (points[longest] - points[min(points)]) / (longest - min(points)) if len(points) > 1 else 0.0
-        return max(0, other - k) * ((c.draft_step_ms or 0.0) + max(slope, 0.0))
+        draft = (c.draft_ms(other) or 0.0) - (c.draft_ms(k) or 0.0)  # lookup: one search whatever k is
+        return max(0.0, max(0, other - k) * max(slope, 0.0) + draft)
 
     def __call__(self, k: int) -> int | None:
         """The k to run this iteration at instead of ``k`` (None: run at ``k``)."""
         self._since += 1
         if self._since < self.every:
             return None
-        fit = self.measurement.fit
+        est = self.measurement.estimate()
+        longest = est.costs.longest_pass if est is not None else 0
         for length in self.candidates():
             # a length inside the measured range is interpolated already: only longer ones add to the curve
-            if length <= max(fit.max_length, k + 1) or self._tried.get(length, 0) >= self.attempts:
+            if length <= max(longest, k + 1) or self._tried.get(length, 0) >= self.attempts:
                 continue
             if not self.affordable(k, length - 1):
                 return None  # the cheaper lengths come first: a dearer one cannot be affordable either

@@ -52,6 +52,7 @@ class PositionStat:
     reached: int  # iterations that judged this position
     accepted: int
     drafted: int  # iterations that drafted this position (judged or not)
+    recent_reached: float = 0.0  # ``reached`` forgotten slowly (about the last 50 iterations), what the curve uses
 
     @property
     def rate(self) -> float | None:
@@ -68,13 +69,48 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class Costs:
-    """Step costs in ms over the recent window (medians), and the verify fit's knots."""
+    """Step costs in ms at the machine's speed now: the draft and rollback over the recent window (medians),
+    the plain step and the verify fit's knots from the target's passes carried to now (``estimators.VerifyCostFit
+    .frame``), and which of them were last timed at another machine speed."""
 
-    plain_step_ms: float | None  # the median of the recent length-1 passes (plain steps) as timed
+    plain_step_ms: float | None  # the plain step (length-1 passes as timed), at the machine's speed now
     draft_step_ms: float | None  # per proposal (drafters whose cost grows with k)
     draft_iteration_ms: float | None  # per iteration (lookup: its cost does not grow with k)
     fixed_ms: float | None  # rollback + bookkeeping per iteration
     verify_ms_by_len: dict[int, float] = field(default_factory=dict)
+    passes_by_len: dict[int, int] = field(default_factory=dict)  # passes behind each knot
+    stale: tuple[str, ...] = ()  # costs last timed when the machine ran >15% faster or slower than now
+    speed_change: float = 1.0  # a pass's time now over its time when the last plain step was timed
+
+    def draft_ms(self, k: int) -> float | None:
+        """What drafting k proposals costs per iteration: k draft steps, or lookup's one search whatever k is
+        (0 at k = 0; None: not measured)."""
+        if k == 0:
+            return 0.0
+        if self.draft_step_ms is not None:
+            return k * self.draft_step_ms
+        return self.draft_iteration_ms
+
+    def verify_ms(self, length: int) -> float | None:
+        """A verify pass of ``length`` tokens (None past the longest measured)."""
+        return interpolate(self.verify_ms_by_len, length)
+
+    @property
+    def longest_pass(self) -> int:
+        return max(self.verify_ms_by_len, default=0)
+
+    def verify_floor(self, length: int, min_passes: int) -> float | None:
+        """A lower bound on a pass of ``length``: the knot at the longest length up to it measured at least
+        ``min_passes`` times, else at the shortest length measured (knots never fall with length)."""
+        return verify_floor(self.verify_ms_by_len, self.passes_by_len, length, min_passes)
+
+    def stale_text(self) -> str:
+        """'stale: plain step (timed at another machine speed: passes take ×1.40 as long now; priced by them)'
+        or ''."""
+        if not self.stale:
+            return ""
+        return (f"stale: {', '.join(self.stale)} (timed at another machine speed: passes take "
+                f"×{self.speed_change:.2f} as long now as at the last plain step; carried to now by them)")
 
 
 @dataclass(frozen=True)
@@ -112,6 +148,8 @@ class MeasurementCost:
     tokens (0 when speculation does not pay: then a plain step is the faster way to decode).
     ``exploration_ms``: what the iterations run at another k (to time an unmeasured pass length) took beyond
     the median speculative iteration at the user's k around them.
+    ``drill_ms``: the wall time between iterations a paging drill spent moving layers; not charged to the
+    measurement (it is what the user asked the drill to do).
     """
 
     wall_ms: float
@@ -120,6 +158,7 @@ class MeasurementCost:
     baseline_ms: float
     exploration_iterations: int = 0
     exploration_ms: float = 0.0
+    drill_ms: float = 0.0  # wall time a paging drill spent moving layers: the drill's, not the measurement's
 
     @property
     def iterations_ms(self) -> float:
@@ -173,6 +212,8 @@ class Estimate:
     k_note: str = ""  # the adaptive controller's reason for its last k, when it is not simply best k
     adaptive: bool = False  # the last iteration's k was chosen by the adaptive controller
     verdict: str | None = None  # one sentence once the data can carry it (see Measurement)
+    exploring_k: int | None = None  # the last iteration ran at this k to time a pass length (``k`` is the run's)
+    exploring_note: str = ""  # why, in the loop's words
 
     # ---- the one wording of each number ----------------------------------------------------------------
     @property
@@ -207,6 +248,12 @@ class Estimate:
             return "best: do not speculate"
         return f"best k={self.best_k} (×{self.best_speedup:.2f})"
 
+    def k_note_text(self) -> str:
+        """Why the last iteration's k is not simply the run's: the controller's reason, or an exploration."""
+        if self.exploring_k is not None:
+            return self.exploring_note or f"this iteration explored k={self.exploring_k}"
+        return self.controller_text().partition(": ")[2]
+
     def controller_text(self) -> str:
         """What the adaptive controller did against best k, in words ('' when there is nothing to say)."""
         if not self.adaptive:
@@ -218,6 +265,31 @@ class Estimate:
         return f"adaptive k={self.k}"
 
     # ---- the cost model at this snapshot -------------------------------------------------------------------
+    def scores(self, k_lo: int, k_hi: int) -> dict[int, float]:
+        """The curve's predicted speed-up for each k in [k_lo, k_hi] that has one (what adaptive k reads)."""
+        return {p.k: p.speedup for p in self.curve if k_lo <= p.k <= k_hi and p.speedup is not None}
+
+    def scores_for(self, conditional: list[float], k_lo: int, k_hi: int, optimistic: bool = False,
+                   trusted_passes: int = 3) -> dict[int, float]:
+        """Predicted speed-up for each k in [k_lo, k_hi] that has data, for a given conditional acceptance by
+        position (a policy that knows more about this iteration's proposals, e.g. prompt lookup's match length):
+        this snapshot's costs and the one formula (:func:`price_curve`); ``optimistic`` at a lower bound on
+        each verify pass's cost."""
+        curve = price_curve(self.costs, list(conditional), list(range(k_lo, k_hi + 1)), optimistic, trusted_passes)
+        return {p.k: p.speedup for p in curve if p.speedup is not None}
+
+    def acceptance_depth(self, min_trials: float) -> int:
+        """Leading positions judged at least ``min_trials`` times lately (forgotten slowly, as the curve's)."""
+        depth = 0
+        while depth < len(self.positions) and self.positions[depth].recent_reached >= min_trials:
+            depth += 1
+        return depth
+
+    @property
+    def recently_judged(self) -> float:
+        """Proposals judged lately (forgotten slowly, as the curve's acceptance)."""
+        return sum(p.recent_reached for p in self.positions)
+
     def speedup_at(self, k: int) -> float | None:
         for p in self.curve:
             if p.k == k:
@@ -227,10 +299,10 @@ class Estimate:
     def iteration_costs(self, k: int) -> tuple[float, float] | None:
         """(draft ms per iteration, verify ms of a k+1 pass) at this k from the measured costs; None: no data."""
         c = self.costs
-        verify = interpolate(c.verify_ms_by_len, k + 1)
-        if verify is None:
+        verify, draft = c.verify_ms(k + 1), c.draft_ms(k)
+        if verify is None or draft is None:
             return None
-        return (c.draft_step_ms or 0.0) * k + (c.draft_iteration_ms or 0.0), verify
+        return draft, verify
 
     def alpha_for_speedup(self, k: int, speedup: float) -> float | None:
         """The α this k would need to run ``speedup`` times as fast as plain, at the measured costs (None: no
@@ -248,6 +320,50 @@ class Estimate:
     def break_even_alpha(self, k: int) -> float | None:
         """The α at which speculation at this k breaks even (None: no data, or it cannot pay at any α)."""
         return self.alpha_for_speedup(k, 1.0)
+
+
+def price_curve(costs: Costs, conditional: list[float], ks: list[int], cost_floor_beyond: bool = False,
+                trusted_passes: int = 3) -> list[CurvePoint]:
+    """Predicted speed-up for each k at these costs and this conditional acceptance by position (empty: no
+    proposal judged yet): the one formula every curve, score and prediction reads.
+
+    ``cost_floor_beyond`` scores each k at a lower bound on its verify pass instead (``Costs.verify_floor``
+    with ``trusted_passes``): an upper bound on its speed-up, for a policy deciding whether measuring it pays."""
+    out: list[CurvePoint] = []
+    plain = costs.plain_step_ms
+    # E(k) for every k at once (the same sums as expected_tokens_from_positions, k by k)
+    tokens_by_k = costmodel.expected_tokens_by_k(conditional, max(ks, default=0)) if conditional else []
+    for k in ks:
+        if plain is None or plain <= 0:
+            out.append(CurvePoint(k, None, "no plain step measured yet"))
+            continue
+        if k == 0:  # plain decoding: 1 by construction
+            out.append(CurvePoint(k, costmodel.speedup_at_k(0, 1.0, plain, 0.0, plain)))
+            continue
+        verify = costs.verify_floor(k + 1, trusted_passes) if cost_floor_beyond else costs.verify_ms(k + 1)
+        if verify is None:
+            out.append(CurvePoint(k, None, f"no verify pass of length {k + 1} measured (longest {costs.longest_pass})"))
+            continue
+        if not conditional:
+            out.append(CurvePoint(k, None, "no proposal judged yet"))
+            continue
+        draft = costs.draft_ms(k)
+        if draft is None:
+            out.append(CurvePoint(k, None, "no draft step measured yet"))
+            continue
+        speedup = costmodel.speedup_at_k(k, tokens_by_k[k], plain, draft, verify, costs.fixed_ms or 0.0)
+        out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
+    return out
+
+
+def verify_floor(points: dict[int, float], passes: dict[int, int], length: int, min_passes: int) -> float | None:
+    """A lower bound on a pass of ``length`` from non-decreasing knots: the knot at the longest length up to it
+    with at least ``min_passes`` passes, else the shortest knot. One slow pass, or none, at a length then never
+    hides what a longer pass may cost."""
+    if not points:
+        return None
+    trusted = [n for n in points if n <= length and passes.get(n, 0) >= min_passes]
+    return points[max(trusted)] if trusted else points[min(points)]
 
 
 def interpolate(points: dict[int, float], length: int) -> float | None:

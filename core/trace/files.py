@@ -204,7 +204,8 @@ def write_trace(
 ) -> TracePaths:
     """Write a trace: the event stream (``<stem>.events.jsonl``, what replay reads) and, from the same stream,
     the flat export for spreadsheets — the iteration CSV at ``path`` with the measurement's numbers after each
-    iteration, its tokens, legacy baselines and session files beside it.
+    iteration (the last row: after the whole stream, the run's end included), its tokens, legacy baselines and
+    session files beside it.
 
     All files are written to temporary names first and renamed into place, so a failed export leaves no
     half-written trace. Raises TraceWriteError (path + OS reason); the events are not modified.
@@ -231,14 +232,20 @@ def write_trace(
     measurement = Measurement()
     with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta, f_events):
         appender = TraceAppender(f_it, f_tok, f_base, memory_keys)
+        snapshot = None
         for e in events:
             snapshot = measurement.feed(e)
-            if isinstance(e, IterationRecord):
-                if e is records[-1] and finished is not None and not e.finish_reason:
-                    e = replace(e, finish_reason=finished.reason)  # the export's last row says how it ended
+            if isinstance(e, IterationRecord) and e is not records[-1]:
                 appender.append(e, snapshot)
             elif isinstance(e, BaselineRecord):
                 appender.append(e)
+        if records:
+            last = records[-1]
+            if finished is not None and not last.finish_reason:
+                last = replace(last, finish_reason=finished.reason)  # the export's last row says how it ended
+            # with the snapshot after the whole stream (the run's end recomputes the measured speed-up): the
+            # numbers the window and the CLI end on
+            appender.append(last, snapshot)
         appender.flush()
         f_meta.write(sidecar_text(meta))
         write_events(f_events, events)
