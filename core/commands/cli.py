@@ -21,15 +21,18 @@ from specscope.core.commands.cli_checks import (
     TOP_K,
     TOP_P,
     CliError,
+    Interrupted,
     Parser,
     StdoutError,
     add_max_new_tokens,
     file_path,
+    hold_closed_standard_descriptors,
     print_error,
     quiet_signals_while_starting,
     silence_stdout,
     starting_done,
     stdout_failed,
+    terminate_raises,
     whole_number,
 )
 from specscope.core.commands.run import _Run, cmd_run
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hold_closed_standard_descriptors()
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
         parser = build_parser()  # imports torch and transformers: seconds
@@ -122,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Run.session_folder = None
     where = ""
     try:
-        rc = _dispatch(args)
+        with terminate_raises():
+            rc = _dispatch(args)
         failed = stdout_failed()
         if failed is not None:  # buffered output that could not be written at exit
             raise StdoutError(failed)
@@ -132,6 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _Run.session_folder is not None:
                 where = f"; the run is saved in {_Run.session_folder}"
         print_error(f"{exc}{where}")
+        rc = exc.exit_code
+    except Interrupted as exc:  # SIGTERM outside a decode loop (terminate_raises): loading a model, connecting
+        if args.command == "run" and _Run.session_folder is None:
+            print_error(f"{exc.signal_name} received before decoding began; nothing was decoded")
+        elif args.command == "run":
+            print_error(f"{exc.signal_name} received; the run is saved in {_Run.session_folder}")
+        else:
+            print_error(f"{exc.signal_name} received; {args.command} stopped before it finished")
         rc = exc.exit_code
     except KeyboardInterrupt:
         # Ctrl-C outside a decode loop (loading a model, connecting): decoding installs its own handler, so
