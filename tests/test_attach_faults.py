@@ -42,8 +42,8 @@ def test_bad_url_is_one_sentence_and_exit_2(capsys, url, sentence) -> None:
 
 
 BAD_OPTIONS = [
-    (["--temperature", "nan"], "argument --temperature: must be a finite number of 0 or more, got 'nan'"),
-    (["--temperature", "inf"], "argument --temperature: must be a finite number of 0 or more, got 'inf'"),
+    (["--temperature", "nan"], "argument --temperature: must be 0 (greedy) or from 0.001 to 100, got nan"),
+    (["--temperature", "inf"], "argument --temperature: must be 0 (greedy) or from 0.001 to 100, got inf"),
     (["--timeout", "inf"], "argument --timeout: must be a finite number above 0 and at most 86400, got 'inf'"),
     (["--scrape-interval", "inf"], "argument --scrape-interval: must be a finite number from 0.01 to 3600"),
     (["--max-tokens", "99999999999999999999"], "argument --max-tokens: must be from 1 to 131,072"),
@@ -237,8 +237,8 @@ def test_a_first_pass_beyond_what_a_trace_holds_is_clamped_not_lost(capsys, tmp_
     chunks = [llama_chunk("a", 1), llama_chunk("b", 2, drafted=122, accepted=100), llama_chunk("c", 3, 124, 101),
               llama_chunk("", 3, 124, 101, finish="length")]
     with FakeEngine(script=Script(chunks=chunks)) as engine:
-        rc, out, err = cli(capsys, "attach", engine.url, *FAST, "--trace", str(tmp_path / "big.csv"))
-    assert "Traceback" not in err and "_Bad" not in err, err
+        rc, _, err = cli(capsys, "attach", engine.url, *FAST, "--trace", str(tmp_path / "big.csv"))
+    assert rc == 0 and "Traceback" not in err and "_Bad" not in err, err
     saved = read_trace(tmp_path / "big.csv")
     assert "".join(t.text for r in saved.records for t in r.tokens) == "abc"
     assert max(r.n_drafted for r in saved.records) <= 80

@@ -81,7 +81,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     from specscope.core.commands.pair_arguments import add_pair_arguments
 
     parser = Parser(
@@ -112,7 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(sub.add_parser("serve", help="run the engine headless for `run --remote` and the app "
                                                      "(prints its URL; one client at a time)"))
+    parser.commands = dict(sub.choices)
     return parser
+
+
+def _parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, with an unknown flag refused by its subcommand's parser, so that the one error line
+    points at ``specscope run --help``, not at the top level's list of commands."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = parser.commands.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
         parser = build_parser()  # imports torch and transformers: seconds
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     finally:
         starting_done()
     _Run.session_folder = None

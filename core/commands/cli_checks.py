@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from specscope.core.bounds import MAX_NEW_TOKENS as MAX_NEW_TOKENS  # re-exported: commands name it from here
 from specscope.core.bounds import SEED_MAX as SEED_MAX
@@ -54,6 +54,10 @@ class Parser(argparse.ArgumentParser):
     """argparse that refuses bad arguments as every other check does: one ``specscope: error:`` line naming the
     flag (argparse's message does) and where the options are listed, at once. argparse's own error prints the
     usage block first: 20 to 30 lines above the one that says what is wrong."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # a subcommand's parser, by name (cli.py)
 
     def error(self, message: str) -> NoReturn:
         print_error(f"{message} (the options: {self.prog} --help)")
@@ -226,7 +230,9 @@ def hold_closed_standard_descriptors() -> None:
     """Point a standard descriptor (0, 1, 2) that was closed at start (``>&-``) at /dev/null. Otherwise the
     next file opened (the autosave's) takes its number, and whatever a library writes to "stdout" lands in
     it. ``sys.stdout`` stays None, so results still fail with one sentence (``emit``)."""
-    for fd in (0, 1, 2):
+    for fd, stream in ((0, sys.stdin), (1, sys.stdout), (2, sys.stderr)):
+        if stream is not None:  # open at start: a write to it fails with its own error (EBADF), as it should
+            continue
         try:
             os.fstat(fd)
         except OSError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -77,7 +78,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:  # bound before the load (seconds to minutes): a busy port or a wrong --host is said at once
         listener = listen(args.host, args.port)
     except OSError as exc:
-        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        # socket.create_server adds "(while attempting to bind on address ...)" to the OS's reason
+        reason = os.strerror(exc.errno) if isinstance(exc.errno, int) and exc.errno > 0 else str(exc)
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     try:
         pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))
     except ModelLoadError as exc:
