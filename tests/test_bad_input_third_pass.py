@@ -244,6 +244,12 @@ def test_serve_on_a_busy_port_is_said_before_loading(target, capsys) -> None:
     assert one_sentence(err) == f"specscope: error: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
+def test_serve_on_an_address_not_of_this_machine_is_said_before_loading(target, capsys) -> None:
+    rc, _, err = cli(capsys, "serve", "--target", "/nonexistent/model", "--host", "192.0.2.1", "--port", "0")
+    assert rc == 2  # the bind is refused first: the missing model is never reached
+    assert one_sentence(err) == "specscope: error: cannot listen on 192.0.2.1:0: Cannot assign requested address"
+
+
 def test_sigterm_while_the_model_loads_is_one_sentence(target) -> None:
     """A fresh process: SIGTERM once the load has begun (its progress line), not silence."""
     proc = subprocess.Popen([PYTHON, "-m", "specscope.launcher", "run", "--target", str(target), "--drafter",

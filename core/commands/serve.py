@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -79,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         listener = listen(args.host, args.port)
     except OSError as exc:
         # socket.create_server adds "(while attempting to bind on address ...)" to the OS's reason
-        reason = os.strerror(exc.errno) if isinstance(exc.errno, int) and exc.errno > 0 else str(exc)
+        reason = (exc.strerror or str(exc)).split(" (while attempting to bind")[0]
         raise CliError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     try:
         pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))

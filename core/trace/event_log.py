@@ -474,11 +474,14 @@ def repaired(event: Event) -> tuple[Event, list[str]]:
 
 
 def _sequence_warnings(name: str, events: list[Event]) -> list[str]:
-    """What the order of the events says is wrong, one sentence each naming where: iteration numbers with a
-    gap, tokens missing from some iterations while others hold theirs. (A log without run_started is not
-    flagged: an attached engine's trace has none.)"""
+    """What the order of the events says is wrong, one sentence each naming where: no run start before a run's
+    iterations (an attached engine's trace has none: its passes are not a run of ours), iteration numbers with
+    a gap, tokens missing from some iterations while others hold theirs."""
     out: list[str] = []
     iterations = [e for e in events if isinstance(e, IterationRecord)]
+    if iterations and not any(isinstance(e, RunStarted) for e in events) and any(
+            r.mode != ATTACHED_MODE for r in iterations):
+        out.append(f"{name}: no run_started event: the run's models, prompt and settings are unknown")
     expected, missing, first_missing = 0, 0, -1
     for r in iterations:
         if r.iteration > expected:
