@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from specscope.core.commands.cli_checks import EXIT_USAGE, MAX_NEW, Parser, file_path, print_error, whole_number
 from specscope.core.drafter_catalogue import DRAFTER_KINDS, default_drafter
 
 T0 = time.monotonic()
@@ -21,19 +22,19 @@ T0 = time.monotonic()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specscope", description="Watch speculative decoding live.")
+    p = Parser(prog="specscope", description="Watch speculative decoding live.")
     p.add_argument("--target", help="target model: 'demo', a directory, or a hub id in the local cache")
     p.add_argument("--draft", help="draft model (for --drafter model)")
     p.add_argument("--drafter", choices=DRAFTER_KINDS, help="how proposals are made (default: model)")
     p.add_argument("--device", help="device for the models: cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", help="auto, float32, float16, bfloat16")
     p.add_argument("--prompt", help="prompt text to put in the editor")
-    p.add_argument("--open-trace", metavar="FILE", help="open a saved trace (no model is loaded)")
+    p.add_argument("--open-trace", metavar="FILE", type=file_path, help="open a saved trace (no model is loaded)")
     p.add_argument("--no-load", action="store_true", help="do not load a model at start")
     p.add_argument("--run", action="store_true", help="start decoding as soon as the pair is loaded")
-    p.add_argument("--max-new-tokens", type=int, help="tokens to generate")
-    p.add_argument("--screenshot", metavar="PNG", help="save a grab of the window, then quit")
-    p.add_argument("--screenshot-after", type=int, default=0, metavar="N",
+    p.add_argument("--max-new-tokens", type=MAX_NEW, help="tokens to generate")
+    p.add_argument("--screenshot", metavar="PNG", type=file_path, help="save a grab of the window, then quit")
+    p.add_argument("--screenshot-after", type=whole_number(0, 10**9), default=0, metavar="N",
                    help="with --screenshot: wait until N iterations are shown (0 = once a trace is shown)")
     p.add_argument("--print-visible-time", action="store_true", help=argparse.SUPPRESS)
     # scripts/measure_launch.py: print each loading step with its time since start, then quit once ready
@@ -41,14 +42,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _unattended_problem(args: argparse.Namespace) -> str | None:
+    """Why a ``--screenshot`` run could not end by itself, in one sentence: nobody is there to dismiss a box.
+    The grab's path is checked as the CLI checks an output path, and a trace to open is read once first."""
+    from specscope.core.commands.cli_checks import CliError, check_writable
+
+    try:
+        check_writable(args.screenshot, "--screenshot")
+    except CliError as exc:
+        return str(exc)
+    if args.open_trace:
+        from specscope.core.trace.errors import TraceError
+        from specscope.core.trace.files import read_trace
+
+        try:
+            read_trace(args.open_trace)
+        except TraceError as exc:
+            return f"cannot open trace {args.open_trace}: {exc}"
+        except Exception as exc:  # as the window's Open trace: a foreign file can fail in ways not foreseen
+            return f"cannot open trace {args.open_trace}: it is not a specscope trace ({exc})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        print("specscope: --max-new-tokens must be at least 1", file=sys.stderr)
-        return 2
-    if args.open_trace and not Path(args.open_trace).exists():
-        print(f"specscope: no such trace: {args.open_trace}", file=sys.stderr)
-        return 2
+    if args.open_trace and not args.open_trace.exists():
+        print_error(f"no such trace: {args.open_trace}")
+        return EXIT_USAGE
+    if args.screenshot:
+        problem = _unattended_problem(args)
+        if problem is not None:
+            print_error(problem)
+            return EXIT_USAGE
 
     from specscope.app.qt_check import binding_problem
 
@@ -93,10 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             window.pair_ready.connect(window.start_run)
         QTimer.singleShot(0, lambda: window.load_pair(choice))
 
+    failed: list[str] = []
     if args.screenshot:
-        _arm_screenshot(window, args.screenshot, args.screenshot_after)
+        _arm_screenshot(window, str(args.screenshot), args.screenshot_after, failed)
     _close_on_signals(app, window)
-    return int(app.exec())
+    rc = int(app.exec())
+    return 1 if failed else rc
 
 
 def _close_on_signals(app, window) -> None:
@@ -152,8 +179,9 @@ def _app_icon():
     return icon
 
 
-def _arm_screenshot(window, path: str, after: int) -> None:
-    """Save a grab once ``after`` iterations are shown (or the run ended), then quit."""
+def _arm_screenshot(window, path: str, after: int, failed: list[str]) -> None:
+    """Save a grab once ``after`` iterations are shown (or the run ended), then quit; a grab that cannot be
+    saved is one sentence on stderr, noted in ``failed`` (the exit code)."""
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -164,7 +192,11 @@ def _arm_screenshot(window, path: str, after: int) -> None:
             timer.stop()
             window.tick()
             QApplication.processEvents()
-            window.grab().save(path, "PNG")
+            if not window.grab().save(path, "PNG"):
+                failed.append(path)
+                print_error(f"the screenshot could not be saved to {path}")
+                QTimer.singleShot(0, window.close)
+                return
             print(f"screenshot saved: {path} ({len(window.data.records)} iterations)", flush=True)
             done = os.environ.get("SPECSCOPE_SCREENSHOT_DONE")
             if done:

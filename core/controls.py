@@ -6,10 +6,12 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from specscope.core.bounds import K_MAX as K_MAX  # re-exported: the controls' own names for them
+from specscope.core.bounds import K_MIN as K_MIN
+from specscope.core.bounds import TOP_K_MAX, TOP_P_MIN, temperature_problem
 from specscope.core.drafter_catalogue import adaptive_k_default, default_k
 from specscope.core.records import ControlValues
 
-K_MIN, K_MAX = 1, 16
 # New tokens a session decodes unless told otherwise: SessionOptions, the app's run panel and its saved setting.
 # (The CLI's run and attach default to 128, bench to 64 and verify to 48: shorter checks; the README says so.)
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -22,11 +24,12 @@ class InvalidControl(ValueError):
 def validate(values: ControlValues) -> ControlValues:
     if not K_MIN <= values.k <= K_MAX:
         raise InvalidControl(f"k must be between {K_MIN} and {K_MAX}, got {values.k}")
-    if values.temperature < 0:
-        raise InvalidControl(f"temperature must be >= 0 (0 = greedy), got {values.temperature}")
-    if values.top_k < 0:
-        raise InvalidControl(f"top-k must be >= 0 (0 = off), got {values.top_k}")
-    if not 0.0 < values.top_p <= 1.0:
+    problem = temperature_problem(values.temperature)
+    if problem is not None:
+        raise InvalidControl(f"temperature {problem}")
+    if not 0 <= values.top_k <= TOP_K_MAX:
+        raise InvalidControl(f"top-k must be from 0 (off) to {TOP_K_MAX:,}, got {values.top_k}")
+    if not TOP_P_MIN <= values.top_p <= 1.0:
         raise InvalidControl(f"top-p must be in (0, 1] (1 = off), got {values.top_p}")
     return values
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -125,6 +126,25 @@ CASES = [  # (command line, expected exit code)
     ("attach {textnum} --prompt hi", 1),
     ("attach {deep} --prompt hi", 1),
     ("attach {url} --prompt hi --plain-url {refuses}", 1),
+    # issue 41: every value bounded where it enters, the worker's port before loading, /metrics missing, the
+    # app's arguments, a bad flag as one line
+    (f"run {T} --prompt w5 --top-k 99999999999999999999 --temperature 0.8", 2),
+    (f"run {T} --prompt w5 --temperature 1e300", 2),
+    (f"run {T} --prompt w5 --temperature 1e-300", 2),
+    (f"run {T} --prompt w5 --top-p 1e-300", 2),
+    (f"run {T} --prompt w5 --bogus", 2),
+    ("run --target {d}/target --drafter lookup --prompt w5 --k", 2),
+    ("serve --target {d}/target --drafter lookup --port {busy}", 2),
+    ("serve --target {d}/target --drafter lookup --host 192.0.2.1 --port 0", 2),
+    ("attach {nometrics} --prompt hi --trace {d}/nometrics.csv", 1),
+    ("--max-new-tokens 2147483648", 2),
+    ("--max-new-tokens 0", 2),
+    ("--screenshot-after -1 --screenshot {d}/shot.png", 2),
+    ("--screenshot {d} --no-load", 2),
+    ("--screenshot {d}/null --no-load", 2),
+    ("--open-trace {d}/bad.txt --screenshot {d}/shot.png", 2),
+    ("--open-trace {d}/deep.json --screenshot {d}/shot.png", 2),
+    ("--bogus", 2),
 ]
 
 SERVERS = {  # name in a case → what that fake server streams
@@ -135,6 +155,7 @@ SERVERS = {  # name in a case → what that fake server streams
     "textnum": Script(chunks=[*good_stream()[:2], llama_chunk(5, 3)]),
     "deep": Script(chunks=[*good_stream()[:2], "[" * 100_000 + "]" * 100_000]),
     "refuses": Script(completion_status=500),
+    "nometrics": Script(metrics_status=404),  # llama.cpp's server without --metrics
 }
 
 
@@ -181,12 +202,13 @@ def main() -> int:
         servers = {name: FakeEngine(script=script) for name, script in SERVERS.items()}
         for server in servers.values():
             server.__enter__()
-        env = dict(os.environ, SPECSCOPE_DATA_DIR=str(d / "data"), OMP_NUM_THREADS="1")
+        env = dict(os.environ, SPECSCOPE_DATA_DIR=str(d / "data"), OMP_NUM_THREADS="1", QT_QPA_PLATFORM="offscreen")
+        busy = socket.create_server(("127.0.0.1", 0))  # a port something else listens on
         failures = tracebacks = 0
         warm = WarmPython()  # each case a process forked from one interpreter that imported specscope once
         try:
             for case, want in cases:
-                line = case.format(d=d, **{name: s.url for name, s in servers.items()})
+                line = case.format(d=d, busy=busy.getsockname()[1], **{name: s.url for name, s in servers.items()})
                 # the shell's words ($'...' quoting included), then the command in a process of its own
                 argv = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True,
                                       check=True).stdout.decode().split("\0")[:-1]
@@ -202,6 +224,7 @@ def main() -> int:
                 shown = shown.replace(str(d), "{d}")
                 print(f"{'ok  ' if ok else 'FAIL'} exit {proc.returncode} | {case} | {shown[:160]}", flush=True)
         finally:
+            busy.close()
             warm.close()
             for server in servers.values():
                 server.__exit__()

@@ -61,6 +61,8 @@ CASES = [
                [signal.SIGTERM], 143),
     SignalCase("Ctrl-C while the model loads", f"run {LONG} --prompt w5 --max-new-tokens 8", "Loading",
                [signal.SIGINT], 130),
+    SignalCase("SIGTERM while the model loads (issue 41)", f"run {LONG} --prompt w5 --max-new-tokens 8", "Loading",
+               [signal.SIGTERM], 143),
     SignalCase("Ctrl-C during a run", f"run {LONG} --prompt 'w5 w6 w7' --max-new-tokens 100000 --trace {{d}}/sig.csv",
                "ITERATIONS", [signal.SIGINT], 130, _trace_kept("sig.csv", "interrupted")),
     SignalCase("SIGTERM during a run", f"run {LONG} --prompt 'w5 w6 w7' --max-new-tokens 100000 --trace "

@@ -24,6 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from specscope.core.commands.cli import main as cli_main
 
         return cli_main(args)
+    if args == ["--app-help"]:  # the app's own options (its parser imports no Qt)
+        from specscope.app.main import build_parser
+
+        build_parser().print_help()
+        return 0
     if args and args[0] in {"-h", "--help"} and len(args) == 1:
         print("usage: specscope [APP OPTIONS]                  open the desktop app (see specscope --app-help)\n"
               "       specscope run|bench|verify|attach|serve|report ...  headless commands (specscope run --help)")

@@ -55,6 +55,7 @@ class Script:
     props: Any = field(default_factory=lambda: {"build_info": "fake-1", "default_generation_settings": {
         "params": {"speculative.n_max": 2}}, "model_path": "/models/fake.gguf"})
     metrics: str = LLAMACPP_METRICS.format(drafted=0, accepted=0, drafts=0)
+    metrics_status: int = 200  # 404: a llama.cpp server started without --metrics
     completion_status: int = 200
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion request bodies received
     auth_headers: list[str | None] = field(default_factory=list)
@@ -86,7 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/props":
             self._send(200, json.dumps(s.props).encode(), "application/json")
         elif self.path == "/metrics":
-            self._send(200, s.metrics.encode(), "text/plain")
+            self._send(s.metrics_status, s.metrics.encode() if s.metrics_status == 200 else b"Not Found",
+                       "text/plain")
         else:
             self._send(404, b"{}", "application/json")
 

@@ -45,10 +45,13 @@ def test_app_modules_do_not_import_torch_at_module_level():
 def test_bad_command_line_values_get_a_message(capsys):
     from specscope.app.main import main
 
-    assert main(["--max-new-tokens", "0"]) == 2
+    with pytest.raises(SystemExit) as refused:  # the parser's own one-line refusal (exit 2)
+        main(["--max-new-tokens", "0"])
+    assert refused.value.code == 2
     assert main(["--open-trace", "/nonexistent/trace.csv"]) == 2
     err = capsys.readouterr().err
-    assert "at least 1" in err and "no such trace" in err
+    assert "argument --max-new-tokens: must be from 1 to 131,072" in err and "no such trace" in err
+    assert "usage:" not in err
 
 
 def test_pair_choice_validation_and_round_trip():

@@ -42,8 +42,8 @@ def test_bad_url_is_one_sentence_and_exit_2(capsys, url, sentence) -> None:
 
 
 BAD_OPTIONS = [
-    (["--temperature", "nan"], "argument --temperature: must be a finite number of 0 or more, got 'nan'"),
-    (["--temperature", "inf"], "argument --temperature: must be a finite number of 0 or more, got 'inf'"),
+    (["--temperature", "nan"], "argument --temperature: must be 0 (greedy) or from 0.001 to 100, got nan"),
+    (["--temperature", "inf"], "argument --temperature: must be 0 (greedy) or from 0.001 to 100, got inf"),
     (["--timeout", "inf"], "argument --timeout: must be a finite number above 0 and at most 86400, got 'inf'"),
     (["--scrape-interval", "inf"], "argument --scrape-interval: must be a finite number from 0.01 to 3600"),
     (["--max-tokens", "99999999999999999999"], "argument --max-tokens: must be from 1 to 131,072"),
@@ -214,3 +214,33 @@ def test_good_stream_is_exit_0_with_exact_counts(capsys, tmp_path: Path) -> None
     assert body["max_tokens"] == 8 and body["timings_per_token"] is True
     result = json.loads(out)
     assert result["error"] is None and result["summary"]["tokens"] == 7
+
+
+# --- issue 41, items 2 and 10 ------------------------------------------------------------------------------
+
+
+def test_missing_metrics_is_a_failure_and_what_arrived_is_kept(capsys, tmp_path) -> None:
+    """README: "/metrics is missing (llama.cpp without --metrics)" is a failure: exit 1, one sentence, the
+    stream's passes still in the trace."""
+    with FakeEngine(script=Script(metrics_status=404)) as engine:
+        rc, out, err = cli(capsys, "attach", engine.url, *FAST, "--trace", str(tmp_path / "m.csv"))
+    assert rc == 1
+    assert one_sentence(err) == (f"specscope: error: {engine.url}/metrics answered 404: the engine exposes no "
+                                 "metrics there (llama.cpp's server needs --metrics)")
+    assert "drafted       6" in out
+    assert sum(r.n_drafted for r in read_trace(tmp_path / "m.csv").records) == 6
+
+
+def test_a_first_pass_beyond_what_a_trace_holds_is_clamped_not_lost(capsys, tmp_path) -> None:
+    """Counters kept across requests: the first chunk says 122 drafted. The trace keeps every pass, the odd
+    field clamped to what the format holds, and says so; nothing that arrived is lost."""
+    chunks = [llama_chunk("a", 1), llama_chunk("b", 2, drafted=122, accepted=100), llama_chunk("c", 3, 124, 101),
+              llama_chunk("", 3, 124, 101, finish="length")]
+    with FakeEngine(script=Script(chunks=chunks)) as engine:
+        rc, _, err = cli(capsys, "attach", engine.url, *FAST, "--trace", str(tmp_path / "big.csv"))
+    assert rc == 0 and "Traceback" not in err and "_Bad" not in err, err
+    saved = read_trace(tmp_path / "big.csv")
+    assert "".join(t.text for r in saved.records for t in r.tokens) == "abc"
+    assert max(r.n_drafted for r in saved.records) <= 80
+    assert any("n_drafted = 122 is outside 0..80; written as 80" in w for w in saved.meta.get("repairs", []))
+    assert "n_drafted = 122 is outside 0..80" in err  # said on the command line too

@@ -25,7 +25,7 @@ from specscope.core.trace.errors import TraceWriteError
 from specscope.core.trace.files import read_trace
 
 from .faults import full_disk, leftovers
-from .trace_samples import sample_baselines, sample_records
+from .trace_samples import sample_baselines, sample_records, sample_run_started
 
 SESSION = {"target": "tiny", "draft": "tiny-draft", "k": 3}
 
@@ -58,12 +58,14 @@ def test_rows_are_readable_mid_session_after_a_flush(tmp_path: Path) -> None:
     clock = FakeClock()
     rec = make_recorder(tmp_path, clock)
     records, baselines = sample_records(), sample_baselines()
-    rec.append(records[0])  # the first row is written at once
-    clock.now = 0.4
+    rec.append(sample_run_started())  # the first event is written at once
+    clock.now = 1.0
+    rec.append(records[0])  # a second later: written at once too
+    clock.now = 1.4
     rec.append(records[1])
     rec.append(baselines[0])
     assert read_trace(rec.folder).records == records[:1]  # less than a second since the last write
-    clock.now = 1.1
+    clock.now = 2.1
     rec.append(records[2])  # a second has passed: everything buffered is written
     loaded = read_trace(rec.folder)
     assert loaded.records == records[:3]
@@ -77,6 +79,7 @@ def test_closed_session_reads_back_equal_and_marker_is_removed(tmp_path: Path) -
     clock = FakeClock()
     rec = make_recorder(tmp_path, clock)
     records, baselines = sample_records(), sample_baselines()
+    rec.append(sample_run_started())
     for i, r in enumerate(records):
         clock.now = 0.3 * i
         rec.append(r)

@@ -66,13 +66,13 @@ def run_args(dirs: dict[str, Path], *extra: str) -> list[str]:
 # --- bad values: refused before anything is loaded -------------------------------------------------------
 
 BAD_RUN_FLAGS = [
-    (["--prompt", "w5", "--temperature", "nan"], "argument --temperature: must be a finite number of 0 or more"),
-    (["--prompt", "w5", "--temperature", "inf"], "argument --temperature: must be a finite number"),
+    (["--prompt", "w5", "--temperature", "nan"], "argument --temperature: must be 0 (greedy) or from 0.001 to 100"),
+    (["--prompt", "w5", "--temperature", "inf"], "argument --temperature: must be 0 (greedy) or from 0.001"),
     (["--prompt", "w5", "--seed", "-1"], "argument --seed: must be from 0 to"),
     (["--prompt", "w5", "--seed", "99999999999999999999999"], "argument --seed: must be from 0 to"),
     (["--prompt", "w5", "--baseline-every", "-5"], "argument --baseline-every: must be from 0 to 10,000"),
     (["--prompt", "w5", "--max-new-tokens", "1000000"], "argument --max-new-tokens: must be from 1 to 131,072"),
-    (["--prompt", "w5", "--top-p", "2"], "argument --top-p: must be a finite number above 0 and at most 1"),
+    (["--prompt", "w5", "--top-p", "2"], "argument --top-p: must be a finite number from 1e-09 to 1"),
     (["--prompt", ""], "--prompt is empty"),
     (["--prompt", "  \n "], "--prompt is empty"),
     (["--prompt", "w5 \udcff\udcfe"], "--prompt is not valid UTF-8 text"),  # bytes 0xff 0xfe via surrogateescape
@@ -303,7 +303,7 @@ def test_without_controls_the_first_signal_raises() -> None:
 BAD_VERIFY = [
     (["--k", "1000"], "--k takes draft lengths from 1 to 16, got '1000'"),
     (["--max-new-tokens", "0"], "argument --max-new-tokens: must be from 1 to 131,072, got 0"),
-    (["--top-p", "2"], "argument --top-p: must be a finite number above 0 and at most 1"),
+    (["--top-p", "2"], "argument --top-p: must be a finite number from 1e-09 to 1"),
     (["--json", "/nonexistent/x.json"], "--json /nonexistent/x.json cannot be written (No such file or directory)"),
 ]
 

@@ -84,11 +84,13 @@ def test_every_record_field_reaches_the_trace() -> None:
 
 def test_floats_round_trip_exactly(tmp_path: Path) -> None:
     awkward = [0.1 + 0.2, 1 / 3, 1e-300, 5e-324, 1.7976931348623157e308, 123456789.123456789, -0.0]
+    readings = [*awkward[:4], 2.0**62, *awkward[5:]]  # a memory reading is at most 2^62 (core.bounds)
     records = []
-    for i, x in enumerate(awkward):
-        r = make_record(i, memory={"gpu_used_bytes": x})
+    for i, (x, reading) in enumerate(zip(awkward, readings, strict=True)):
+        r = make_record(i, memory={"gpu_used_bytes": reading})
         r.draft_ms = x
         r.t_start_s = 1e6 + x
+        r.t_end_s = max(r.t_end_s, r.t_start_s)
         records.append(r)
     write_trace(tmp_path / "f.csv", records)
     loaded = read_trace(tmp_path / "f.csv").records
@@ -96,7 +98,7 @@ def test_floats_round_trip_exactly(tmp_path: Path) -> None:
     (tmp_path / "f.events.jsonl").unlink()
     loaded = read_trace(tmp_path / "f.csv").records  # from the CSV
     assert [r.draft_ms for r in loaded] == awkward
-    assert [r.memory["gpu_used_bytes"] for r in loaded] == awkward
+    assert [r.memory["gpu_used_bytes"] for r in loaded] == readings
     assert loaded == records
 
 
@@ -146,9 +148,14 @@ def test_session_file_lists_columns_with_units(written) -> None:
     assert unit_of("host_major_faults_per_s") == "1/s" and unit_of("gpu0_lost") == ""
 
 
-def test_memory_key_clashing_with_a_column_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="iteration_ms"):
-        write_trace(tmp_path / "c.csv", [make_record(0, memory={"iteration_ms": 1.0})])
+def test_memory_key_clashing_with_a_column_is_left_out_and_the_row_kept(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    write_trace(tmp_path / "c.csv", [make_record(0, memory={"iteration_ms": 1.0, "gpu_used_bytes": 2.0})],
+                warnings=warnings)
+    assert warnings == ["iteration 0: memory key(s) iteration_ms name trace columns; left out"]
+    loaded = read_trace(tmp_path / "c.csv")
+    assert [r.memory for r in loaded.records] == [{"gpu_used_bytes": 2.0}]
+    assert loaded.meta["repairs"] == warnings
 
 
 # --- corrupt and foreign files -------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def test_more_tokens_than_an_iteration_can_hold_is_refused(legacy: Path) -> None
     extra = [ln.replace("4,", "4,", 1).replace(",a,", f",a{i},", 1) for i in range(12) for ln in first[:1]]
     (legacy / "run.tokens.csv").write_text("".join([*lines, *extra]), encoding="utf-8")
     message = _refused(legacy / "run.csv")
-    assert message.startswith("run.tokens.csv: the tokens of iteration 4 (run.csv line 6): tokens is not a list")
+    assert message.startswith("run.tokens.csv: the tokens of iteration 4 (run.csv line 6): tokens holds 15, more than "
+                              "n_drafted + 2 = 4")
 
 
 def test_a_deleted_baselines_file_is_a_warning(legacy: Path) -> None:

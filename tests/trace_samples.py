@@ -3,6 +3,7 @@ dicts that differ from row to row, flags with separators in them."""
 
 from __future__ import annotations
 
+from specscope.core.events import RunStarted
 from specscope.core.records import BaselineRecord, ControlValues, IterationRecord, TokenRecord, TokenStatus
 
 NASTY_TEXTS = [
@@ -100,3 +101,10 @@ def sample_baselines() -> list[BaselineRecord]:
         BaselineRecord(iterations_done=4, context_len=31, step_ms=[], verify_ms_by_len={3: 1 / 3},
                        t_s=1000.09),
     ]
+
+
+def sample_run_started() -> RunStarted:
+    """The run start a session's stream begins with (a reader says when a run's log has none)."""
+    return RunStarted(source="cli", target="tiny", draft="tiny-draft", drafter="model", description="",
+                      prompt="w5 w6", prompt_tokens=2, controls=ControlValues(k=3), max_new_tokens=16, plain=False,
+                      seed=0, options={}, machine={}, t_s=999.0)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.app.run_state import RunState
+from specscope.core.bounds import MAX_NEW_TOKENS
 from specscope.core.controls import DEFAULT_MAX_NEW_TOKENS, K_MAX, K_MIN
 from specscope.core.drafter_catalogue import DRAFTER_HELP, DRAFTER_KINDS
 from specscope.core.records import ControlValues
@@ -153,7 +154,7 @@ class ControlPanel(QWidget):
         run_box = QGroupBox("Run")
         rform = QFormLayout(run_box)
         self.max_new = QSpinBox()
-        self.max_new.setRange(1, 1_000_000)
+        self.max_new.setRange(1, MAX_NEW_TOKENS)  # what the worker takes (core.bounds)
         self.max_new.setValue(DEFAULT_MAX_NEW_TOKENS)
         rform.addRow("max new tokens", self.max_new)
         self.seed = QSpinBox()

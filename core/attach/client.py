@@ -103,6 +103,7 @@ class _Scraper:
         self.client, self.url, self.interval_s = client, url, interval_s
         self.snapshots: list[CounterSnapshot] = []
         self.problem: str | None = None
+        self.missing = False  # /metrics answered 404: the engine exposes none (a failure, as README says)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="specscope-attach-scraper", daemon=True)
@@ -119,6 +120,7 @@ class _Scraper:
             return None
         t = time.monotonic()
         if response.status_code != 200:
+            self.missing = self.missing or response.status_code == 404
             self.problem = (f"{redact_url(self.url)} answered {response.status_code}: the engine exposes no "
                             "metrics there (llama.cpp's server needs --metrics)")
             return None
@@ -399,6 +401,9 @@ def attach(options: AttachOptions, on_record: OnRecord | None = None,
             problem = _speculation_problem(result, engine, info)
             if problem:
                 result.error, result.no_speculation = problem, True
+        if result.error is None and scraper.missing and scraper.problem:  # what arrived is kept; still exit 1
+            result.warnings = [w for w in result.warnings if w != scraper.problem]
+            result.error = scraper.problem
     result.elapsed_s = time.monotonic() - started
     result.session["scrapes"] = [_snapshot_dict(s) for s in result.scrapes]
     result.session["error"] = result.error

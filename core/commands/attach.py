@@ -143,15 +143,19 @@ def summary_text(result: AttachResult, summary: dict[str, Any]) -> str:
 
 
 def _write_trace(path: Path, result: AttachResult, extra: dict[str, Any]) -> str | None:
+    from specscope.core.commands.cli_checks import progress_line
     from specscope.core.trace.errors import TraceError
     from specscope.core.trace.files import write_trace
 
     session = dict(result.session)
     session.update(extra)
+    repairs: list[str] = []
     try:
-        write_trace(path, result.records, session=session)
+        write_trace(path, result.records, session=session, warnings=repairs)
     except (TraceError, OSError) as exc:
         return f"could not write the trace: {exc}"
+    for repair in repairs:  # a field beyond what a trace holds, clamped: every pass is kept
+        progress_line(f"specscope: warning: the trace holds {repair}")
     return None
 
 

@@ -22,15 +22,18 @@ from specscope.core.commands.cli_checks import (
     TOP_K,
     TOP_P,
     CliError,
+    Interrupted,
     Parser,
     StdoutError,
     add_max_new_tokens,
     file_path,
+    hold_closed_standard_descriptors,
     print_error,
     quiet_signals_while_starting,
     silence_stdout,
     starting_done,
     stdout_failed,
+    terminate_raises,
     whole_number,
 )
 from specscope.core.commands.run import _Run, cmd_run
@@ -81,7 +84,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         "its device (GPU: to host memory; CPU: to disk) from iteration START until END")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     from specscope.core.commands.pair_arguments import add_pair_arguments
 
     parser = Parser(
@@ -117,21 +120,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     report.add_arguments(sub.add_parser("report", help="print the summary `run` prints for a recorded trace "
                                                        "(no models needed)"))
+    parser.commands = dict(sub.choices)
     return parser
 
 
+def _parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, with an unknown flag refused by its subcommand's parser, so that the one error line
+    points at ``specscope run --help``, not at the top level's list of commands."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = parser.commands.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    hold_closed_standard_descriptors()
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
     try:
         parser = build_parser()  # no torch: --help answers at once, attach and run --remote never load it
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         _import_engine(args)
     finally:
         starting_done()
     _Run.session_folder = None
     where = ""
     try:
-        rc = _dispatch(args)
+        with terminate_raises():
+            rc = _dispatch(args)
         failed = stdout_failed()
         if failed is not None:  # buffered output that could not be written at exit
             raise StdoutError(failed)
@@ -141,6 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _Run.session_folder is not None:
                 where = f"; the run is saved in {_Run.session_folder}"
         print_error(f"{exc}{where}")
+        rc = exc.exit_code
+    except Interrupted as exc:  # SIGTERM outside a decode loop (terminate_raises): loading a model, connecting
+        if args.command == "run" and _Run.session_folder is None:
+            print_error(f"{exc.signal_name} received before decoding began; nothing was decoded")
+        elif args.command == "run":
+            print_error(f"{exc.signal_name} received; the run is saved in {_Run.session_folder}")
+        else:
+            print_error(f"{exc.signal_name} received; {args.command} stopped before it finished")
         rc = exc.exit_code
     except KeyboardInterrupt:
         # Ctrl-C outside a decode loop (loading a model, connecting): decoding installs its own handler, so

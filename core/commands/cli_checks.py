@@ -7,6 +7,7 @@ Shared by ``run``, ``bench`` and ``verify`` so that the three fail alike.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import signal
@@ -15,13 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
+
+from specscope.core.bounds import MAX_NEW_TOKENS as MAX_NEW_TOKENS  # re-exported: commands name it from here
+from specscope.core.bounds import SEED_MAX as SEED_MAX
+from specscope.core.bounds import TOP_K_MAX, TOP_P_MIN, temperature_problem
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 ERROR_PREFIX = "specscope: error: "
-MAX_NEW_TOKENS = 131_072  # the longest context windows of common models; the model's own window bounds it too
-SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
 
 
 class CliError(Exception):
@@ -35,7 +38,7 @@ class CliError(Exception):
 def progress_line(text: str) -> None:
     """One progress line on stderr in a single write: a signal handler that raises can run between print's
     writes of the text and of its newline, which left the closing error sentence on the progress line."""
-    with suppress(OSError):
+    with suppress(OSError, AttributeError):  # AttributeError: stderr was closed before start (2>&-), it is None
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
@@ -48,11 +51,16 @@ def print_error(message: str) -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with the one error prefix (argparse's own is the program name, e.g. ``specscope run:``)."""
+    """argparse that refuses bad arguments as every other check does: one ``specscope: error:`` line naming the
+    flag (argparse's message does) and where the options are listed, at once. argparse's own error prints the
+    usage block first: 20 to 30 lines above the one that says what is wrong."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # a subcommand's parser, by name (cli.py)
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        print_error(message)
+        print_error(f"{message} (the options: {self.prog} --help)")
         sys.exit(EXIT_USAGE)
 
 
@@ -101,10 +109,23 @@ def file_path(text: str) -> Path:
     return Path(text)
 
 
+def temperature(text: str) -> float:
+    """A sampling temperature: 0 (greedy) or one sampling can divide the logits by (``core.bounds``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    problem = temperature_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+# The bounds of core.bounds, which the controls, the worker and the trace writer and reader check too.
 SEED = whole_number(0, SEED_MAX)
-TEMPERATURE = finite_number(0.0, math.inf)
-TOP_P = finite_number(0.0, 1.0, lo_open=True)
-TOP_K = whole_number(0)
+TEMPERATURE = temperature
+TOP_P = finite_number(TOP_P_MIN, 1.0)
+TOP_K = whole_number(0, TOP_K_MAX)
 MAX_NEW = whole_number(1, MAX_NEW_TOKENS)
 
 
@@ -179,8 +200,14 @@ class StdoutError(CliError):
         super().__init__(f"cannot write to standard output: {error.strerror or error}", exit_code=EXIT_FAILURE)
 
 
+def _closed_stdout() -> OSError:
+    return OSError(errno.EBADF, "it was closed when specscope started")
+
+
 def emit(text: str) -> None:
     """Print a result to stdout now (flushed, so a full disk or closed pipe surfaces here as StdoutError)."""
+    if sys.stdout is None:  # started with stdout closed (>&-): Python sets it to None, print would drop the text
+        raise StdoutError(_closed_stdout())
     try:
         print(text, flush=True)
     except OSError as e:
@@ -188,12 +215,31 @@ def emit(text: str) -> None:
 
 
 def stdout_failed() -> OSError | None:
-    """The error flushing stdout gives (a full disk behind ``> file``, a closed pipe), or None."""
+    """The error flushing stdout gives (a full disk behind ``> file``, a closed pipe, a closed descriptor),
+    or None."""
+    if sys.stdout is None:
+        return _closed_stdout()
     try:
         sys.stdout.flush()
     except OSError as e:
         return e
     return None
+
+
+def hold_closed_standard_descriptors() -> None:
+    """Point a standard descriptor (0, 1, 2) that was closed at start (``>&-``) at /dev/null. Otherwise the
+    next file opened (the autosave's) takes its number, and whatever a library writes to "stdout" lands in
+    it. ``sys.stdout`` stays None, so results still fail with one sentence (``emit``)."""
+    for fd, stream in ((0, sys.stdin), (1, sys.stdout), (2, sys.stderr)):
+        if stream is not None:  # open at start: a write to it fails with its own error (EBADF), as it should
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            with suppress(OSError):
+                opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+                if opened != fd:
+                    os.close(opened)
 
 
 def silence_stdout() -> None:
@@ -236,6 +282,25 @@ def starting_done() -> None:
             if signal.getsignal(s) is _stop_while_starting:
                 signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
 
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """While active, SIGTERM raises ``Interrupted`` (as Ctrl-C raises KeyboardInterrupt), so that one arriving
+    while a model loads ends the command with one sentence and exit 143, not silently; a decode loop's
+    ``SignalGuard`` takes it over while it runs. A SIGTERM the shell ignores stays ignored."""
+    def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    previous = None
+    with suppress(ValueError):  # not the main thread
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            with suppress(ValueError):
+                signal.signal(signal.SIGTERM, previous)
 
 
 class Interrupted(BaseException):

@@ -105,7 +105,10 @@ def write_traces(args: argparse.Namespace, events: list[Any], session: dict[str,
     problems: list[str] = []
     if args.trace is not None:
         try:
-            paths = write_trace(Path(args.trace), events, session=session)
+            repairs: list[str] = []
+            paths = write_trace(Path(args.trace), events, session=session, warnings=repairs)
+            for repair in repairs:  # a field beyond what a trace holds, clamped: every event is kept
+                print(f"specscope: warning: the trace holds {repair}", file=sys.stderr)
             if not args.json and not args.quiet:
                 print(f"trace written: {paths.events} (the event stream) and {paths.iterations} (+ tokens, "
                       "session) for spreadsheets", file=sys.stderr)

@@ -62,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specscope.core.commands.run import _progress, _quiet_libraries
     from specscope.core.engine.models import load_pair
     from specscope.core.engine.pair_spec import ModelLoadError
-    from specscope.core.remote.server import WorkerServer
+    from specscope.core.remote.server import WorkerServer, listen
 
     if args.quiet:
         _quiet_libraries()
@@ -73,15 +73,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise CliError("--exit-with-parent needs standard input to be a pipe from the program that started the "
                            "worker (the worker stops when that pipe closes)")
         exit_with_parent((lambda _m: None) if args.quiet else _log)
+    try:  # bound before the load (seconds to minutes): a busy port or a wrong --host is said at once
+        listener = listen(args.host, args.port)
+    except OSError as exc:
+        # socket.create_server adds "(while attempting to bind on address ...)" to the OS's reason
+        reason = (exc.strerror or str(exc)).split(" (while attempting to bind")[0]
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     try:
         pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))
     except ModelLoadError as exc:
+        listener.close()
         raise CliError(str(exc)) from None
-    try:
-        server = WorkerServer(pair, args.host, args.port,
-                              log=(lambda _m: None) if args.quiet else _log)
-    except OSError as exc:
-        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except BaseException:
+        listener.close()
+        raise
+    server = WorkerServer(pair, args.host, args.port, log=(lambda _m: None) if args.quiet else _log,
+                          listener=listener)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         server.shutdown()

@@ -10,11 +10,12 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from specscope.core.bounds import MAX_NEW_TOKENS
 from specscope.core.remote.protocol import drill_to_data
 
 # name -> (kind, lowest, highest); kind "int", "float", "bool" or "seed" (a whole number or null)
 OPTION_FIELDS: dict[str, tuple[str, float, float]] = {
-    "max_new_tokens": ("int", 1, 10**7),
+    "max_new_tokens": ("int", 1, MAX_NEW_TOKENS),
     "seed": ("seed", -(2**63), 2**64),
     "plain": ("bool", 0, 1),
     "record_tokens": ("bool", 0, 1),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,9 @@ class MessageReader:
     """Reads messages from a socket, one line at a time, at most 4 MiB a line.
 
     ``read()`` returns the next message, or None when the peer closed the connection; ProtocolError for a
-    line that breaks the protocol, OSError when the connection fails. One thread reads; others may send.
+    line that breaks the protocol, OSError when the connection fails, TimeoutError once ``deadline`` (a
+    ``time.monotonic()``) passes: one deadline for the whole message, however the peer spaces its bytes. One
+    thread reads; others may send.
     """
 
     def __init__(self, sock: socket.socket):
@@ -92,7 +95,7 @@ class MessageReader:
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer already searched for a newline
 
-    def read(self) -> dict[str, Any] | None:
+    def read(self, deadline: float | None = None) -> dict[str, Any] | None:
         while True:
             end = self._buffer.find(b"\n", self._scanned)
             if end >= 0:
@@ -103,6 +106,11 @@ class MessageReader:
             self._scanned = len(self._buffer)
             if len(self._buffer) > MAX_LINE_BYTES:
                 raise ProtocolError("the peer sent a line longer than the protocol's 4 MiB")
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the deadline passed")
+                self._sock.settimeout(left)
             chunk = self._sock.recv(_READ_CHUNK)
             if not chunk:
                 if self._buffer:

@@ -20,6 +20,7 @@ import selectors
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -32,9 +33,11 @@ from specscope.core.remote.options import OPTION_FIELDS, checked_option
 from specscope.core.remote.protocol import ProtocolError, drill_from_data
 from specscope.core.remote.url import WorkerAddress
 
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0  # for the whole hello, however its bytes are spaced
+# Connections still owing their hello; when one more arrives, the oldest is dropped. The holder of the token
+# sends its hello the moment it connects, so slow or silent peers can delay it by a round trip, never lock it out.
 MAX_PENDING_HANDSHAKES = 8
-LINGER_S = 1.0  # a refused peer gets this long to read its bye before the socket closes
+LINGER_S = 1.0  # a refused peer gets this long in all to read its bye before the socket closes
 MAX_PROMPT_CHARS = 1 << 20
 STOP_WAIT_S = 60.0  # a stopped run's last iteration and events may take this long before its client counts as gone
 STOP_REASONS = frozenset({"stop", "interrupted", "terminated"})  # what a run's RunFinished may say after a stop
@@ -61,32 +64,44 @@ def pair_info(pair: Any) -> dict[str, Any]:
 
 
 def _close_gently(sock: socket.socket) -> None:
-    """Close after the peer has had a moment to read what was sent (a reset would throw it away)."""
+    """Close after the peer has had a moment to read what was sent (a reset would throw it away): at most
+    ``LINGER_S`` in all, however the peer spaces what it still sends."""
+    deadline = time.monotonic() + LINGER_S
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(LINGER_S)
-        while sock.recv(1 << 16):
-            pass
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(1 << 16):
+                break
     sock.close()
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The worker's listening socket, bound now: a busy port or a host that is no address of this machine is an
+    OSError before minutes of loading, not after."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
 class WorkerServer:
-    """Serve ``pair`` on ``host:port`` (0 = a free port); :attr:`address` holds the real port and the token."""
+    """Serve ``pair`` on ``host:port`` (0 = a free port), or on ``listener`` when it is bound already;
+    :attr:`address` holds the real port and the token."""
 
     def __init__(self, pair: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None, *,
-                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, log: Log = _stderr_log):
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, log: Log = _stderr_log,
+                 listener: socket.socket | None = None):
         self.pair = pair
         self.token = token or secrets.token_urlsafe(24)
         self.handshake_timeout_s = handshake_timeout_s
         self.log = log
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family)
+        self._listener = listener if listener is not None else listen(host, port)
         self.address = WorkerAddress(host, self._listener.getsockname()[1], self.token)
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = threading.Event()
         self._lock = threading.Condition()
         self._client: _Connection | None = None
         self._threads: list[threading.Thread] = []
+        self._waiting: list[_Connection] = []  # accepted, hello not yet read: oldest first
         self.info = {"pair": pair_info(pair), "device": str(pair.target.device), "pid": os.getpid(),
                      "version": __version__}
 
@@ -109,18 +124,14 @@ class WorkerServer:
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._threads = [t for t in self._threads if t.is_alive()]
-        if len(self._threads) >= MAX_PENDING_HANDSHAKES + 1:
-            self._refuse(sock, "The worker has too many connections waiting; try again in a moment.")
-            return
         connection = _Connection(self, sock, f"{peer[0]}:{peer[1]}")
+        with self._lock:
+            self._waiting = [c for c in self._waiting if c.waiting]
+            if len(self._waiting) >= MAX_PENDING_HANDSHAKES:
+                self._waiting.pop(0).drop("The worker dropped this connection: it sent no hello while newer "
+                                          "ones waited.")
+            self._waiting.append(connection)
         thread = threading.Thread(target=connection.serve, name="specscope-worker-connection", daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _refuse(self, sock: socket.socket, reason: str) -> None:
-        with contextlib.suppress(OSError):
-            sock.sendall(protocol.encode_message(protocol.bye(reason)))
-        thread = threading.Thread(target=_close_gently, args=(sock,), name="specscope-worker-refuse", daemon=True)
         self._threads.append(thread)
         thread.start()
 
@@ -184,6 +195,8 @@ class _Connection:
         self.outbox: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
         self.run_over = threading.Event()
         self.ending = ""
+        self.waiting = True  # until its hello is read (or it is dropped)
+        self.dropped = False
 
     # ---- sending ----------------------------------------------------------------------------------------
     def send_bytes(self, data: bytes) -> None:
@@ -229,14 +242,30 @@ class _Connection:
             _close_gently(self.sock)
 
     def _refuse(self, reason: str) -> bool:
+        if self.dropped:  # what its read raised is the drop's doing; the drop's reason stands
+            return False
         self.server.log(f"refused {self.peer}: {reason}")
         self.ending = reason
         return False
 
+    def drop(self, reason: str) -> None:
+        """From the accepting thread: end a connection that has not said hello (its reading thread returns)."""
+        self.ending = reason
+        self.dropped = True
+        self.waiting = False
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RD)
+
     def _handshake(self) -> bool:
-        self.sock.settimeout(self.server.handshake_timeout_s)
         try:
-            hello = self.reader.read()
+            return self._greet()
+        finally:
+            self.waiting = False
+
+    def _greet(self) -> bool:
+        deadline = time.monotonic() + self.server.handshake_timeout_s
+        try:
+            hello = self.reader.read(deadline)
         except TimeoutError:
             return self._refuse("The worker closed the connection: no hello within "
                                 f"{self.server.handshake_timeout_s:g} s.")
@@ -244,8 +273,10 @@ class _Connection:
             return self._refuse(f"The worker refused the connection: {exc}.")
         except OSError:
             return False
-        if hello is None:
-            return False
+        with self.server._lock:  # the lock the accepting thread drops connections under
+            if hello is None or self.dropped:  # closed, or dropped for a newer connection as its hello arrived
+                return False
+            self.waiting = False  # read: no longer one a newer connection may push out
         if hello["type"] != "hello":
             return self._refuse(f"The worker refused the connection: it expected hello, not {hello['type']!r}.")
         token = hello.get("token")
@@ -440,8 +471,13 @@ def serve(pair_factory: Callable[[], Any], host: str = "127.0.0.1", port: int = 
     :meth:`WorkerServer.shutdown`."""
     from specscope.core.gc_freeze import loaded_objects_frozen
 
-    pair = pair_factory()
-    server = WorkerServer(pair, host, port, token, log=log)
+    listener = listen(host, port)  # before the load: a busy port is said at once
+    try:
+        pair = pair_factory()
+    except BaseException:
+        listener.close()
+        raise
+    server = WorkerServer(pair, host, port, token, log=log, listener=listener)
     try:
         if on_ready is not None:
             on_ready(server)

@@ -289,6 +289,8 @@ class SessionRecorder:
                 self._meta["recording"]["reason"] = reason
             if self.error is not None:
                 self._meta["recording"]["error"] = self.error
+            if self._appender.repairs:  # fields clamped to what the format holds: the events were kept
+                self._meta["recording"]["repairs"] = self._appender.repairs.sentences()
             self._write_final_sidecar()
             with suppress(OSError):
                 (self.folder / RUNNING_MARKER).unlink(missing_ok=True)

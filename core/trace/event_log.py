@@ -15,14 +15,29 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from specscope import __version__
-from specscope.core.controls import K_MAX
+from specscope.core.bounds import (
+    K_MAX,
+    MAX_DRAFTED,
+    MAX_ITERATION,
+    MAX_MEMORY_KEYS,
+    MAX_POSITION,
+    MAX_TOKEN_ID,
+    MEMORY_VALUE_MAX,
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
+    TOP_K_MAX,
+    TOP_P_MIN,
+    memory_key_problem,
+)
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.records import (
     ATTACHED_MODE,
@@ -42,6 +57,7 @@ EVENT_LOG_VERSION = 1
 EVENTS_SUFFIX = ".events.jsonl"
 MAX_LINE_CHARS = 4 * 1024 * 1024  # one event; an iteration with 17 tokens and their top-5 is a few kB
 MAX_DEPTH = 8
+PROBABILITY_MAX = 1.0 + 1e-6  # a float32 softmax may sum a hair over 1
 MODES = frozenset({SPECULATIVE_MODE, PLAIN_MODE, ATTACHED_MODE})
 _TYPES: dict[type, str] = {
     RunStarted: "run_started", IterationRecord: "iteration", BaselineRecord: "baseline",
@@ -110,15 +126,18 @@ class EventLogAppender:
         self._pending: list[str] = []
         self.n_events = 0
         self.n_iterations = 0
+        self.repairs = Repairs()
         f.write(header_line() + "\n")
         f.flush()
 
     def append(self, event: Event) -> None:
-        """Render one event's line. It is read back before it is kept, so what the log holds always reads:
-        an event the format cannot hold raises ValueError here, at the writer, never later at a replay."""
-        line = encode(event)
-        decode(json.loads(line))
-        self._pending.append(line)
+        """Render one event's line. It is read back before it is kept, so what the log holds always reads: a
+        field out of its range is written clamped (or, for a memory reading, left out) and said in
+        ``repairs``, never the event lost; TypeError for an object that is no event."""
+        event, notes = repaired(event)
+        if notes:
+            self.repairs.note(notes)
+        self._pending.append(encode(event))
         self.n_events += 1
         self.n_iterations += isinstance(event, IterationRecord)
 
@@ -127,6 +146,33 @@ class EventLogAppender:
             self._f.write("\n".join(self._pending) + "\n")
             self._pending.clear()
         self._f.flush()
+
+
+class Repairs:
+    """What a writer changed to keep events the format could not hold as they were: each distinct sentence
+    once, with how often it recurred, at most ``MAX_SHOWN`` of them (a run can repeat one a million times)."""
+
+    MAX_SHOWN = 20
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self.total = 0
+
+    def note(self, notes: Iterable[str]) -> None:
+        for note in notes:
+            self.total += 1
+            if note in self._counts or len(self._counts) < self.MAX_SHOWN:
+                self._counts[note] = self._counts.get(note, 0) + 1
+
+    def sentences(self) -> list[str]:
+        out = [note + (f" ({n:,} times)" if n > 1 else "") for note, n in self._counts.items()]
+        shown = sum(self._counts.values())
+        if self.total > shown:
+            out.append(f"and {self.total - shown:,} more fields out of range")
+        return out
+
+    def __bool__(self) -> bool:
+        return self.total > 0
 
 
 def write_events(f: IO[str], events: Iterable[Event]) -> int:
@@ -140,6 +186,30 @@ def write_events(f: IO[str], events: Iterable[Event]) -> int:
 # ---- reading ----------------------------------------------------------------------------------------------
 class _Bad(ValueError):
     """A field out of its range; the message names it."""
+
+
+# While ``_repairing`` is active (the writer's ``repaired``), a value out of its range is replaced by the
+# nearest one the format holds, and the sentence noted here instead of raised.
+_REPAIRS: ContextVar[list[str] | None] = ContextVar("specscope_event_log_repairs", default=None)
+
+
+@contextmanager
+def _repairing() -> Iterator[list[str]]:
+    notes: list[str] = []
+    token = _REPAIRS.set(notes)
+    try:
+        yield notes
+    finally:
+        _REPAIRS.reset(token)
+
+
+def _out_of_range(message: str, fix: Any) -> Any:
+    """``fix`` (noted) while repairing; otherwise _Bad(message)."""
+    notes = _REPAIRS.get()
+    if notes is None:
+        raise _Bad(message)
+    notes.append(f"{message}; written as {_shown(fix)}" if fix is not None else f"{message}; left out")
+    return fix
 
 
 def _shown(value: Any) -> str:
@@ -166,7 +236,7 @@ def _int(d: dict[str, Any], key: str, lo: int, hi: int, default: Any = ...) -> A
     if v is None:
         return None
     if not lo <= v <= hi:
-        raise _Bad(f"{key} = {v} is outside {lo}..{hi}")
+        return _out_of_range(f"{key} = {v} is outside {lo}..{hi}", min(max(v, lo), hi))
     return int(v)
 
 
@@ -178,7 +248,8 @@ def _num(d: dict[str, Any], key: str, lo: float = 0.0, hi: float = math.inf, def
     if v is None:
         return None
     if not (math.isfinite(v) and lo <= v <= hi):
-        raise _Bad(f"{key} = {v} is outside {lo:g}..{hi:g}")
+        fix = math.nan if unknown_nan and math.isnan(v) else min(max(v, lo), hi) if not math.isnan(v) else lo
+        return _out_of_range(f"{key} = {v} is outside {lo:g}..{hi:g}", float(fix))
     return float(v)
 
 
@@ -192,9 +263,13 @@ def _text(d: dict[str, Any], key: str, default: Any = ..., max_chars: int = 1 <<
 def _controls(d: Any) -> ControlValues:
     if not isinstance(d, dict):
         raise _Bad("controls is not an object")
+    temperature = _num(d, "temperature", 0.0, TEMPERATURE_MAX)
+    if 0.0 < temperature < TEMPERATURE_MIN:  # sampling cannot divide by it (core.bounds)
+        temperature = _out_of_range(f"temperature = {temperature} is between 0 (greedy) and {TEMPERATURE_MIN:g}",
+                                    TEMPERATURE_MIN)
     return ControlValues(
-        k=_int(d, "k", 0, K_MAX), temperature=_num(d, "temperature", 0.0, 1e6),
-        top_k=_int(d, "top_k", 0, 10**7), top_p=_num(d, "top_p", 1e-9, 1.0),
+        k=_int(d, "k", 0, K_MAX), temperature=temperature,
+        top_k=_int(d, "top_k", 0, TOP_K_MAX), top_p=_num(d, "top_p", TOP_P_MIN, 1.0),
         adaptive_k=_get(d, "adaptive_k", bool, False),
     )
 
@@ -205,9 +280,13 @@ def _top5(v: Any) -> list[tuple[int, float]]:
     out = []
     for pair in v:
         if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
-                or not isinstance(pair[1], (int, float)) or not math.isfinite(pair[1])):
+                or isinstance(pair[0], bool) or not isinstance(pair[1], (int, float)) or isinstance(pair[1], bool)
+                or not math.isfinite(pair[1])):
             raise _Bad("top5 holds something other than [token id, probability] pairs")
-        out.append((int(pair[0]), float(pair[1])))
+        token_id, p = _int({"top5 token id": pair[0]}, "top5 token id", -1, MAX_TOKEN_ID), float(pair[1])
+        if not 0.0 <= p <= PROBABILITY_MAX:
+            p = _out_of_range(f"a top5 probability = {p} is outside 0..1", min(max(p, 0.0), 1.0))
+        out.append((token_id, p))
     return out
 
 
@@ -221,22 +300,31 @@ def _token(d: Any) -> TokenRecord:
         raise _Bad(f"token status {_shown(status)} is not one of {', '.join(s.value for s in TokenStatus)}") from None
     return TokenRecord(
         # -1: an attached engine's token, known by its text only (core.attach.passes.UNKNOWN_TOKEN_ID)
-        token_id=_int(d, "token_id", -1, 2**31), text=_text(d, "text", max_chars=4096), status=st,
-        position=_int(d, "position", 0, 2**31),
-        p=_num(d, "p", 0.0, 1.0 + 1e-6, default=None), q=_num(d, "q", 0.0, 1.0 + 1e-6, default=None),
+        token_id=_int(d, "token_id", -1, MAX_TOKEN_ID), text=_text(d, "text", max_chars=4096), status=st,
+        position=_int(d, "position", 0, MAX_POSITION),
+        p=_num(d, "p", 0.0, PROBABILITY_MAX, default=None), q=_num(d, "q", 0.0, PROBABILITY_MAX, default=None),
         top5=_top5(d.get("top5") or []),
     )
 
 
 def _memory(v: Any) -> dict[str, float]:
-    if not isinstance(v, dict) or len(v) > 512:
-        raise _Bad("memory is not an object of at most 512 numbers")
+    """The memory sample: each key a name a CSV header can hold (it becomes a column), each reading a number
+    from 0 to ``MEMORY_VALUE_MAX``; while repairing, a reading that is neither is left out."""
+    if not isinstance(v, dict) or len(v) > MAX_MEMORY_KEYS:
+        raise _Bad(f"memory is not an object of at most {MAX_MEMORY_KEYS} numbers")
     out: dict[str, float] = {}
     for k, x in v.items():
         if x is None:
             continue
+        problem = memory_key_problem(k)
+        if problem is not None:
+            _out_of_range(problem, None)
+            continue
         if not isinstance(x, (int, float)) or isinstance(x, bool):
             raise _Bad(f"memory {_shown(k)} is not a number")
+        if not (math.isfinite(x) and 0.0 <= x <= MEMORY_VALUE_MAX):
+            _out_of_range(f"memory {k} = {x} is outside 0..{MEMORY_VALUE_MAX:g}", None)
+            continue
         out[str(k)] = float(x)
     return out
 
@@ -245,22 +333,28 @@ def _iteration(d: dict[str, Any]) -> IterationRecord:
     mode = _text(d, "mode")
     if mode not in MODES:
         raise _Bad(f"mode {_shown(mode)} is not one of {', '.join(sorted(MODES))}")
-    n_drafted = _int(d, "n_drafted", 0, K_MAX + 64)  # an engine may draft more than our K_MAX
+    n_drafted = _int(d, "n_drafted", 0, MAX_DRAFTED)  # an engine may draft more than our K_MAX
     n_accepted = _int(d, "n_accepted", 0, n_drafted)
     tokens = d.get("tokens") or []
-    if not isinstance(tokens, list) or len(tokens) > n_drafted + 2:
-        raise _Bad("tokens is not a list of at most n_drafted + 1 tokens")
+    if not isinstance(tokens, list):
+        raise _Bad("tokens is not a list")
+    if len(tokens) > n_drafted + 2:
+        tokens = _out_of_range(f"tokens holds {len(tokens)}, more than n_drafted + 2 = {n_drafted + 2}",
+                               tokens[:n_drafted + 2])
     flags = d.get("flags") or []
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) or len(flags) > 64:
         raise _Bad("flags is not a list of sentences")
+    t_start_s, t_end_s = _num(d, "t_start_s", 0.0), _num(d, "t_end_s", 0.0)
+    if t_end_s < t_start_s:
+        t_end_s = _out_of_range(f"t_end_s = {t_end_s} is before t_start_s = {t_start_s}", t_start_s)
     return IterationRecord(
-        iteration=_int(d, "iteration", 0, 10**9), mode=mode, drafter=_text(d, "drafter", max_chars=200),
+        iteration=_int(d, "iteration", 0, MAX_ITERATION), mode=mode, drafter=_text(d, "drafter", max_chars=200),
         controls=_controls(d.get("controls")), tokens=[_token(t) for t in tokens],
         n_drafted=n_drafted, n_accepted=n_accepted, n_emitted=_int(d, "n_emitted", 0, n_drafted + 1),
         draft_ms=_num(d, "draft_ms", unknown_nan=True), verify_ms=_num(d, "verify_ms", unknown_nan=True),
         rollback_ms=_num(d, "rollback_ms", unknown_nan=True), iteration_ms=_num(d, "iteration_ms"),
-        context_len=_int(d, "context_len", 0, 2**31), generated_len=_int(d, "generated_len", 0, 2**31),
-        t_start_s=_num(d, "t_start_s", -math.inf), t_end_s=_num(d, "t_end_s", -math.inf),
+        context_len=_int(d, "context_len", 0, MAX_POSITION), generated_len=_int(d, "generated_len", 0, MAX_POSITION),
+        t_start_s=t_start_s, t_end_s=t_end_s,
         finished=_get(d, "finished", bool, False), finish_reason=_text(d, "finish_reason", "", 40),
         memory=_memory(d.get("memory") or {}), flags=[str(f) for f in flags],
         cpu_ms=_num(d, "cpu_ms", default=None), preempted=_int(d, "preempted", 0, 2**31, default=None),
@@ -281,7 +375,7 @@ def _baseline(d: dict[str, Any]) -> BaselineRecord:
         iterations_done=_int(d, "iterations_done", 0, 10**9), context_len=_int(d, "context_len", 0, 2**31),
         step_ms=[_num({"s": s}, "s") for s in steps],
         verify_ms_by_len={_int({"n": int(n)}, "n", 1, K_MAX + 1): _num({"ms": ms}, "ms") for n, ms in by_len.items()},
-        t_s=_num(d, "t_s", -math.inf, default=0.0),
+        t_s=_num(d, "t_s", 0.0, default=0.0),
     )
 
 
@@ -293,7 +387,7 @@ def _drill(d: dict[str, Any]) -> DrillEvent:
         kind=kind, model=_text(d, "model", max_chars=40), layers=_int(d, "layers", 0, 100_000),
         total_layers=_int(d, "total_layers", 0, 100_000), place=_text(d, "place", max_chars=40),
         iterations_done=_int(d, "iterations_done", 0, 10**9), moved_bytes=_int(d, "moved_bytes", 0, 2**62, 0),
-        t_s=_num(d, "t_s", -math.inf, default=0.0), error=_text(d, "error", "", 2000),
+        t_s=_num(d, "t_s", 0.0, default=0.0), error=_text(d, "error", "", 2000),
     )
 
 
@@ -308,20 +402,20 @@ def _started(d: dict[str, Any]) -> RunStarted:
         prompt_tokens=_int(d, "prompt_tokens", 0, 2**31), controls=_controls(d.get("controls")),
         max_new_tokens=_int(d, "max_new_tokens", 0, 2**31), plain=_get(d, "plain", bool, False),
         seed=_int(d, "seed", -(2**63), 2**64, default=None), options=options, machine=machine,
-        t_s=_num(d, "t_s", -math.inf, default=0.0),
+        t_s=_num(d, "t_s", 0.0, default=0.0),
     )
 
 
 def _change(d: dict[str, Any]) -> ControlChange:
     return ControlChange(iteration=_int(d, "iteration", 0, 10**9), old=_controls(d.get("old")),
-                         new=_controls(d.get("new")), t_s=_num(d, "t_s", -math.inf, default=0.0))
+                         new=_controls(d.get("new")), t_s=_num(d, "t_s", 0.0, default=0.0))
 
 
 def _finished(d: dict[str, Any]) -> RunFinished:
     return RunFinished(
         reason=_text(d, "reason", max_chars=40), iterations=_int(d, "iterations", 0, 10**9),
         tokens=_int(d, "tokens", 0, 2**31), elapsed_s=_num(d, "elapsed_s"), prefill_ms=_num(d, "prefill_ms"),
-        error=_text(d, "error", "", 4000), t_s=_num(d, "t_s", -math.inf, default=0.0),
+        error=_text(d, "error", "", 4000), t_s=_num(d, "t_s", 0.0, default=0.0),
     )
 
 
@@ -360,6 +454,53 @@ def decode(obj: Any) -> Event:
     return event
 
 
+def repaired(event: Event) -> tuple[Event, list[str]]:
+    """``event`` as the event log holds it, and what had to change: ``event`` itself and no sentence when every
+    field is in its range; otherwise a copy with each field out of range clamped to it (a memory reading left
+    out), each change one sentence naming the event and the field. The writers keep what a run decoded even
+    when one field of it is odd (an engine's counter, a hostile worker's memory key); TypeError for an object
+    that is no event, ValueError for one whose structure no clamp can mend."""
+    obj = json.loads(encode(event))
+    try:
+        decode(obj)
+        return event, []
+    except _Bad:
+        pass
+    with _repairing() as notes:
+        fixed = decode(obj)
+    where = (f"iteration {fixed.iteration}" if isinstance(fixed, IterationRecord)
+             else str(obj.get("type", "event")).replace("_", " "))
+    return fixed, [f"{where}: {note}" for note in notes]
+
+
+def _sequence_warnings(name: str, events: list[Event]) -> list[str]:
+    """What the order of the events says is wrong, one sentence each naming where: no run start before a run's
+    iterations (an attached engine's trace has none: its passes are not a run of ours), iteration numbers with
+    a gap, tokens missing from some iterations while others hold theirs."""
+    out: list[str] = []
+    iterations = [e for e in events if isinstance(e, IterationRecord)]
+    if iterations and not any(isinstance(e, RunStarted) for e in events) and any(
+            r.mode != ATTACHED_MODE for r in iterations):
+        out.append(f"{name}: no run_started event: the run's models, prompt and settings are unknown")
+    expected, missing, first_missing = 0, 0, -1
+    for r in iterations:
+        if r.iteration > expected:
+            missing += r.iteration - expected
+            first_missing = expected if first_missing < 0 else first_missing
+        expected = r.iteration + 1
+    if missing:
+        out.append(f"{name}: {missing:,} iteration{'s' * (missing != 1)} missing from the numbering (the first "
+                   f"is iteration {first_missing}): lines were deleted, and the replay shows the run without them")
+    if any(r.tokens for r in iterations):  # tokens were recorded: every iteration that drafted has them
+        # (proposals are always recorded as tokens; an attached engine's pass may carry no text for them)
+        bare = [r for r in iterations if not r.tokens and r.n_drafted > 0 and r.mode != ATTACHED_MODE]
+        if bare:
+            out.append(f"{name}: iteration {bare[0].iteration}: tokens is empty while n_drafted = "
+                       f"{bare[0].n_drafted}" + (f" ({len(bare):,} such iterations)" if len(bare) > 1 else "")
+                       + "; its tokens are missing from the replay")
+    return out
+
+
 def read_events(path: Path) -> tuple[list[Event], list[str]]:
     """The events of a log, and warnings for what was repaired: a last line cut by a crash is dropped, an
     iteration whose number does not follow the one before (a duplicated or reordered line) is dropped and
@@ -384,6 +525,7 @@ def read_events(path: Path) -> tuple[list[Event], list[str]]:
     events: list[Event] = []
     last_iteration = -1
     dropped = 0
+    started_at = 0
     for number, line in enumerate(lines[1:], start=2):
         last = number == len(lines)
         if not line.strip():
@@ -396,6 +538,15 @@ def read_events(path: Path) -> tuple[list[Event], list[str]]:
                                 "stopped mid-write); it is dropped")
                 break
             raise TraceFormatError(f"{path.name}: line {number}: {e}") from None
+        if isinstance(event, RunStarted):
+            if started_at:
+                warnings.append(f"{path.name}: line {number}: a second run_started (the first is on line "
+                                f"{started_at}); it is dropped")
+                continue
+            started_at = number
+            if events:
+                warnings.append(f"{path.name}: line {number}: run_started comes after {len(events):,} other "
+                                "event(s), not first")
         if isinstance(event, IterationRecord):
             if event.iteration <= last_iteration:
                 dropped += 1
@@ -404,4 +555,5 @@ def read_events(path: Path) -> tuple[list[Event], list[str]]:
         events.append(event)
     if dropped:
         warnings.append(f"{path.name}: {dropped} iteration line(s) repeated or out of order were dropped")
+    warnings += _sequence_warnings(path.name, events)
     return events, warnings

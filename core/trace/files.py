@@ -27,13 +27,14 @@ from typing import IO, Any
 from specscope import __version__
 from specscope.core.events import Event, RunFinished
 from specscope.core.records import BaselineRecord, IterationRecord
+from specscope.core.trace.cells import spreadsheet_safe
 from specscope.core.trace.errors import (
     TraceReadError as TraceReadError,  # re-exported: callers catch it from here
 )
 from specscope.core.trace.errors import (
     TraceWriteError,
 )
-from specscope.core.trace.event_log import read_events, write_events
+from specscope.core.trace.event_log import Repairs, read_events, repaired, write_events
 from specscope.core.trace.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -169,7 +170,9 @@ class TraceAppender:
         self._writers = [new_csv_writer(f) for f in self._files]
         self._iteration_columns = (*ITERATION_SCHEMA, *_memory_columns(memory_keys))
         self._pending: tuple[list[list[str]], list[list[str]], list[list[str]]] = ([], [], [])
-        self._writers[0].writerow(c.name for c in self._iteration_columns)
+        # A memory key is a column name: checked where it enters (core.bounds), and made safe here again, so
+        # that no header cell a spreadsheet opens can be a formula.
+        self._writers[0].writerow(spreadsheet_safe(c.name) for c in self._iteration_columns)
         self._writers[1].writerow(TOKEN_COLUMNS)
         self._writers[2].writerow(BASELINE_COLUMNS)
         self.n_iterations = 0
@@ -201,6 +204,7 @@ def write_trace(
     path: Path,
     events: Iterable[Event],
     session: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
 ) -> TracePaths:
     """Write a trace: the event stream (``<stem>.events.jsonl``, what replay reads) and, from the same stream,
     the flat export for spreadsheets — the iteration CSV at ``path`` with the measurement's numbers after each
@@ -208,7 +212,9 @@ def write_trace(
     session files beside it.
 
     All files are written to temporary names first and renamed into place, so a failed export leaves no
-    half-written trace. Raises TraceWriteError (path + OS reason); the events are not modified.
+    half-written trace. Raises TraceWriteError (path + OS reason); the events are not modified. A field the
+    format cannot hold (out of its range, a memory key that is no column name) is clamped or left out, never
+    the event: each such change is a sentence appended to ``warnings`` and kept in the session file.
     """
     from dataclasses import replace
 
@@ -216,18 +222,27 @@ def write_trace(
         Measurement,  # the derived columns are the one owner's, fed this stream
     )
 
-    events = list(events)
+    repairs = Repairs()
+    kept: list[Event] = []
+    for event in events:
+        event, notes = repaired(event)
+        if isinstance(event, IterationRecord) and any(k in _ITERATION_FIXED for k in event.memory):
+            clash = sorted(k for k in event.memory if k in _ITERATION_FIXED)
+            notes = [*notes, f"iteration {event.iteration}: memory key(s) {', '.join(clash)} name trace columns; "
+                             "left out"]
+            event = replace(event, memory={k: v for k, v in event.memory.items() if k not in _ITERATION_FIXED})
+        repairs.note(notes)
+        kept.append(event)
+    events = kept
     paths = trace_paths(Path(path))
     records = [e for e in events if isinstance(e, IterationRecord)]
     memory_keys = sorted({k for r in records for k in r.memory})
-    clash = [k for k in memory_keys if k in _ITERATION_FIXED]
-    if clash:
-        raise ValueError(f"memory keys clash with trace columns: {', '.join(clash)}")
     finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
     meta = sidecar(
         session, paths, memory_keys,
         counts={"events": len(events), "iterations": len(records), "tokens": sum(len(r.tokens) for r in records),
                 "baselines": sum(isinstance(e, BaselineRecord) for e in events)},
+        **({"repairs": repairs.sentences()} if repairs else {}),
     )
     measurement = Measurement()
     with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta, f_events):
@@ -249,6 +264,8 @@ def write_trace(
         appender.flush()
         f_meta.write(sidecar_text(meta))
         write_events(f_events, events)
+    if warnings is not None:
+        warnings.extend(repairs.sentences())
     return paths
 
 

@@ -25,7 +25,7 @@ from specscope.core.records import (
     IterationRecord,
     TokenRecord,
 )
-from specscope.core.trace.cells import FLOAT, INT, MEMORY_JSON_MAX_CHARS, OPT_FLOAT
+from specscope.core.trace.cells import FLOAT, INT, MEMORY_JSON_MAX_CHARS, OPT_FLOAT, spreadsheet_restore
 from specscope.core.trace.errors import (
     JsonLimitError,
     TraceError,
@@ -206,7 +206,7 @@ def _read_csv(
         if rows and not terminated:
             line, _ = rows.pop()
             warnings.append(f"{path.name}: line {line}: truncated last row dropped")
-    header = _current_names([h.strip() for h in header], schema)
+    header = _current_names([spreadsheet_restore(h.strip()) for h in header], schema)
     missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
         if tuple(header[:3]) == TOKEN_COLUMNS[:3] and what == "trace":
