@@ -162,7 +162,7 @@ class RunViews:
         # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
         w.panel.show_k_in_use(k if adaptive and w.panel.values().adaptive_k else None)
         w.run_panel.show_verdict(est.verdict if est is not None else None)
-        band = data.flag_bands[-1] if data.flag_bands else None
+        band = data.latest_warning()
         w.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
                                  band.end if band else None)
 
