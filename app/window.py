@@ -144,6 +144,7 @@ class MainWindow(QMainWindow):
         c.drained.connect(self.drained)
         c.shown_run.connect(self._on_shown_run)
         c.worker_lost.connect(self._on_worker_lost)
+        c.connect_failed.connect(self._on_connect_failed)
 
     # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
     @property
@@ -241,6 +242,12 @@ class MainWindow(QMainWindow):
         self.banner.show_message(f"{self.last_error} Correct it in Models ▸ Choose models… (Ctrl+M), or:",
                                  "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
+
+    def _on_connect_failed(self, sentence: str) -> None:
+        """A worker tried did not come up: the busy bar and "Connecting to the worker…" end; the sentence is in
+        the banner (the controller's error), and the worker and run in use, if any, are still there."""
+        self.status.hide_progress()
+        self.status.show_message("Not connected: the reason is above the tokens", 15000)
 
     def _on_worker_lost(self, sentence: str) -> None:
         """The worker went away: one sentence, the events received stay, and the way back is in the banner."""
