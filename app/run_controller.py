@@ -33,7 +33,7 @@ from specscope.app.pair_choice import PairChoice
 from specscope.app.remote_run import FINISHED, REFUSED, RemoteRun
 from specscope.app.run_data import Marker, Observed, RunData
 from specscope.app.run_state import RunState
-from specscope.app.sentences import finish_sentence, full_stop
+from specscope.app.sentences import NO_END_REASON, finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
 from specscope.core.controls import InvalidControl
@@ -163,6 +163,10 @@ class RunController(QObject):
         if self.link.kind:
             return str(self.link.pair_info.get("drafter") or "")
         return str(getattr(getattr(self.pair, "drafter", None), "name", "") or "")
+
+    def pair_drafter_shown(self, chosen: str) -> str:
+        """The drafter Start runs: a connected worker's own, else the one ``chosen`` in the window."""
+        return (self.pair_drafter or chosen) if self.link.kind == REMOTE else chosen
 
     @property
     def device(self) -> str:
@@ -552,7 +556,9 @@ class RunController(QObject):
         observed = list(feed_all(trace.events))
         self.ingest(observed)
         finished: RunFinished | None = self.data.finished
-        self.finish_reason = finished.reason if finished is not None else ""
+        # a trace without an end: its process was killed or crashed (an autosaved session recovered)
+        self.finish_reason = finished.reason if finished is not None else (NO_END_REASON if self.data.records
+                                                                           else "")
         if self.data.started is None:
             self.shown_run.emit(None, True)
         self._set_state(RunState.REPLAY)

@@ -186,9 +186,29 @@ class MainWindow(QMainWindow):
             self.load_pair(dialog.choice())
 
     def change_drafter(self, kind: str) -> None:
-        """The control panel's drafter list: reload the current pair with another drafter kind."""
-        if kind == self.pair_choice.drafter and self.controller.has_pair:
+        """The control panel's drafter list: reload the current pair with another drafter kind. A remote
+        worker's pair is its own (decoding must not move from the GPU server to this machine unasked), and a
+        run on screen is not wiped without the user's word."""
+        c = self.controller
+        in_use = c.pair_drafter_shown(self.pair_choice.drafter)
+        if kind == in_use and c.has_pair:
             return
+        self.panel.set_drafter(in_use)  # the box shows what runs until the switch happens
+        if c.link.kind == "remote" and c.has_pair:
+            where = c.link.address.netloc if c.link.address is not None else "the remote worker"
+            self.show_error(f"The worker at {where} decodes its own pair with {in_use or 'its drafter'}: start it "
+                            f"with `specscope serve --drafter {kind}` to use {kind} there, or load a pair on this "
+                            "machine with Models ▸ Choose models… (Ctrl+M)")
+            return
+        if c.data.records and not c.state.active:
+            self.banner.show_message(f"Switching to {kind} loads the pair again and clears the run on screen "
+                                     "(File ▸ Export trace… keeps it).", "info", f"Switch to {kind}",
+                                     lambda: self.switch_drafter(kind))
+            return
+        self.switch_drafter(kind)
+
+    def switch_drafter(self, kind: str) -> None:
+        """Load the current pair with drafter ``kind`` (the user has agreed to lose what is on screen)."""
         self.load_pair(replace(self.pair_choice, drafter=kind))
         self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
 

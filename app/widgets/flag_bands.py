@@ -74,6 +74,7 @@ class FlagBandsItem(pg.GraphicsObject):
 
     def clear(self) -> None:
         self.bands.clear()
+        self.setToolTip("")  # the last band hovered is not the next run's
         self.changed()
 
     def boundingRect(self) -> QRectF:
