@@ -95,3 +95,18 @@ def test_a_replay_says_which_drafter_start_runs_when_it_is_not_the_traces(qtbot,
     assert w.files.open_trace(paths.iterations)
     assert "drafter: eagle" in w.run_panel.pair.shown_text
     assert "runs the loaded pair with model, not eagle" in w.run_panel.hint.text()
+
+
+def test_the_k_advisor_shows_whole_ks_and_the_ks_that_matter_not_every_explored_one(qtbot, tmp_path):
+    from specscope.app.widgets.k_advisor import K_SHOWN_MIN, k_span
+
+    w = make_window(qtbot, tmp_path)
+    advisor = w.plots.k_advisor
+    bottom = advisor.getPlotItem().getAxis("bottom")
+    assert [label for _, label in bottom._tickLevels[0]] == [str(k) for k in range(K_SHOWN_MIN + 1)]  # not 0.1…
+    w.ingest(synthetic_stream(synthetic_records(60, k=3, baseline_every=10)))
+    est = w.data.estimate
+    assert est is not None and max(p.k for p in est.curve) > K_SHOWN_MIN  # the curve runs to 16
+    span = k_span(est)
+    assert span == max(K_SHOWN_MIN, est.k + 2, (est.best_k or 0) + 2)
+    assert advisor.getPlotItem().vb.viewRange()[0][1] == pytest.approx(span + 0.3)
