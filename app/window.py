@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from specscope.app.arrangement import Arrangement
 from specscope.app.pair_choice import PairChoice
@@ -31,7 +31,7 @@ from specscope.app.settings import AppSettings
 from specscope.app.settings_keeper import SettingsKeeper
 from specscope.app.trace_files import TraceFiles
 from specscope.app.widgets.banner import Banner
-from specscope.app.widgets.control_panel import ControlPanel
+from specscope.app.widgets.control_panel import ControlPanel, ControlsScroll
 from specscope.app.widgets.drill_control import DrillControl
 from specscope.app.widgets.legend import TokenLegend
 from specscope.app.widgets.model_picker import ModelPicker
@@ -83,10 +83,7 @@ class MainWindow(QMainWindow):
             panel_layout.insertWidget(panel_layout.count() - 1, self.drill_control)
         dock = QDockWidget("Controls", self)
         dock.setObjectName("controls_dock")
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.panel)
-        dock.setWidget(scroll)
+        dock.setWidget(ControlsScroll(self.panel))
         # Closable: without it Qt greys out the dock's own View ▸ Controls toggle.
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                          | QDockWidget.DockWidgetFeature.DockWidgetFloatable

@@ -110,3 +110,19 @@ def test_the_k_advisor_shows_whole_ks_and_the_ks_that_matter_not_every_explored_
     span = k_span(est)
     assert span == max(K_SHOWN_MIN, est.k + 2, (est.best_k or 0) + 2)
     assert advisor.getPlotItem().vb.viewRange()[0][1] == pytest.approx(span + 0.3)
+
+
+def test_at_1280x720_the_controls_show_the_drill_without_scrolling_and_the_counts_are_whole(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.resize(1280, 720)
+    scroll = w.controls_dock.widget()
+    qtbot.waitUntil(lambda: w.panel.compact)
+    qtbot.waitUntil(lambda: scroll.verticalScrollBar().maximum() == 0)
+    drill = w.drill_control
+    bottom = drill.mapTo(scroll.viewport(), drill.rect().bottomLeft()).y()
+    assert bottom <= scroll.viewport().height()
+    assert w.panel.drafter_help.isHidden() and w.panel.drafter.toolTip()
+    w.legend.set_counts({"accepted": 44, "rejected": 12, "correction": 12, "bonus": 44, "target": 3})
+    assert "bonus&nbsp;44" in w.legend.label.text() and w.legend.counts_text.endswith("target 3")
+    w.resize(1600, 1000)
+    qtbot.waitUntil(lambda: not w.panel.compact)  # room again: the help is back

@@ -19,7 +19,15 @@ from PySide6.QtWidgets import QWidget
 
 from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.elided_label import Span, elide_spans
-from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
+from specscope.app.widgets.plot_base import (
+    PLOT_MIN_HEIGHT,
+    EmptyNote,
+    cache_axes,
+    pen,
+    plain_axes,
+    room_for_last_tick,
+    settle,
+)
 from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
@@ -62,6 +70,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.showGrid(x=True, y=True, alpha=0.2)
         plain_axes(pi)
         cache_axes(pi)
+        room_for_last_tick(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
                              symbolBrush=PLOT_COLOURS["predicted_speedup"])

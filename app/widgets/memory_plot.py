@@ -139,6 +139,7 @@ class MemoryPlot(LivePlot):
             if shown and points is not None:
                 (self.right_follower if is_rate(key) else self.follower).include(points.y)
         self._sync_keys()
+        self._version = -1  # the next frame redraws: the empty note and ranges follow what is drawn now
         self.follower.apply(self.follower.x_max)
         self.right_follower.apply(self.follower.x_max)
         self.totals_toggled.emit(on)
