@@ -199,6 +199,19 @@ def test_a_wrong_token_keeps_the_worker_in_use_and_the_run_on_screen(qtbot, tmp_
     assert run_to_end(qtbot, window, max_new=6) == "finished:max_new_tokens"  # still decoding on the worker
 
 
+def test_a_drafter_change_never_moves_a_remote_workers_decoding_here(qtbot, tmp_path, served):
+    from specscope.app.connect_dialog import connect_worker
+
+    window = make_window(qtbot, tmp_path)
+    with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+        assert connect_worker(window, served.address)
+    window.change_drafter("lookup")
+    # one sentence naming the worker and how to get lookup there; the connection and its pair stay
+    assert window.banner.isVisible() and "specscope serve --drafter lookup" in window.last_error
+    assert window.controller.link.kind == "remote" and window.controller.link.ready and window.state == "ready"
+    assert window.panel.drafter.currentData() == "model"  # the worker's drafter, what Start runs
+
+
 def _answer_with_garbage(server: socket.socket) -> None:
     conn, _ = server.accept()
     with conn:

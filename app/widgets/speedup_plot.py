@@ -23,7 +23,8 @@ class SpeedupPlot(LivePlot):
                                    label="1.0 = plain",
                                    # at the left, under the line: the measured line starts later (it needs
                                    # baselines) and runs along 1.0 on the right, where the label was cut through
-                                   labelOpts={"position": 0.02, "color": "#555", "anchors": [(0, 0), (0, 0)]})
+                                   labelOpts={"position": 0.02, "color": "#555", "anchors": [(0, 0), (0, 0)],
+                                              "fill": (255, 255, 255, 220)})
         self.plot_item.addItem(self.one)
         self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
         self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)
