@@ -75,7 +75,7 @@ TOTALS_TEXT = "machine totals"
 
 
 class MemoryPlot(LivePlot):
-    title_text = "Memory: the models' bytes (GiB; reads MiB/s right)"
+    title_text = "Models' memory (GiB; reads MiB/s right)"
     totals_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:

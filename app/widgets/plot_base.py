@@ -357,7 +357,6 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setClipToView(True)
         plain_axes(self.plot_item)
         cache_axes(self.plot_item)
-        room_for_last_tick(self.plot_item)
         # The key sits under the title, outside the data: a legend box inside the view covered the first
         # bars, the host-available line and the control-change labels.
         self.keys: list[KeyEntry] = []
