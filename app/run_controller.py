@@ -33,7 +33,7 @@ from specscope.app.pair_choice import PairChoice
 from specscope.app.remote_run import FINISHED, REFUSED, RemoteRun
 from specscope.app.run_data import Marker, Observed, RunData
 from specscope.app.run_state import RunState
-from specscope.app.sentences import finish_sentence, full_stop
+from specscope.app.sentences import NO_END_REASON, finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
 from specscope.core.controls import InvalidControl
@@ -80,6 +80,7 @@ class RunController(QObject):
     drained = Signal(int)  # iterations ingested this tick
     drill_changed = Signal(list)  # DrillEvents (a paging drill started or ended)
     worker_lost = Signal(str)  # the worker process or connection went away: one sentence, the events kept
+    connect_failed = Signal(str)  # a connection tried (File ▸ Connect, Reconnect) did not come up: one sentence
 
     def __init__(self, sessions_dir: Callable[[], Path], keep_sessions: Callable[[], int] | None = None,
                  parent: QObject | None = None) -> None:
@@ -100,6 +101,7 @@ class RunController(QObject):
         self.link.connected.connect(self._on_worker_connected)
         self.link.failed.connect(self._on_worker_failed)
         self.link.progress.connect(self.progress)
+        self._trial: WorkerLink | None = None  # a File ▸ Connect being tried, beside the link in use
         self.remote_run: RemoteRun | None = None  # the latest run on a worker (its controls, its autosave)
         self._remote_active = False  # that run is under way: its end has not been handled yet
         self._ticks_to_worker_check = WORKER_CHECK_TICKS
@@ -128,7 +130,8 @@ class RunController(QObject):
 
     @property
     def can_start(self) -> bool:
-        return self.has_pair and self.state not in (RunState.LOADING, RunState.RUNNING, RunState.PAUSED)
+        return (self.has_pair and self._trial is None
+                and self.state not in (RunState.LOADING, RunState.RUNNING, RunState.PAUSED))
 
     @property
     def recorder(self) -> Any:
@@ -161,6 +164,10 @@ class RunController(QObject):
             return str(self.link.pair_info.get("drafter") or "")
         return str(getattr(getattr(self.pair, "drafter", None), "name", "") or "")
 
+    def pair_drafter_shown(self, chosen: str) -> str:
+        """The drafter Start runs: a connected worker's own, else the one ``chosen`` in the window."""
+        return (self.pair_drafter or chosen) if self.link.kind == REMOTE else chosen
+
     @property
     def device(self) -> str:
         """The target's device, as the worker (or the in-process pair) reports it ("" before a load)."""
@@ -176,6 +183,7 @@ class RunController(QObject):
         if self.state.active:
             self.error.emit(refusal)
             return False
+        self._cancel_trial()
         self.has_pair = False
         self.reset_data()
         self.replay_path = None
@@ -195,12 +203,65 @@ class RunController(QObject):
         return True
 
     def connect_worker(self, address: WorkerAddress) -> bool:
-        """Decode on a worker someone started with ``specscope serve`` (this app's own worker is stopped)."""
-        if not self._begin_loading("Stop the run before connecting to another worker."):
+        """Decode on a worker someone started with ``specscope serve``. The connection is tried on a link of its
+        own first: until the worker has welcomed us, the worker in use (this app's own or another remote one)
+        and the run on screen stay as they are, so a wrong token or a typo in the port costs nothing but a
+        sentence. Once it has, the old worker is let go and the screen is cleared for the new pair."""
+        if self.state.active:
+            self.error.emit("Stop the run before connecting to another worker.")
             return False
+        if self.state == RunState.LOADING or self._trial is not None:
+            self.error.emit("Wait for the pair being loaded (or the connection being tried) before connecting.")
+            return False
+        trial = WorkerLink(self)
+        trial.connected.connect(lambda _info: self._on_trial_connected(trial))
+        trial.failed.connect(lambda sentence: self._on_trial_failed(trial, sentence))
+        self._trial = trial
+        self._set_state(self.state)  # Start waits while the connection is tried
         self.progress.emit(f"Connecting to the worker at {address.netloc}…", -1.0)
-        self.link.connect_remote(address)
+        trial.connect_remote(address)
         return True
+
+    @property
+    def connecting(self) -> bool:
+        """A File ▸ Connect is being tried (the worker in use, if any, is still the one Start decodes on)."""
+        return self._trial is not None
+
+    def _on_trial_connected(self, trial: WorkerLink) -> None:
+        if self._closed or trial is not self._trial:
+            return
+        self._trial = None
+        if self.state.active:  # cannot happen (Start waits), but a run is never cut from under the user
+            trial.close()
+            return
+        old, self.link = self.link, trial
+        for signal in (trial.connected, trial.failed):
+            signal.disconnect()
+        trial.connected.connect(self._on_worker_connected)
+        trial.failed.connect(self._on_worker_failed)
+        trial.progress.connect(self.progress)
+        old.close()  # this app's own worker stops; a remote one keeps serving others
+        old.deleteLater()
+        self.has_pair = False
+        self.reset_data()  # the old pair's run: nothing of it may stay under the new one
+        self.replay_path = None
+        self.finish_reason = ""
+        self._on_worker_connected(trial.info)
+
+    def _on_trial_failed(self, trial: WorkerLink, sentence: str) -> None:
+        if self._closed or trial is not self._trial:
+            return
+        self._trial = None
+        trial.close()
+        trial.deleteLater()
+        self._set_state(self.state)  # Start is back for the pair in use
+        self.connect_failed.emit(full_stop(sentence[:1].upper() + sentence[1:]))
+        self.error.emit(full_stop(sentence[:1].upper() + sentence[1:]))
+
+    def _cancel_trial(self) -> None:
+        trial, self._trial = self._trial, None
+        if trial is not None:
+            trial.close()
 
     def restart_worker(self, choice: PairChoice) -> bool:
         """Start this app's worker again with ``choice`` (or reconnect to the remote one). What is on screen (the
@@ -226,6 +287,7 @@ class RunController(QObject):
         if self.link.kind == REMOTE:
             self.has_pair = False
             self._set_state(RunState.NO_MODEL)
+            self.connect_failed.emit(full_stop(sentence[:1].upper() + sentence[1:]))
             self.error.emit(full_stop(sentence[:1].upper() + sentence[1:]))
         else:
             self._on_load_failed(sentence.rstrip("."))
@@ -494,7 +556,9 @@ class RunController(QObject):
         observed = list(feed_all(trace.events))
         self.ingest(observed)
         finished: RunFinished | None = self.data.finished
-        self.finish_reason = finished.reason if finished is not None else ""
+        # a trace without an end: its process was killed or crashed (an autosaved session recovered)
+        self.finish_reason = finished.reason if finished is not None else (NO_END_REASON if self.data.records
+                                                                           else "")
         if self.data.started is None:
             self.shown_run.emit(None, True)
         self._set_state(RunState.REPLAY)
@@ -513,6 +577,7 @@ class RunController(QObject):
             self.attach_runner.stop()
         if self.remote_run is not None and self._remote_active:
             self.remote_run.stop()  # the worker ends the run at its next iteration; its last events arrive
+        self._cancel_trial()
         self.link.close()
         ended = self.host.shutdown()
         if ended:

@@ -18,7 +18,9 @@ import numpy as np
 
 from specscope.core.attach.passes import NOTE_FLAGS
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.measure.snapshot import Estimate
+from specscope.core.memory.detector import step_read_rates
 from specscope.core.records import BaselineRecord, DrillEvent, IterationRecord
 from specscope.core.trace.schema import ITERATION_SCHEMA, IterationRow
 
@@ -70,16 +72,38 @@ class Marker:
     label: str
 
 
+PAGING = "paging"
+BUSY = "busy"
+
+
+def flag_kind(sentence: str) -> str:
+    """BUSY for the busy detector's sentence (other programs took the CPU), PAGING for every other flag (the
+    paging detector's: weights streamed, or a step several times its recent self)."""
+    return BUSY if sentence.startswith(BUSY_PREFIX) else PAGING
+
+
 @dataclass
 class FlagBand:
-    """Consecutive flagged iterations. Sentences carry numbers, so they differ per iteration; one band per
-    run of flags keeps the plot to a few items however noisy the machine is."""
+    """Consecutive flagged iterations of one kind (paging or busy: never merged, a busy machine's bands must
+    not swallow a drill's). Sentences carry numbers, so they differ per iteration; one band per run of flags
+    keeps the plot to a few items however noisy the machine is."""
 
     start: int
     end: int  # inclusive
     sentence: str  # the first flag of the band
     count: int = 1  # flags in the band
     last_sentence: str = ""
+    kind: str = PAGING
+
+
+@dataclass
+class DrillSpan:
+    """The iterations a paging drill held layers away: from its start event to its end (``end`` None while
+    it lasts; a run that ended mid-drill ends it at its last iteration)."""
+
+    start: int
+    end: int | None
+    label: str
 
 
 def _num(x: float | None) -> float:
@@ -92,7 +116,9 @@ class RunData:
     baselines: list[BaselineRecord] = field(default_factory=list)  # only in traces from before baselines committed
     events: list[Event] = field(default_factory=list)  # the whole stream, in order (what export writes)
     markers: list[Marker] = field(default_factory=list)
-    flag_bands: list[FlagBand] = field(default_factory=list)
+    paging_bands: list[FlagBand] = field(default_factory=list)
+    busy_bands: list[FlagBand] = field(default_factory=list)
+    drills: list[DrillSpan] = field(default_factory=list)
     version: int = 0  # bumped on every change; widgets redraw only when it moved
 
     def __post_init__(self) -> None:
@@ -115,6 +141,7 @@ class RunData:
                     self.markers.append(Marker(event.iteration, event.label))
             elif isinstance(event, DrillEvent):
                 self.markers.append(Marker(event.iterations_done, event.label))
+                self._drill(event)
             elif isinstance(event, BaselineRecord):
                 self.baselines.append(event)
             elif isinstance(event, RunStarted):
@@ -131,7 +158,7 @@ class RunData:
         for name, column in _SCHEMA_COLUMNS.items():
             self.columns[name].append(_num(column.get(row)))
         self.columns["tokens_per_iteration"].append(r.n_emitted)
-        for key, value in r.memory.items():
+        for key, value in {**r.memory, **step_read_rates(r)}.items():
             arr = self.memory.get(key)
             if arr is None:
                 arr = self.memory[key] = GrowingArray()
@@ -142,13 +169,37 @@ class RunData:
         for sentence in r.flags:
             if sentence in NOTE_FLAGS:
                 continue  # how an attached pass was read (kept in the trace), not a warning to shade and show
-            last = self.flag_bands[-1] if self.flag_bands else None
+            kind = flag_kind(sentence)
+            bands = self.paging_bands if kind == PAGING else self.busy_bands
+            last = bands[-1] if bands else None
             if last is not None and r.iteration - last.end <= 1:
                 last.end = r.iteration
                 last.count += 1
                 last.last_sentence = sentence
             else:
-                self.flag_bands.append(FlagBand(r.iteration, r.iteration, sentence, 1, sentence))
+                bands.append(FlagBand(r.iteration, r.iteration, sentence, 1, sentence, kind))
+
+    def _drill(self, event: DrillEvent) -> None:
+        if event.error:
+            return
+        if event.kind == "start":
+            self.drills.append(DrillSpan(event.iterations_done, None, event.label))
+        elif self.drills and self.drills[-1].end is None:
+            self.drills[-1].end = max(self.drills[-1].start, event.iterations_done - 1)
+
+    @property
+    def flag_bands(self) -> list[FlagBand]:
+        """Every band, paging and busy, in order of their first iteration."""
+        return sorted(self.paging_bands + self.busy_bands, key=lambda b: (b.start, b.kind))
+
+    def latest_warning(self) -> FlagBand | None:
+        """The band the run panel's warning names: the latest paging band while it is no older than the latest
+        busy one (paging is what the user came to see), else the latest busy band."""
+        paging = self.paging_bands[-1] if self.paging_bands else None
+        busy = self.busy_bands[-1] if self.busy_bands else None
+        if paging is None or (busy is not None and busy.start > paging.end):
+            return busy
+        return paging
 
     # ---- summaries --------------------------------------------------------------------------------------
     def __len__(self) -> int:

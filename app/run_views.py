@@ -20,7 +20,9 @@ from specscope.core.records import ATTACHED_MODE, DrillEvent, IterationRecord
 if TYPE_CHECKING:
     from specscope.app.window import MainWindow
 
-__all__ = ["LIVE_VIEW_PERIOD_S", "RunViews"]
+__all__ = ["LIVE_VIEW_PERIOD_S", "NO_PAIR_TEXT", "RunViews"]
+
+NO_PAIR_TEXT = "no data yet: load a pair (Models ▸ Load the embedded demo), or open a trace (File ▸ Open trace…)"
 
 # While a run is live, the token view, status and plot titles are brought up to date at most this often (10 Hz):
 # on the tiny pair at every 33 ms tick they took 5 of the app's 10 ms of CPU per iteration, and the GUI thread
@@ -51,15 +53,19 @@ class RunViews:
         w.run_panel.show_state(state, detail)
         # live: the run panel's changes go to the token view, not the plots (app/live_layout.py)
         hold_plot_size(w.arrangement.splitter, state.active)
+        shown = c.shown
         if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
             w.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
-        shown = c.shown
+        elif state == RunState.REPLAY and shown is not None and c.pair_drafter_shown(w.pair_choice.drafter) != (
+                shown.drafter):  # the drafter box is what Start runs, not the trace's
+            w.run_panel.hint.setText(f"a saved run · Start (F5) runs the loaded pair with "
+                                     f"{c.pair_drafter_shown(w.pair_choice.drafter)}, not {shown.drafter}")
         if shown is not None:  # the run on screen: a replay's, an attached engine's, or the live run's own
             w.run_panel.show_pair(shown.description or shown.target, shown.drafter)
         else:
             drafter = c.pair_drafter or w.pair_choice.drafter
             w.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
-        w.panel.set_drafter(w.pair_choice.drafter)
+        w.panel.set_drafter(c.pair_drafter_shown(w.pair_choice.drafter))
         w.drill_control.set_state(state.value)
         menus.restart_worker_action.setEnabled(c.on_worker and not state.active and state != RunState.LOADING)
         w.plots.set_idle_text(self.idle_text(state), c.data)
@@ -74,6 +80,8 @@ class RunViews:
             return f"{state.value}: waiting for the first iteration ({prefill}…)"
         if state == RunState.LOADING:
             return "no data yet: loading the pair…"
+        if not self._window.controller.has_pair:  # Start is grey: do not send the user to it
+            return NO_PAIR_TEXT
         return IDLE_TEXT
 
     def update_title(self) -> None:
@@ -99,6 +107,7 @@ class RunViews:
     def clear(self) -> None:
         w = self._window
         self._unshown.clear()
+        w.drill_control.clear()
         w.token_view.clear_tokens()
         w.legend.set_counts({})
         w.plots.reset()
@@ -165,7 +174,7 @@ class RunViews:
         # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
         w.panel.show_k_in_use(k if adaptive and w.panel.values().adaptive_k else None)
         w.run_panel.show_verdict(est.verdict if est is not None else None)
-        band = data.flag_bands[-1] if data.flag_bands else None
+        band = data.latest_warning()
         w.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
                                  band.end if band else None)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 # Why a run ended, as the end of "Finished: …" (the run panel shows the same words in brackets).
 FINISH_WORDS = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
                 "context_window": "the context window is full", "stop": "stopped", "interrupted": "interrupted",
-                "terminated": "terminated", "error": "failed"}
+                "terminated": "terminated", "error": "failed",
+                "killed": "the run's process ended without an end record (killed or crashed)"}
+NO_END_REASON = "killed"  # a trace without RunFinished: its process never wrote one
 
 
 def full_stop(text: str) -> str:

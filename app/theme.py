@@ -68,18 +68,26 @@ PLOT_COLOURS = {
     "best_k": OKABE_ITO["vermillion"],
 }
 
-PAGING_BAND_RGBA = (213, 94, 0, 50)  # vermillion, translucent: iterations the paging detector flagged
+# Paging is the one thing on the plots that must shout: a crimson no series uses (translucent over the plot's
+# height, solid along its top), apart from the busy detector's grey strip at the bottom. A drill's iterations
+# are hatched in the same crimson.
+PAGING_BAND_RGBA = (200, 16, 46, 60)
+PAGING_STRIP_RGBA = (200, 16, 46, 230)
+DRILL_HATCH_RGBA = (200, 16, 46, 150)
+BUSY_LANE_RGBA = (120, 120, 120, 130)
 
-# Memory series: one colour per owner (target, draft, host, device, ...) and one dash pattern per quantity
-# within it, so no two series share both, and the key groups them by owner.
+# Memory series: the models' own bytes in one colour per model (target, draft) and one dash pattern per
+# quantity within it, so no two series share both, and the key groups them by owner. The machine's totals
+# (host, swap, device), shown on request, take a colour each from their own list: five host series in one
+# green could not be told apart.
 MEMORY_OWNER_COLOURS = {
     "target": OKABE_ITO["blue"],
-    "draft": OKABE_ITO["vermillion"],
-    "host": OKABE_ITO["bluish_green"],
+    "draft": OKABE_ITO["orange"],
     "io": OKABE_ITO["reddish_purple"],
-    "device": OKABE_ITO["orange"],
     "pcie": OKABE_ITO["sky_blue"],
 }
+MEMORY_TOTAL_COLOURS = [OKABE_ITO["bluish_green"], "#7F4F24", OKABE_ITO["grey"], OKABE_ITO["black"],
+                        OKABE_ITO["sky_blue"], "#6A3D9A"]
 MEMORY_SPARE_COLOURS = [OKABE_ITO["black"], OKABE_ITO["grey"], OKABE_ITO["yellow"]]  # owners not named above
 MEMORY_STYLES = ["solid", "dash", "dot", "dashdot", "dashdotdot"]
 

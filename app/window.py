@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from specscope.app.arrangement import Arrangement
 from specscope.app.pair_choice import PairChoice
@@ -31,7 +31,7 @@ from specscope.app.settings import AppSettings
 from specscope.app.settings_keeper import SettingsKeeper
 from specscope.app.trace_files import TraceFiles
 from specscope.app.widgets.banner import Banner
-from specscope.app.widgets.control_panel import ControlPanel
+from specscope.app.widgets.control_panel import ControlPanel, ControlsScroll
 from specscope.app.widgets.drill_control import DrillControl
 from specscope.app.widgets.legend import TokenLegend
 from specscope.app.widgets.model_picker import ModelPicker
@@ -83,10 +83,7 @@ class MainWindow(QMainWindow):
             panel_layout.insertWidget(panel_layout.count() - 1, self.drill_control)
         dock = QDockWidget("Controls", self)
         dock.setObjectName("controls_dock")
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.panel)
-        dock.setWidget(scroll)
+        dock.setWidget(ControlsScroll(self.panel))
         # Closable: without it Qt greys out the dock's own View ▸ Controls toggle.
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                          | QDockWidget.DockWidgetFeature.DockWidgetFloatable
@@ -144,6 +141,7 @@ class MainWindow(QMainWindow):
         c.drained.connect(self.drained)
         c.shown_run.connect(self._on_shown_run)
         c.worker_lost.connect(self._on_worker_lost)
+        c.connect_failed.connect(self._on_connect_failed)
 
     # ---- what the controller owns, as the window's tests and scripts read it ---------------------------
     @property
@@ -185,9 +183,29 @@ class MainWindow(QMainWindow):
             self.load_pair(dialog.choice())
 
     def change_drafter(self, kind: str) -> None:
-        """The control panel's drafter list: reload the current pair with another drafter kind."""
-        if kind == self.pair_choice.drafter and self.controller.has_pair:
+        """The control panel's drafter list: reload the current pair with another drafter kind. A remote
+        worker's pair is its own (decoding must not move from the GPU server to this machine unasked), and a
+        run on screen is not wiped without the user's word."""
+        c = self.controller
+        in_use = c.pair_drafter_shown(self.pair_choice.drafter)
+        if kind == in_use and c.has_pair:
             return
+        self.panel.set_drafter(in_use)  # the box shows what runs until the switch happens
+        if c.link.kind == "remote" and c.has_pair:
+            where = c.link.address.netloc if c.link.address is not None else "the remote worker"
+            self.show_error(f"The worker at {where} decodes its own pair with {in_use or 'its drafter'}: start it "
+                            f"with `specscope serve --drafter {kind}` to use {kind} there, or load a pair on this "
+                            "machine with Models ▸ Choose models… (Ctrl+M)")
+            return
+        if c.data.records and not c.state.active:
+            self.banner.show_message(f"Switching to {kind} loads the pair again and clears the run on screen "
+                                     "(File ▸ Export trace… keeps it).", "info", f"Switch to {kind}",
+                                     lambda: self.switch_drafter(kind))
+            return
+        self.switch_drafter(kind)
+
+    def switch_drafter(self, kind: str) -> None:
+        """Load the current pair with drafter ``kind`` (the user has agreed to lose what is on screen)."""
         self.load_pair(replace(self.pair_choice, drafter=kind))
         self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
 
@@ -241,6 +259,12 @@ class MainWindow(QMainWindow):
         self.banner.show_message(f"{self.last_error} Correct it in Models ▸ Choose models… (Ctrl+M), or:",
                                  "error", "Load the embedded demo", self.load_demo)
         self.pair_failed.emit(message)
+
+    def _on_connect_failed(self, sentence: str) -> None:
+        """A worker tried did not come up: the busy bar and "Connecting to the worker…" end; the sentence is in
+        the banner (the controller's error), and the worker and run in use, if any, are still there."""
+        self.status.hide_progress()
+        self.status.show_message("Not connected: the reason is above the tokens", 15000)
 
     def _on_worker_lost(self, sentence: str) -> None:
         """The worker went away: one sentence, the events received stay, and the way back is in the banner."""

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gui,
 
 def test_empty_plots_name_the_first_step_and_run_keys_exist(qtbot, tmp_path):
     w = make_window(qtbot, tmp_path)
-    assert "Start (F5)" in w.plots.timing.empty.text()
+    assert "load a pair" in w.plots.timing.empty.text()  # Start is grey: the first step is loading a pair
     menus = w.menus
     keys = {a.text(): a.shortcut().toString() for a in (menus.start_action, menus.pause_action, menus.stop_action)}
     assert keys == {"&Start": "F5", "&Pause / resume": "F6", "S&top": "Shift+F5"}
@@ -26,6 +26,7 @@ def test_empty_plots_name_the_first_step_and_run_keys_exist(qtbot, tmp_path):
     assert not w.menus.start_action.isEnabled()  # nothing loaded yet
     load_tiny(qtbot, w, "perfect")
     assert w.menus.start_action.isEnabled()
+    assert "Start (F5)" in w.plots.timing.empty.text()
     w.panel.max_new.setValue(8)
     with qtbot.waitSignal(w.run_ended, timeout=60_000):
         w.menus.start_action.trigger()

@@ -69,7 +69,12 @@ def test_plot_keys_sit_outside_the_data(qtbot, tmp_path):
         assert plot.plot_item.legend is None  # no legend box inside the view
     title = w.plots.timing.plot_item.titleLabel.text
     assert all(name in title for name in ("draft", "verify", "rollback", "plain step"))
-    memory_title = w.plots.memory.plot_item.titleLabel.text
+    memory = w.plots.memory
+    # these records hold only the machine's totals: drawn, with their key, once asked for
+    assert "machine totals" in memory.empty.text() and memory.empty.isVisible()
+    memory.totals_box.setChecked(True)
+    qtbot.waitUntil(lambda: not memory.empty.isVisible())
+    memory_title = memory.plot_item.titleLabel.text
     key = memory_title.split("<br>", 1)[1]
     assert "<b>host</b>" in key and "rss" in key and "MB/s" not in key
 

@@ -69,7 +69,7 @@ def test_useless_draft_shows_only_rejected_and_correction(qtbot, window):
     # Hiding rejected tokens leaves exactly the committed output.
     window.legend.show_rejected.setChecked(False)
     assert statuses(window) <= {"correction", "target"}
-    assert window.legend.counts.text().endswith(f"target {len(undrafted)}")
+    assert window.legend.counts_text.endswith(f"target {len(undrafted)}")
     assert len(window.token_view.shown_tokens()) == 16
 
 

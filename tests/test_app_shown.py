@@ -107,7 +107,7 @@ def test_tokens_of_iterations_without_proposals_are_target_steps_everywhere(qtbo
     shown = [t.status.value for it, t in w.token_view.shown_tokens() if it == events[-1].iteration]
     assert shown == ["target"]
     # the baseline's two plain iterations are target steps too
-    assert "target 3" in w.legend.counts.text() and "target" in legend_html()
+    assert "target 3" in w.legend.counts_text and "target" in legend_html()
     fmt = w.token_view._formats
     assert fmt["target"].fontItalic() is False and fmt["target"] != fmt["bonus"]
     write_trace(tmp_path / "t.csv", events, {})

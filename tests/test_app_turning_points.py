@@ -99,6 +99,7 @@ def test_the_memory_plot_draws_every_counters_values(qtbot, tmp_path):
 
     events = [replace(e, memory=memory(e.iteration)) if hasattr(e, "tokens") else e
               for e in synthetic_records(300, k=4)]
+    w.plots.memory.totals_box.setChecked(True)  # host series are the machine's totals: drawn on request
     for i in range(0, len(events), 37):  # batches, as the live ticks bring them
         w.ingest(events[i:i + 37])
         w.plots.memory.refresh(w.data)

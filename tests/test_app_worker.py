@@ -178,6 +178,40 @@ def test_a_wrong_token_garbage_or_nobody_there_is_one_sentence(qtbot, tmp_path, 
     assert dialog.result() == 0 and dialog.error_label.text().startswith("A worker URL starts with specscope://")
 
 
+def test_a_wrong_token_keeps_the_worker_in_use_and_the_run_on_screen(qtbot, tmp_path, served):
+    """File ▸ Connect with a wrong token, after a good connection and a finished run: one sentence, no busy bar
+    left spinning, and the worker, its pair and the run on screen are still there (Start decodes on it)."""
+    from specscope.app.connect_dialog import connect_worker
+
+    window = make_window(qtbot, tmp_path)
+    connect(qtbot, window, served.address)
+    assert run_to_end(qtbot, window, max_new=6) == "finished:max_new_tokens"
+    shown = list(window.data.events)
+    title = window.windowTitle()
+    with qtbot.waitSignal(window.controller.error, timeout=30_000) as said:
+        assert connect_worker(window, WorkerAddress(served.address.host, served.address.port, "not-the-token"))
+        assert not window.menus.start_action.isEnabled()  # Start waits while the connection is tried
+    assert said.args[0] == "The worker refused the connection: wrong token."
+    assert window.status.progress.isHidden() and "Connecting" not in window.status.message.text()
+    assert window.banner.isVisible() and window.last_error == said.args[0]
+    assert window.data.events == shown and window.state == "finished" and window.windowTitle() == title
+    assert window.controller.link.ready and window.menus.start_action.isEnabled()
+    assert run_to_end(qtbot, window, max_new=6) == "finished:max_new_tokens"  # still decoding on the worker
+
+
+def test_a_drafter_change_never_moves_a_remote_workers_decoding_here(qtbot, tmp_path, served):
+    from specscope.app.connect_dialog import connect_worker
+
+    window = make_window(qtbot, tmp_path)
+    with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+        assert connect_worker(window, served.address)
+    window.change_drafter("lookup")
+    # one sentence naming the worker and how to get lookup there; the connection and its pair stay
+    assert window.banner.isVisible() and "specscope serve --drafter lookup" in window.last_error
+    assert window.controller.link.kind == "remote" and window.controller.link.ready and window.state == "ready"
+    assert window.panel.drafter.currentData() == "model"  # the worker's drafter, what Start runs
+
+
 def _answer_with_garbage(server: socket.socket) -> None:
     conn, _ = server.accept()
     with conn:

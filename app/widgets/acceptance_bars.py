@@ -17,9 +17,27 @@ from PySide6.QtWidgets import QWidget
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
+from specscope.core.events import ControlChange
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
 BAR_WIDTH = 0.7
+TITLE = "Acceptance by draft position (n = times reached)"
+
+
+def positions_since(data: RunData) -> int:
+    """The iteration the measurement's acceptance by position counts from: it starts over when the sampling
+    controls (temperature, top-k, top-p) change, as core.measure.measurement's ``_control_change`` does; a k
+    change keeps it (acceptance is per judged proposal)."""
+    since = 0
+    for event in data.events:
+        if isinstance(event, ControlChange) and (event.new.temperature, event.new.top_k, event.new.top_p) != (
+                event.old.temperature, event.old.top_k, event.old.top_p):
+            since = event.iteration
+    return since
+
+
+def title_for(since: int) -> str:
+    return TITLE if since == 0 else f"Acceptance by draft position since it. {since} (n = times reached)"
 
 
 def position_ticks(n: int, reached: list[int] | None = None) -> list[list[tuple[int, str]]]:
@@ -35,7 +53,8 @@ class AcceptanceBars(pg.PlotWidget):
         pi = self.getPlotItem()
         # No axis titles: at 1280x720 the view is ~55 px tall, and the titles were cut and took the room the
         # bars' labels need. The plot's title says what the bars and ticks are; the full meaning is on hover.
-        pi.setTitle("Acceptance by draft position (n = times reached)", size="9pt")
+        pi.setTitle(TITLE, size="9pt")
+        self.title = TITLE
         self.setToolTip("P(proposal i is accepted | proposals 1..i-1 were), per draft position i (1 = first "
                         f"proposal); n = times position i was reached. Pale hatched bars: n < {MIN_SAMPLES}, "
                         "too few to read a rate.")
@@ -102,6 +121,10 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
+        title = title_for(positions_since(data))
+        if title != self.title:  # the counts started over at a sampling change: say since when
+            self.title = title
+            self.getPlotItem().setTitle(title, size="9pt")
         # The measurement's acceptance by position (core.measure.measurement), with its sample sizes.
         positions = data.estimate.positions if data.estimate is not None else ()
         rates = np.array([np.nan if p.rate is None else p.rate for p in positions])
@@ -143,6 +166,9 @@ class AcceptanceBars(pg.PlotWidget):
             label.setText("")
 
     def reset(self) -> None:
+        if self.title != TITLE:
+            self.title = TITLE
+            self.getPlotItem().setTitle(TITLE, size="9pt")
         self._version = -1
         self._positions = 0
         self._ticks = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QVBoxLayout,
@@ -64,6 +66,25 @@ def load_prompt_choices() -> dict[str, list[PromptChoice]]:
     return {name: [PromptChoice(t, x) for t, x in items] for name, items in FALLBACK_PROMPTS.items()}
 
 
+PROMPT_PX = 110
+PROMPT_COMPACT_PX = 62  # about three lines: at 1280x720 the panel must show the drill box without scrolling
+
+
+class ControlsScroll(QScrollArea):
+    """The Controls dock's scroll area: when the panel would need scrolling, it asks the panel to fit first
+    (a shorter prompt editor, the drafter's help on hover only), so the paging drill at its bottom is in view."""
+
+    def __init__(self, panel: ControlPanel) -> None:
+        super().__init__()
+        self.setWidgetResizable(True)
+        self.setWidget(panel)
+        self.panel = panel
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self.panel.fit_height(self.viewport().height())
+        super().resizeEvent(event)
+
+
 class ControlPanel(QWidget):
     controls_changed = Signal(object)  # ControlValues, coalesced
     start_clicked = Signal()
@@ -91,7 +112,9 @@ class ControlPanel(QWidget):
         pl.addLayout(row)
         self.prompt_edit = QPlainTextEdit()
         self.prompt_edit.setPlaceholderText("Type a prompt, or pick one above")
-        self.prompt_edit.setMaximumHeight(110)
+        self.prompt_edit.setMaximumHeight(PROMPT_PX)
+        self._compact = False
+        self._natural_height = 0
         pl.addWidget(self.prompt_edit)
         layout.addWidget(prompt_box)
         self.set_combo.activated.connect(self._pick_set)
@@ -294,6 +317,25 @@ class ControlPanel(QWidget):
         self.k_spin.setEnabled(not on)
         if not on:
             self.show_k_in_use(None)  # the slider applies again: the controller's k is no longer the story
+
+    def fit_height(self, available: int) -> None:
+        """Compact the panel when its natural height is more than ``available`` (and back when there is room):
+        the prompt editor about three lines, the drafter's help in its tooltip, tighter spacing."""
+        if not self._compact:
+            self._natural_height = self.sizeHint().height()
+        compact = self._natural_height > available
+        if compact == self._compact:
+            return
+        self._compact = compact
+        self.prompt_edit.setMaximumHeight(PROMPT_COMPACT_PX if compact else PROMPT_PX)
+        self.drafter_help.setVisible(not compact)
+        layout = self.layout()
+        if layout is not None:
+            layout.setSpacing(2 if compact else -1)
+
+    @property
+    def compact(self) -> bool:
+        return self._compact
 
     def _show_drafter_help(self) -> None:
         self.drafter_help.setText(DRAFTER_HELP.get(str(self.drafter.currentData()), ""))

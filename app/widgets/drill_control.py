@@ -71,6 +71,12 @@ class DrillControl(QGroupBox):
             self.status.setText(f"Layers back on the device from iteration {event.iterations_done}.")
         self.end_button.setEnabled(self._active)
 
+    def clear(self) -> None:
+        """Another run (or none) is on screen: what the last drill did is not this run's."""
+        self._active = False
+        self.status.setText("No drill.")
+        self.end_button.setEnabled(False)
+
     def set_state(self, state: str) -> None:
         """The window's run state: the drill can be asked for only while a run goes."""
         running = state in RUNNING_STATES

@@ -19,7 +19,15 @@ from PySide6.QtWidgets import QWidget
 
 from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.elided_label import Span, elide_spans
-from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, pen, plain_axes, settle
+from specscope.app.widgets.plot_base import (
+    PLOT_MIN_HEIGHT,
+    EmptyNote,
+    cache_axes,
+    pen,
+    plain_axes,
+    room_for_last_tick,
+    settle,
+)
 from specscope.core.measure.measurement import Estimate
 
 TITLE_HEIGHT = 48
@@ -28,6 +36,21 @@ DATA_MIN_PX = 80  # under the title: the bottom axis (~35 px) and a data area of
 TITLE = "Predicted speed-up vs k (cost model)"
 HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
 TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
+K_SHOWN_MIN = 8  # the k axis spans at least 0..8, and two past the k in use and the best k
+K_MARGIN = 2
+
+
+def k_span(est: Estimate | None) -> int:
+    """The largest k the axis shows: explorations price verify lengths up to 16, and an axis stretched to them
+    squeezed the k that matter (in use, best) into its left third; the rest is a pan away."""
+    if est is None:
+        return K_SHOWN_MIN
+    return max(K_SHOWN_MIN, est.k + K_MARGIN, (est.best_k or 0) + K_MARGIN)
+
+
+def k_ticks(k_max: int) -> list[list[tuple[float, str]]]:
+    """Whole k only (an empty axis read 0.1 … 0.9)."""
+    return [[(float(k), str(k)) for k in range(0, k_max + 1)], []]
 
 
 def _metrics(pt: int, bold: bool) -> QFontMetrics:
@@ -47,6 +70,7 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.showGrid(x=True, y=True, alpha=0.2)
         plain_axes(pi)
         cache_axes(pi)
+        room_for_last_tick(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,
                              symbolBrush=PLOT_COLOURS["predicted_speedup"])
@@ -57,12 +81,17 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.addItem(self.best)
         self.current = pg.InfiniteLine(pos=0, angle=90, movable=False,
                                        pen=pg.mkPen(PLOT_COLOURS["marker"], style=Qt.PenStyle.DotLine),
-                                       label="current k", labelOpts={"position": 0.1, "color": "#555"})
+                                       label="k in use",
+                                       # at the top, right of the line, on white: the curve fell through it
+                                       labelOpts={"position": 0.97, "color": "#555", "fill": (255, 255, 255, 220),
+                                                  "anchors": [(0, 0), (0, 0)]})
         self.current.setVisible(False)
         pi.addItem(self.current)
         pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)  # three lines once there is data: best k, α, measured
         pi.layout.setRowFixedHeight(0, TITLE_HEIGHT)
         self.note = EmptyNote(self, "no data yet: the curve needs a baseline and a few iterations")
+        self._k_max = -1
+        self._show_k_range(K_SHOWN_MIN)
         self.estimate: Estimate | None = None
         self._lines: list[list[Span]] = [[Span(TITLE)]]
         self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
@@ -73,12 +102,22 @@ class KAdvisorPlot(pg.PlotWidget):
             self.note.place()
             self._render_title()
 
+    def _show_k_range(self, k_max: int) -> None:
+        if k_max == self._k_max:
+            return
+        self._k_max = k_max
+        pi = self.getPlotItem()
+        pi.getAxis("bottom").setTicks(k_ticks(k_max))
+        pi.setXRange(-0.3, k_max + 0.3, padding=0)
+        pi.enableAutoRange(axis="x", enable=False)
+
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""
         if est is self.estimate:
             return  # unchanged: redrawing costs a full repaint
         self.estimate = est
         pi = self.getPlotItem()
+        self._show_k_range(k_span(est))
         known = [p for p in est.curve if p.speedup is not None] if est is not None else []
         self.note.setVisible(not known)
         if est is None or not known:

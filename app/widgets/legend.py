@@ -8,12 +8,13 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
 
 from specscope.app.theme import style_for
-from specscope.app.widgets.elided_label import ElidedLabel
 
 LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "target")
 
 
-def legend_html() -> str:
+def legend_html(counts: dict[str, int] | None = None) -> str:
+    """The five fates in their styles, each with its count when ``counts`` is given ("accepted 9"): the counts
+    inside the chips, not in a label beside them that a 1280-px window cut to "bonus 44 t…"."""
     parts = []
     for status in LEGEND_ORDER:
         s = style_for(status)
@@ -22,7 +23,8 @@ def legend_html() -> str:
                f"text-decoration:{' '.join(deco) or 'none'};"
                f"font-weight:{'bold' if s.bold else 'normal'};"
                f"font-style:{'italic' if s.italic else 'normal'}")
-        parts.append(f'<span style="{css}">&nbsp;{html.escape(s.label)}&nbsp;</span>')
+        count = f"&nbsp;{counts.get(status, 0)}" if counts is not None else ""
+        parts.append(f'<span style="{css}">&nbsp;{html.escape(s.label)}{count}&nbsp;</span>')
     return "&nbsp; ".join(parts)  # a breakable space between entries: the legend wraps in a narrow column
 
 
@@ -41,15 +43,16 @@ class TokenLegend(QWidget):
         self.label = QLabel(legend_html())
         self.label.setWordWrap(True)
         self.label.setToolTip(legend_tooltip())
-        self.counts = ElidedLabel("")
-        self.counts.setStyleSheet("color:#555")
+        self.counts_text = ""  # the counts as plain words ("accepted 9  rejected 2 …"), as the chips show them
         self.show_rejected = QCheckBox("show rejected")
         self.show_rejected.setChecked(True)
         self.show_rejected.setToolTip("Rejected proposals are not in the output; hide them to read the text")
         self.show_rejected.toggled.connect(self.show_rejected_changed)
-        layout.addWidget(self.label, 3)
-        layout.addWidget(self.counts, 2)
+        layout.addWidget(self.label, 1)
         layout.addWidget(self.show_rejected)
 
     def set_counts(self, counts: dict[str, int]) -> None:
-        self.counts.setText("  ".join(f"{s} {counts.get(s, 0)}" for s in LEGEND_ORDER))
+        text = "  ".join(f"{s} {counts.get(s, 0)}" for s in LEGEND_ORDER)
+        if text != self.counts_text:
+            self.counts_text = text
+            self.label.setText(legend_html(counts))

@@ -1,16 +1,22 @@
-"""Plot 3: memory residency per iteration — whatever byte counters the sampler joined to the records
-(device used/free, each model's weights and KV cache, host RSS) on the left axis in GiB, transfer rates
-(PCIe RX/TX) on the right in MiB/s — with paging-detector flags as shaded bands (hover for the sentence)."""
+"""Plot 3: memory residency per iteration — the models' own bytes (each model's weights by place, its KV cache,
+what sits behind offload hooks) on the left axis in GiB, what each step read (offload hooks, storage) and
+transfer rates (PCIe RX/TX) on the right in MiB/s — with paging, the drill and a busy machine as bands in
+lanes of their own (hover for the sentence).
+
+The machine's totals (host RSS and available memory, swap, a device's used and free) are drawn on request
+(the "machine totals" box): host available memory is tens of GiB, and on the same axis a model's weights
+and a drill's move from host to disk lay flat along the bottom."""
 
 from __future__ import annotations
 
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QCheckBox, QWidget
 
-from specscope.app.run_data import FlagBand, RunData
-from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, PAGING_BAND_RGBA
-from specscope.app.widgets.flag_bands import FlagBandsItem, ShadedBand
-from specscope.app.widgets.plot_base import LivePlot, RangeFollower, pen, settle, thin_out
+from specscope.app.run_data import RunData
+from specscope.app.theme import MEMORY_OWNER_COLOURS, MEMORY_SPARE_COLOURS, MEMORY_STYLES, MEMORY_TOTAL_COLOURS
+from specscope.app.widgets.flag_bands import FlagLanes, ShadedBand
+from specscope.app.widgets.plot_base import KeyEntry, LivePlot, RangeFollower, pen, settle, thin_out
 from specscope.app.widgets.turning_points import TurningPoints
 from specscope.core.units import GIB, MIB
 
@@ -41,9 +47,12 @@ def series_name(key: str, owner: str) -> str:
     return short + ("/s (right)" if is_rate(key) else "")
 
 
-# Per-record constants and ever-growing counters: in the trace, not on the plot (they would flatten it).
+# Per-record constants and ever-growing counters: in the trace, not on the plot (they would flatten it). The
+# bytes a step read are plotted as their rate (``{model}_read_bytes_per_s``, core.memory.detector), not as a
+# count in GiB beside the weights.
 NOT_PLOTTED = ("_step_read_bytes", "_bandwidth_bytes_per_s", "host_read_bytes", "host_rchar_bytes",
-               "io_rchar_bytes")
+               "io_rchar_bytes", "_offload_read_bytes", "io_read_bytes")
+TOTAL_OWNERS = ("host", "device")  # the machine's totals, not a model's bytes: drawn on request
 
 
 def plotted(key: str) -> bool:
@@ -54,18 +63,20 @@ def is_rate(key: str) -> bool:
     return key.endswith("_per_s")
 
 
+def is_total(key: str) -> bool:
+    """The machine's memory (host RSS and available, swap, a device's used and free), not a model's."""
+    return series_owner(key) in TOTAL_OWNERS
+
+
 SPARE_SERIES = 12  # curves made ahead: every memory counter a CPU run reports, and most of a GPU run's
 
 
-def band_tooltip(band: FlagBand) -> str:
-    text = f"iterations {band.start}–{band.end}: {band.sentence}"
-    if band.count > 1:
-        text += f"\n… {band.count} flags in this band; the last: {band.last_sentence}"
-    return text
+TOTALS_TEXT = "machine totals"
 
 
 class MemoryPlot(LivePlot):
-    title_text = "Memory residency (GiB; rates MiB/s right)"
+    title_text = "Models' memory (GiB; reads MiB/s right)"
+    totals_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -87,15 +98,58 @@ class MemoryPlot(LivePlot):
         # making and adding a dozen at once was the longest stretch of the GUI thread after Start.
         self._spare = [self._new_curve() for _ in range(SPARE_SERIES)]
         self.owner_colours: dict[str, str] = {}
-        self.band_item = FlagBandsItem(PAGING_BAND_RGBA)
-        self.band_item.setZValue(-10)
-        pi.addItem(self.band_item, ignoreBounds=True)
-        pi.hideAxis("right")  # shown once a rate series (PCIe MiB/s) exists: on CPU there is none
+        self._entries: dict[str, KeyEntry] = {}  # each series' key entry (the key lists the series drawn)
+        self.lanes = FlagLanes(pi)
+        self.band_item = self.lanes.paging
+        self.show_totals = False
+        self.totals_box = QCheckBox(TOTALS_TEXT, self)
+        self.totals_box.setToolTip("Also draw the machine's memory: host RSS and available memory, swap, and a "
+                                   "device's used and free memory (the left axis then spans them)")
+        self.totals_box.setStyleSheet("QCheckBox { font-size: 8pt; background: rgba(255,255,255,200); }")
+        self.totals_box.toggled.connect(self.set_show_totals)
+        self.totals_box.adjustSize()
+        pi.hideAxis("right")  # shown once a rate series (what a step read, PCIe) exists
 
     def empty_text(self, data: RunData | None) -> str | None:
         if data is not None and len(data) and not any(plotted(k) for k in data.memory):
             return "no memory samples in these records"
+        if data is not None and len(data) > 1 and not any(plotted(k) and self._drawn_series(k) for k in data.memory):
+            return f"these records hold only the machine's memory: tick '{TOTALS_TEXT}' to draw it"
         return super().empty_text(data)
+
+    def resizeEvent(self, ev: object) -> None:
+        super().resizeEvent(ev)  # type: ignore[arg-type]
+        if "totals_box" in self.__dict__:
+            box = self.totals_box
+            box.move(self.width() - box.width() - 4, self.height() - box.height() - 2)
+
+    def set_show_totals(self, on: bool) -> None:
+        """Draw the machine's totals too (or again only the models' bytes): the axes span what is drawn."""
+        if on == self.show_totals:
+            return
+        self.show_totals = on
+        if self.totals_box.isChecked() != on:
+            self.totals_box.setChecked(on)
+        self.follower.reset()
+        self.right_follower.reset()
+        for key, item in self.series.items():
+            shown = self._drawn_series(key)
+            item.setVisible(shown)
+            points = self._points.get(key)
+            if shown and points is not None:
+                (self.right_follower if is_rate(key) else self.follower).include(points.y)
+        self._sync_keys()
+        self._version = -1  # the next frame redraws: the empty note and ranges follow what is drawn now
+        self.follower.apply(self.follower.x_max)
+        self.right_follower.apply(self.follower.x_max)
+        self.totals_toggled.emit(on)
+
+    def _drawn_series(self, key: str) -> bool:
+        return self.show_totals or not is_total(key)
+
+    def _sync_keys(self) -> None:
+        self.keys = [entry for key, entry in self._entries.items() if self._drawn_series(key)]
+        self._show_keys()
 
     def _sync_views(self) -> None:
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
@@ -114,22 +168,27 @@ class MemoryPlot(LivePlot):
             colour, style = self._style_for(owner)
             name = series_name(key, owner)
             item = self._spare.pop() if self._spare else self._new_curve()
-            item.setPen(pen(colour, 1.5, style))
+            item.setPen(pen(colour, 2.0 if is_rate(key) else 1.5, style))
             if is_rate(key):
                 self.plot_item.removeItem(item)
                 self.plot_item.showAxis("right")
                 self.right.addItem(item)
-            self.add_key(name, colour, style, group=owner, show=False)  # update_from lays the key out once
+            item.setVisible(self._drawn_series(key))
+            self._entries[key] = KeyEntry(name, colour, style, owner)  # update_from lays the key out once
             self.series[key] = item
         return item
 
     def _style_for(self, owner: str) -> tuple[str, str]:
-        """The owner's colour and the next dash pattern not yet used in its group."""
+        """The owner's colour and the next dash pattern not yet used in its group; each of the machine's totals
+        a colour of its own (solid)."""
+        if owner in TOTAL_OWNERS:
+            used = sum(1 for k in self._entries if is_total(k))
+            return MEMORY_TOTAL_COLOURS[used % len(MEMORY_TOTAL_COLOURS)], "solid"
         if owner not in self.owner_colours:
             named = MEMORY_OWNER_COLOURS.get(owner)
             spare = [c for c in MEMORY_SPARE_COLOURS if c not in self.owner_colours.values()]
             self.owner_colours[owner] = named or (spare[0] if spare else MEMORY_SPARE_COLOURS[0])
-        used = sum(1 for k in self.keys if k.group == owner)
+        used = sum(1 for k in self._entries.values() if k.group == owner)
         return self.owner_colours[owner], MEMORY_STYLES[used % len(MEMORY_STYLES)]
 
     def update_from(self, data: RunData) -> None:
@@ -138,7 +197,7 @@ class MemoryPlot(LivePlot):
             self.follower.reset()
             self.right_follower.reset()
         self._drawn = len(x)
-        n_keys = len(self.keys)
+        n_entries = len(self._entries)
         for key, column in data.memory.items():
             if not plotted(key):
                 continue
@@ -147,30 +206,23 @@ class MemoryPlot(LivePlot):
                 points = self._points[key] = TurningPoints(MIB if is_rate(key) else GIB)
             added = points.update(column, x)
             self._series(key).setData(points.x, points.y, connect="finite")
-            (self.right_follower if is_rate(key) else self.follower).include(added)
-        if len(self.keys) != n_keys:  # new series: their key, laid out once for all of them
-            self._show_keys()
+            if self._drawn_series(key):
+                (self.right_follower if is_rate(key) else self.follower).include(added)
+        if len(self._entries) != n_entries:  # new series: their key, laid out once for all of them
+            self._sync_keys()
         self.right_follower.apply(float(x[-1]) if len(x) else 0.0)
         settle(self.right)
-        self._sync_bands(data.flag_bands)
+        self.lanes.sync(data)
 
     @property
     def bands(self) -> list[ShadedBand]:
-        return self.band_item.bands
-
-    def _sync_bands(self, bands: list[FlagBand]) -> None:
-        # The last band may still be growing: update it in place, then add new ones.
-        shown = self.band_item.bands
-        fresh = [ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))
-                 for b in bands[max(0, len(shown) - 1):]]
-        if fresh and fresh != shown[-1:]:
-            shown[max(0, len(shown) - 1):] = fresh
-            self.band_item.changed()
+        """The paging bands drawn (busy and drill bands are in ``lanes``)."""
+        return self.lanes.paging.bands
 
     def reset(self) -> None:
         super().reset()
         self.right_follower.reset()
-        self.band_item.clear()
+        self.lanes.clear()
         self._points.clear()
         self._drawn = 0
         for item in self.series.values():

@@ -191,6 +191,16 @@ class EmptyNote(QLabel):
         self.move((parent.width() - self.width()) // 2, (parent.height() - self.height()) // 2)
 
 
+RIGHT_MARGIN_PX = 12  # half the last tick label ("20", "1.0") past the data area's right edge
+
+
+def room_for_last_tick(plot_item: pg.PlotItem) -> None:
+    """A right margin for the bottom axis' last label: centred on the data area's edge, its right half was cut
+    by the plot's border in the right-hand column."""
+    left, top, _, bottom = plot_item.layout.getContentsMargins()
+    plot_item.layout.setContentsMargins(left, top, RIGHT_MARGIN_PX, bottom)
+
+
 def cache_axes(plot_item: pg.PlotItem) -> None:
     """Paint each axis (tick text and grid) from a pixmap cache: replaying the axis picture, text included,
     costs more than the curves, and an axis only changes when its range does."""

@@ -11,7 +11,7 @@ from specscope.app.widgets.alpha_plot import AlphaPlot
 from specscope.app.widgets.k_advisor import KAdvisorPlot
 from specscope.app.widgets.markers import ChangeList
 from specscope.app.widgets.memory_plot import MemoryPlot
-from specscope.app.widgets.plot_base import LivePlot, SharedXRange
+from specscope.app.widgets.plot_base import LivePlot, SharedXRange, room_for_last_tick
 from specscope.app.widgets.speedup_plot import SpeedupPlot
 from specscope.app.widgets.timing_plot import TimingPlot
 
@@ -28,6 +28,7 @@ class PlotsPanel(QWidget):
         self.shared_x = SharedXRange()  # zoom one iteration range, see it everywhere
         for plot in self.live_plots:
             self.shared_x.add(plot)
+        room_for_last_tick(self.speedup.plot_item)  # the right-hand column's plot without a right axis
         self.change_list = ChangeList()  # the numbered badges on the plots, spelled out
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)

@@ -30,6 +30,11 @@ STATE_HINTS = {
 }
 
 
+VERDICT_STYLE = "color:#FFFFFF; background:#A34400; padding:2px 6px; font-weight:bold"
+NOTE_STYLE = "color:#444444; background:#EEEEEE; padding:2px 6px"
+NO_VERDICT = "No verdict"  # core/measure/verdict.py's words when it cannot say yet
+
+
 def _wrapping(style: str) -> QLabel:
     label = QLabel("")
     label.setWordWrap(True)
@@ -63,7 +68,7 @@ class RunPanel(QWidget):
         row.addWidget(self.hint)
         col.addLayout(row)
         col.addWidget(self.k_in_use)  # its own line: the numbers must be read in full
-        self.verdict = _wrapping("color:#FFFFFF; background:#A34400; padding:2px 6px; font-weight:bold")
+        self.verdict = _wrapping(VERDICT_STYLE)
         self.warning = _wrapping("color:#7A3300; background:#FBE3D1; padding:2px 6px")
         col.addWidget(self.verdict)
         col.addWidget(self.warning)
@@ -126,7 +131,13 @@ class RunPanel(QWidget):
         self.k_in_use.show()
 
     def show_verdict(self, verdict: str | None) -> None:
-        self.verdict.setText(verdict or "")
+        """The verdict in the alarm colours when speculation is losing; "No verdict…" (not enough quiet data,
+        an interval too wide) is a note, in grey: nothing is wrong yet."""
+        text = verdict or ""
+        style = NOTE_STYLE if text.startswith(NO_VERDICT) else VERDICT_STYLE
+        if self.verdict.styleSheet() != style:
+            self.verdict.setStyleSheet(style)
+        self.verdict.setText(text)
         self.verdict.setVisible(bool(verdict))
 
     def show_warning(self, sentence: str | None, iteration: int | None = None) -> None:

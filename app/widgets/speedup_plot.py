@@ -20,7 +20,11 @@ class SpeedupPlot(LivePlot):
         self.plot_item.setLabel("left", "×")
         dash = pg.mkPen(PLOT_COLOURS["break_even"], width=1.5, style=Qt.PenStyle.DashLine)
         self.one = pg.InfiniteLine(pos=1.0, angle=0, movable=False, pen=dash,
-                                   label="1.0 = plain", labelOpts={"position": 0.88, "color": "#555"})
+                                   label="1.0 = plain",
+                                   # at the left, under the line: the measured line starts later (it needs
+                                   # baselines) and runs along 1.0 on the right, where the label was cut through
+                                   labelOpts={"position": 0.02, "color": "#555", "anchors": [(0, 0), (0, 0)],
+                                              "fill": (255, 255, 255, 220)})
         self.plot_item.addItem(self.one)
         self.predicted = self.curve("predicted", PLOT_COLOURS["predicted_speedup"], width=2, style="dash")
         self.measured = self.curve("measured", PLOT_COLOURS["measured_speedup"], width=2.5)

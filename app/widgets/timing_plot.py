@@ -9,6 +9,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.flag_bands import FlagLanes
 from specscope.app.widgets.plot_base import LivePlot, pen, thin_out
 
 ENGINE_KEY = "engine pass (not split)"
@@ -30,6 +31,8 @@ class TimingPlot(LivePlot):
         self.engine_pass = self.plot_item.plot([], [], pen=pen(PLOT_COLOURS["engine_pass"], 2.0, "solid"))
         thin_out(self.engine_pass)
         self._engine_key = False  # its key is added the first time an engine pass is drawn
+        # the same paging, drill and busy bands as the memory plot: a slow step and its cause line up
+        self.lanes = FlagLanes(self.plot_item)
 
     def _area(self, name: str, colour: str):
         brush = pg.mkBrush(pg.mkColor(colour).lighter(130))
@@ -40,6 +43,7 @@ class TimingPlot(LivePlot):
 
     def reset(self) -> None:
         super().reset()
+        self.lanes.clear()
         if self._engine_key:  # a local run after an attached one has no engine passes to name
             self.remove_key(ENGINE_KEY)
             self._engine_key = False
@@ -66,3 +70,4 @@ class TimingPlot(LivePlot):
             self.plain.setData(x[ok], plain[ok])
         else:
             self.plain.setData([], [])
+        self.lanes.sync(data)

@@ -237,3 +237,25 @@ def _sentence(model: str, label: str, ms: float, expected: float, memory: dict[s
     if not evidence:
         return f"{head}: slow, memory looks fine — {advice}"
     return f"{head}: {' and '.join(evidence)} — {cause}."
+
+
+READ_RATE_SUFFIX = "_read_bytes_per_s"
+
+
+def step_read_rates(record: IterationRecord) -> dict[str, float]:
+    """What each step read, as a rate over the phase it was read in: ``{model}_read_bytes_per_s`` for the bytes
+    a model's offload hooks streamed (the draft's over the draft phase, the target's over the rest of the
+    iteration) and ``io_read_bytes_per_s`` for what the process made the kernel fetch from storage. A bytes
+    count per step says nothing beside a step time; a rate is what a memory plot can set against a bandwidth."""
+    memory = record.memory
+    whole_s = record.iteration_ms / 1000.0
+    draft_s = min(record.draft_ms / 1000.0, whole_s) if record.mode == SPECULATIVE_MODE else 0.0
+    phases = {"draft": draft_s, "target": whole_s - draft_s, "io": whole_s}
+    keys = {"draft": "draft_offload_read_bytes", "target": "target_offload_read_bytes", "io": "io_read_bytes"}
+    rates: dict[str, float] = {}
+    for name, key in keys.items():
+        read = memory.get(key)
+        seconds = phases[name]
+        if read is not None and seconds > 0:
+            rates[name + READ_RATE_SUFFIX] = read / seconds
+    return rates
