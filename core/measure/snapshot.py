@@ -59,6 +59,11 @@ class PositionStat:
         """P(accepted | reached): the conditional rate."""
         return self.accepted / self.reached if self.reached else None
 
+    @property
+    def rate_per_draft(self) -> float | None:
+        """accepted / drafted at this position: the serving engines' per-position acceptance (``run --json``)."""
+        return self.accepted / self.drafted if self.drafted else None
+
 
 @dataclass(frozen=True)
 class CurvePoint:
