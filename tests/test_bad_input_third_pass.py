@@ -129,9 +129,19 @@ def test_a_hostile_workers_memory_key_is_refused_at_the_protocol() -> None:
 # --- item 9: impossible values in a trace ------------------------------------------------------------------
 
 def _log_lines(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """A sound event log (header, run start, the sample's iterations) as JSON objects, to mutate."""
+    from specscope.core.events import RunStarted
+    from specscope.core.trace.event_log import encode
+
     write_trace(tmp_path / "m.csv", sample_records())
     path = tmp_path / "m.events.jsonl"
-    return path, [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+    if not any(obj.get("type") == "run_started" for obj in lines):
+        start = json.loads(encode(RunStarted(source="cli", target="t", draft="", drafter="lookup", description="",
+                                             prompt="p", prompt_tokens=2, controls=ControlValues(),
+                                             max_new_tokens=8, plain=False, seed=None, options={}, machine={})))
+        lines = [lines[0], start, *lines[1:]]
+    return path, lines
 
 
 def _write(path: Path, lines: list[dict]) -> None:
@@ -177,7 +187,7 @@ def test_a_second_run_start_is_dropped_and_said(tmp_path) -> None:
     start = json.loads(encode(RunStarted(source="cli", target="t", draft="", drafter="lookup", description="",
                                          prompt="p", prompt_tokens=2, controls=ControlValues(),
                                          max_new_tokens=8, plain=False, seed=None, options={}, machine={})))
-    lines = [lines[0], start, *lines[1:3], start, *lines[3:]]
+    lines = [*lines[:4], start, *lines[4:]]  # the log's own start is line 2; a second after two iterations
     _write(path, lines)
     loaded = read_trace(path)
     assert sum(isinstance(e, RunStarted) for e in loaded.events) == 1
