@@ -18,6 +18,7 @@ pytest.importorskip("pytestqt")
 from specscope.core.attach.options import AttachOptions
 
 from .app_helpers import load_tiny, make_window, qt_binding_broken
+from .fake_engine import LLAMACPP_METRICS
 
 pytestmark = [pytest.mark.gui,
               pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
@@ -47,6 +48,7 @@ class FakeLlamaServer:
         self.counters = _counters(passes)
         self.hold_after = hold_after
         self.release = threading.Event()
+        self.finished = threading.Event()  # the completion streamed its last token
         self.requests: list[dict[str, Any]] = []
         server = self
 
@@ -67,6 +69,15 @@ class FakeLlamaServer:
                     self._json({"object": "list", "data": [{"id": "fake-model"}]})
                 elif self.path == "/props":
                     self._json({"build_info": "fake-llama", "default_generation_settings": {"params": {}}})
+                elif self.path == "/metrics":  # started with --metrics: the counters as the request left them
+                    _, drafted, accepted = server.counters[-1] if server.finished.is_set() else (0, 0, 0)
+                    drafts = drafted // 4
+                    body = LLAMACPP_METRICS.format(drafted=drafted, accepted=accepted, drafts=drafts).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
                 else:
                     self._json({"error": "not found"}, 404)
 
@@ -87,6 +98,7 @@ class FakeLlamaServer:
                              "timings": timings}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
+                server.finished.set()
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
