@@ -69,7 +69,8 @@ def test_iteration_header_and_memory_columns(written) -> None:
     assert rows[3]["gpu_used_bytes"] == repr(1.6e9)
     # derived columns are the measurement's snapshot after each row: no plain step before the first baseline,
     # then the verify fit at length 1 (the baseline before iteration 1: steps 3.1, 3.3, 0.3 and its 3.2 sweep)
-    assert rows[0]["plain_step_ms"] == "" and float(rows[1]["plain_step_ms"]) == pytest.approx(3.15)
+    # (carried to the machine's speed at that row by the verify passes around it: within 0.1% here)
+    assert rows[0]["plain_step_ms"] == "" and float(rows[1]["plain_step_ms"]) == pytest.approx(3.15, rel=1e-3)
     assert float(rows[0]["draft_step_ms"]) == pytest.approx(records[0].draft_ms / records[0].n_drafted)
     assert rows[1]["flags"] == "paging: verify 4.1x slower, PCIe RX up | a \\| b, c \\\\ d"
     assert rows[4]["finished"] == "true" and rows[4]["finish_reason"] == "max_new_tokens"
