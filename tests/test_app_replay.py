@@ -154,8 +154,11 @@ def test_every_surface_shows_the_snapshots_alpha_and_speedup_live_and_in_replay(
     qtbot.waitUntil(lambda: len(w.data.records) >= 12, timeout=120_000)
     new_k = 2 if start_k != 2 else 3
     w.panel.k_spin.setValue(new_k)  # a control change: a new segment
+    # the new segment must have judged a proposal: its first iteration may be a baseline's plain step, and a
+    # segment with no α yet is rightly left out of the α line
     qtbot.waitUntil(lambda: w.data.estimate is not None and w.data.estimate.segments > 1
-                    and w.data.estimate.measured is not None, timeout=240_000)
+                    and w.data.estimate.measured is not None and w.data.estimate.segment is not None
+                    and w.data.estimate.segment.alpha is not None, timeout=240_000)
     # live, mid-run: after a redraw every surface shows the snapshot on screen
     w.views.redraw_all()
     live = w.data.estimate
