@@ -66,3 +66,21 @@ class Drafter(ABC):
 
     def release(self) -> None:  # noqa: B027 - optional hook
         """Drop caches and references so memory can be freed."""
+
+
+def append_feature_rows(pending: list[torch.Tensor], start: int, first_position: int,
+                        features: torch.Tensor) -> int:
+    """Append the target's feature rows for positions ``first_position``.. to ``pending`` (rows not yet used
+    by a drafter that reads target features, starting at position ``start``); return the new start. The rows
+    must continue the pending ones: a gap means a pass's features were lost, which would draft from the wrong
+    context."""
+    if features.shape[0] == 0:
+        return start
+    if not pending:
+        pending.append(features)
+        return first_position
+    have = start + sum(int(f.shape[0]) for f in pending)
+    if first_position != have:
+        raise RuntimeError(f"target features arrived for position {first_position}, expected {have}")
+    pending.append(features)
+    return start

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.drafters.base import Drafter, Proposal, append_feature_rows
 from specscope.core.engine.drafters.eagle_head import Eagle3Head, attend, default_aux_layer_ids
 from specscope.core.engine.sampling import processed_probs, sample_from
 from specscope.core.records import ControlValues
@@ -54,14 +54,7 @@ class EagleDrafter(Drafter):
 
     def observe_target_features(self, first_position: int, features: torch.Tensor) -> None:
         """The target's fused-layer inputs (T, 3H) at committed positions first_position.. (from verify)."""
-        if features.shape[0] == 0:
-            return
-        have = self._pending_start + sum(int(f.shape[0]) for f in self._pending)
-        if not self._pending:
-            self._pending_start = first_position
-        elif first_position != have:
-            raise RuntimeError(f"target features arrived for position {first_position}, expected {have}")
-        self._pending.append(features)
+        self._pending_start = append_feature_rows(self._pending, self._pending_start, first_position, features)
 
     def rollback(self, committed_ids: list[int]) -> None:
         # The cache only ever holds positions fed by the target's features for committed tokens: nothing

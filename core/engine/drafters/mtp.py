@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.engine.drafters.base import Drafter, Proposal
+from specscope.core.engine.drafters.base import Drafter, Proposal, append_feature_rows
 from specscope.core.engine.sampling import processed_probs, sample_from
 from specscope.core.records import ControlValues
 
@@ -174,14 +174,7 @@ class MtpDrafter(Drafter):
         self._pending_start = 0
 
     def observe_target_features(self, first_position: int, features: torch.Tensor) -> None:
-        if features.shape[0] == 0:
-            return
-        have = self._pending_start + sum(int(f.shape[0]) for f in self._pending)
-        if not self._pending:
-            self._pending_start = first_position
-        elif first_position != have:
-            raise RuntimeError(f"target features arrived for position {first_position}, expected {have}")
-        self._pending.append(features)
+        self._pending_start = append_feature_rows(self._pending, self._pending_start, first_position, features)
 
     def _drop_rows(self, depth: int, drop: int) -> None:
         """Drop the last ``drop`` rows of MTP layer ``depth``'s cache (a layer of a kind without ``crop``, a
