@@ -97,9 +97,9 @@ def start_attach(window: Any, options: AttachOptions) -> Any:
     """Stream ``options`` into the window through its run controller (also the entry point tests drive); returns
     the runner (its ``result`` holds the engine's answer once it finished)."""
     window.attach_result = None  # the last request's answer: set when this one finishes
-    if not window.controller.start_attach(options):
+    runner = window.controller.start_attach(options)
+    if runner is None:
         return None
-    runner = window.controller.attach_runner
     window.run_panel.show_attached(runner.shown_url, "running")
 
     def done(error: str) -> None:

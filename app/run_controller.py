@@ -6,15 +6,16 @@ control changes, open a trace, attach); widgets render what this controller anno
 No widget sets run state and no flag lives in two places: ``RunState`` (``run_state``) is the only answer to
 "what is the run doing", and the buttons, the status panel and the window title all read it.
 
-Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it. A
-chosen pair decodes in a worker process (``worker_link``: this app's own, spawned for the pair, or one File ▸
-Connect to worker… reached); its events arrive on a reading thread that feeds them through this window's
-measurement and the autosave recorder (``remote_run``), as an attached run's thread does and as a session does
-on the in-process path (``SPECSCOPE_IN_PROCESS=1``, and pair factories in tests), so a stalled window never
-delays the crash-safety net; a replay feeds the trace's events through a new measurement here. The tick (~30 Hz)
-drains the buffer into ``RunData`` in chunks until a time budget is spent (the rest waits for the next tick;
-nothing is dropped), hands each chunk's new records to the views, and says whether time is left this tick for a
-plot redraw.
+Every source hands over the same thing: events of one stream, each with the measurement's snapshot after it. The
+controller holds one pair source (where Start decodes) and one live run (whose events arrive), objects of
+``run_sources``, and calls their methods: it never asks which kind it holds. A chosen pair decodes in a worker
+process (``worker_link``: this app's own, spawned for the pair, or one File ▸ Connect to worker… reached); its
+events arrive on a reading thread that feeds them through this window's measurement and the autosave recorder
+(``remote_run``), as an attached run's thread does and as a session does on the in-process path
+(``SPECSCOPE_IN_PROCESS=1``, and pair factories in tests), so a stalled window never delays the crash-safety net; a
+replay feeds the trace's events through a new measurement here. The tick (~30 Hz) drains the buffer into
+``RunData`` in chunks until a time budget is spent (the rest waits for the next tick; nothing is dropped), hands
+each chunk's new records to the views, and says whether time is left this tick for a plot redraw.
 """
 
 from __future__ import annotations
@@ -30,18 +31,28 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.app.pair_choice import PairChoice
-from specscope.app.remote_run import FINISHED, REFUSED, RemoteRun
+from specscope.app.remote_run import FINISHED, REFUSED
 from specscope.app.run_data import Marker, Observed, RunData
+from specscope.app.run_sources import (
+    AttachRun,
+    InProcessPair,
+    InProcessRun,
+    LiveRun,
+    LocalWorker,
+    PairSource,
+    RemoteWorker,
+)
 from specscope.app.run_state import RunState
 from specscope.app.sentences import NO_END_REASON, finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
-from specscope.app.worker_link import LOCAL, REMOTE, WorkerLink
+from specscope.app.worker_link import WorkerLink
 from specscope.core.controls import InvalidControl
 from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.gc_freeze import PeriodicFreeze
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
+    from specscope.app.attach_source import AttachRunner
     from specscope.core.attach.options import AttachOptions
     from specscope.core.engine.pair import ModelPair
     from specscope.core.remote.url import WorkerAddress
@@ -95,15 +106,16 @@ class RunController(QObject):
         self.pair_description = ""
         self.finish_reason = ""
         self.replay_path: str | None = None
-        self.attach_runner: Any = None  # the attached request under way (core.attach on its own thread)
-        # Runs decode in a worker process: this app's own for a chosen pair, or one File ▸ Connect reached.
+        # Where Start decodes (the pair in this process, this app's worker or a remote one) and the run whose
+        # events arrive (run_sources): the controller calls their methods and never asks which kind it holds.
+        self.source: PairSource = InProcessPair(self.host)
+        self.run: LiveRun = InProcessRun(self.host)
+        # A worker's connection: this app's own worker for a chosen pair, or one File ▸ Connect reached.
         self.link = WorkerLink(self)
         self.link.connected.connect(self._on_worker_connected)
         self.link.failed.connect(self._on_worker_failed)
         self.link.progress.connect(self.progress)
         self._trial: WorkerLink | None = None  # a File ▸ Connect being tried, beside the link in use
-        self.remote_run: RemoteRun | None = None  # the latest run on a worker (its controls, its autosave)
-        self._remote_active = False  # that run is under way: its end has not been handled yet
         self._ticks_to_worker_check = WORKER_CHECK_TICKS
         self.run_started_at: float | None = None
         self._baseline_wanted = False  # the user asked for one: mark where it lands
@@ -135,46 +147,42 @@ class RunController(QObject):
 
     @property
     def recorder(self) -> Any:
-        """The autosave recorder of the run under way (the worker's or the attached run's), if any."""
-        if self.attach_runner is not None and self.attach_runner.recorder is not None:
-            return self.attach_runner.recorder
-        if self.link.kind and self.remote_run is not None:
-            return self.remote_run.recorder
-        return self.host.worker.recorder
+        """The autosave recorder of the latest run (the worker's, the in-process one's or the attached run's)."""
+        return self.run.recorder
 
     @property
     def controls(self) -> Any:
         """The run's controls: a worker's run takes them as control messages, an in-process run directly."""
-        return self.remote_run.controls if self.link.kind and self.remote_run is not None else self.host.controls
+        return self.run.controls
 
     @property
     def pair(self) -> ModelPair | None:
         """The pair loaded in this process (only on the in-process path; a worker holds its own)."""
-        return None if self.link.kind else self.host.worker.pair
+        return self.source.pair
 
     @property
     def on_worker(self) -> bool:
         """Runs go to a worker process (this app's own or a remote one)."""
-        return bool(self.link.kind)
+        return self.source.on_worker
 
     @property
     def pair_drafter(self) -> str:
         """The drafter kind of the loaded pair ("" when nothing says)."""
-        if self.link.kind:
-            return str(self.link.pair_info.get("drafter") or "")
-        return str(getattr(getattr(self.pair, "drafter", None), "name", "") or "")
+        return self.source.pair_drafter
 
     def pair_drafter_shown(self, chosen: str) -> str:
         """The drafter Start runs: a connected worker's own, else the one ``chosen`` in the window."""
-        return (self.pair_drafter or chosen) if self.link.kind == REMOTE else chosen
+        return self.source.drafter_started(chosen)
 
     @property
     def device(self) -> str:
         """The target's device, as the worker (or the in-process pair) reports it ("" before a load)."""
-        if self.link.kind:
-            return str(self.link.info.get("device") or "")
-        device = getattr(getattr(self.pair, "target", None), "device", None)
-        return str(device) if device is not None else ""
+        return self.source.device
+
+    def _use_source(self, source: PairSource) -> None:
+        """Start decodes on ``source`` from now on; until its first run, the idle in-process controls answer."""
+        self.source = source
+        self.run = InProcessRun(self.host)
 
     # ---- loading ---------------------------------------------------------------------------------------
     def _begin_loading(self, refusal: str) -> bool:
@@ -196,9 +204,10 @@ class RunController(QObject):
             return False
         if isinstance(what, PairChoice) and not decode_in_process():
             self.link.start_local(what.worker_args())  # a worker process loads it; the window imports no torch
+            self._use_source(LocalWorker(self.link))
         else:
             self.link.close()
-            self.link.kind = ""
+            self._use_source(InProcessPair(self.host))
             self.host.load(what)
         return True
 
@@ -242,6 +251,7 @@ class RunController(QObject):
         trial.progress.connect(self.progress)
         old.close()  # this app's own worker stops; a remote one keeps serving others
         old.deleteLater()
+        self._use_source(RemoteWorker(trial))
         self.has_pair = False
         self.reset_data()  # the old pair's run: nothing of it may stay under the new one
         self.replay_path = None
@@ -263,28 +273,25 @@ class RunController(QObject):
         if trial is not None:
             trial.close()
 
-    def restart_worker(self, choice: PairChoice) -> bool:
-        """Start this app's worker again with ``choice`` (or reconnect to the remote one). What is on screen (the
-        events the lost worker sent) stays until the next Start."""
-        if self.state.active or self.state == RunState.LOADING or not self.link.kind:
-            return False
+    def restart_worker(self, choice: PairChoice) -> str | None:
+        """Start this app's worker again with ``choice`` (or reconnect to the remote one); the progress sentence
+        to show, or None when there is nothing to restart. What is on screen (the events the lost worker sent)
+        stays until the next Start."""
+        if self.state.active or self.state == RunState.LOADING or not self.source.on_worker:
+            return None
         self.has_pair = False
         self._set_state(RunState.LOADING)
-        if self.link.kind == REMOTE and self.link.address is not None:
-            self.link.connect_remote(self.link.address)
-        else:
-            self.link.start_local(choice.worker_args())
-        return True
+        return self.source.restart(choice)
 
     def _on_worker_connected(self, info: dict[str, Any]) -> None:
         if self._closed:
             return
-        self._on_loaded(self.link.description)
+        self._on_loaded(self.source.description)
 
     def _on_worker_failed(self, sentence: str) -> None:
         if self._closed:
             return
-        if self.link.kind == REMOTE:
+        if self.source.failure_is_connection:  # the pair in use was another's: nothing of ours failed to load
             self.has_pair = False
             self._set_state(RunState.NO_MODEL)
             self.connect_failed.emit(full_stop(sentence[:1].upper() + sentence[1:]))
@@ -314,29 +321,23 @@ class RunController(QObject):
         request.meta = meta
         request.keep_sessions = self._keep_sessions()
         self.run_started_at = time.monotonic()
-        client = self.link.client
-        if self.link.kind and client is not None:
-            if self.link.kind == REMOTE and self.link.address is not None:
-                meta.update(pair=self.link.pair_info, worker=self.link.address.redacted())  # never the token
-            run = RemoteRun(client, request, values, self.host.buffer, self._sessions_dir(), request.keep_sessions,
-                            self)
-            run.ended.connect(self._on_remote_ended)
-            run.notice.connect(lambda text: self.message.emit(full_stop(text[:1].upper() + text[1:]), 10000))
-            self.remote_run = run
-            self._remote_active = True
-            run.start()
-        else:
-            self.host.start(request, values)
+        self.source.add_run_meta(meta)
+        run = self.source.start_run(
+            request, values, self.host.buffer, self, self._on_remote_ended,
+            lambda text: self.message.emit(full_stop(text[:1].upper() + text[1:]), 10000))
+        if run is None:
+            return False
+        run.open = True
+        self.run = run
         self._set_state(RunState.RUNNING)
         return True
 
     def _on_remote_ended(self, how: str, text: str) -> None:
-        if self._closed or not self._remote_active:
+        if self._closed or not self.run.reads_worker:
             return  # the window is gone, or the worker's loss was already said (found between ticks)
-        self._remote_active = False
+        self.run.open = False
         if how == FINISHED and text == "error":  # the model failed on the worker; the worker lives on
-            finished = self.remote_run.received.finished if self.remote_run is not None else None
-            self._on_error(finished.error if finished is not None and finished.error else "the worker's run failed")
+            self._on_error(self.run.failure() or "the worker's run failed")
         elif how == FINISHED:
             self._on_finished(text)
         elif how == REFUSED:  # the worker is there and said why the run cannot start
@@ -351,7 +352,7 @@ class RunController(QObject):
         leave the way back to the window (restart or reconnect). Between runs, what is on screen stays as it
         was (a finished run, a replay); only Start waits for the worker."""
         self.catch_up()
-        self._remote_active = False
+        self.run.open = False
         sentence = full_stop(self.link.lose(sentence))
         self.has_pair = False
         if not during_run:
@@ -371,16 +372,17 @@ class RunController(QObject):
         if self._ticks_to_worker_check > 0:
             return
         self._ticks_to_worker_check = WORKER_CHECK_TICKS
-        if self.link.kind == LOCAL and self.has_pair and not self._remote_active:
-            gone = self.link.process_gone()
+        if self.has_pair and not self.run.reads_worker:
+            gone = self.source.process_gone()
             if gone:
                 self._lose_worker(gone, during_run=False)
 
-    def start_attach(self, options: AttachOptions) -> bool:
-        """Stream a request from a serving engine: the same state machine, buffer and autosave as a local run."""
+    def start_attach(self, options: AttachOptions) -> AttachRunner | None:
+        """Stream a request from a serving engine: the same state machine, buffer and autosave as a local run.
+        The runner (its ``result`` holds the engine's answer once it finished), or None when refused."""
         if self.state.active or self.state == RunState.LOADING:
             self.error.emit("Stop the current run before attaching to a server.")
-            return False
+            return None
         from specscope.app.attach_source import AttachRunner
 
         self.reset_data()
@@ -389,11 +391,12 @@ class RunController(QObject):
         runner = AttachRunner(options, self.host.buffer, self._sessions_dir(), self._keep_sessions())
         runner.finished.connect(self._on_attach_finished)
         runner.notice.connect(lambda text: self.message.emit(text[:1].upper() + text[1:] + ".", 10000))
-        self.attach_runner = runner
+        self.run = AttachRun(runner)
+        self.run.open = True
         self.run_started_at = time.monotonic()
         runner.start()
         self._set_state(RunState.RUNNING)
-        return True
+        return runner
 
     def _on_attach_finished(self, error: str) -> None:
         if self._closed:
@@ -405,24 +408,15 @@ class RunController(QObject):
             self._on_finished(self.data.finished.reason if self.data.finished is not None else "stop")
 
     def set_paused(self, paused: bool) -> None:
-        if self.attach_runner is not None:
+        if not self.run.pause(paused):
             return  # a server's request cannot be paused from here
-        if paused:
-            self.controls.pause()
-            if self.state == RunState.RUNNING:
-                self._set_state(RunState.PAUSED)
-        else:
-            self.controls.resume()
-            if self.state == RunState.PAUSED:
-                self._set_state(RunState.RUNNING)
+        if paused and self.state == RunState.RUNNING:
+            self._set_state(RunState.PAUSED)
+        elif not paused and self.state == RunState.PAUSED:
+            self._set_state(RunState.RUNNING)
 
     def stop(self) -> None:
-        if self.attach_runner is not None:
-            self.attach_runner.cancel.set()
-            return
-        if self.state == RunState.PAUSED:
-            self.controls.resume()  # a paused loop must wake up to see the stop
-        self.controls.stop()
+        self.run.stop(paused=self.state == RunState.PAUSED)
 
     def request_baseline(self) -> None:
         if not self.state.active:
@@ -455,7 +449,7 @@ class RunController(QObject):
             return  # queued before shutdown: the window is gone
         self.catch_up()
         self._autosave_problem()
-        self.attach_runner = None
+        self.run.open = False
         self.finish_reason = reason
         self._set_state(RunState.STOPPED if reason == "stop" else RunState.FINISHED)
         elapsed = time.monotonic() - self.run_started_at if self.run_started_at else 0.0
@@ -467,7 +461,7 @@ class RunController(QObject):
             return
         self.catch_up()
         self._autosave_problem()
-        self.attach_runner = None
+        self.run.open = False
         self.finish_reason = "error"
         self._set_state(RunState.FAILED)
         self.error.emit(f"The run stopped with an error: {message}. The {len(self.data)} iterations so far "
@@ -573,10 +567,8 @@ class RunController(QObject):
         """Stop the tick and any run, end the worker thread, flush autosave. True if the worker ended."""
         self.timer.stop()
         self._closed = True
-        if self.attach_runner is not None:
-            self.attach_runner.stop()
-        if self.remote_run is not None and self._remote_active:
-            self.remote_run.stop()  # the worker ends the run at its next iteration; its last events arrive
+        if self.run.open:
+            self.run.shutdown()
         self._cancel_trial()
         self.link.close()
         ended = self.host.shutdown()

@@ -8,6 +8,7 @@ Every number shown is read from the run's snapshot (``RunData.estimate``); nothi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,17 @@ from specscope.app.widgets.plot_base import IDLE_TEXT
 from specscope.core.records import ATTACHED_MODE, DrillEvent, IterationRecord
 
 if TYPE_CHECKING:
-    from specscope.app.window import MainWindow
+    from PySide6.QtWidgets import QSplitter
+
+    from specscope.app.run_controller import RunController
+    from specscope.app.widgets.control_panel import ControlPanel
+    from specscope.app.widgets.drill_control import DrillControl
+    from specscope.app.widgets.legend import TokenLegend
+    from specscope.app.widgets.plots_panel import PlotsPanel
+    from specscope.app.widgets.run_panel import RunPanel
+    from specscope.app.widgets.status_panel import StatusPanel
+    from specscope.app.widgets.token_view import TokenView
+    from specscope.app.window_menus import WindowMenus
 
 __all__ = ["LIVE_VIEW_PERIOD_S", "NO_PAIR_TEXT", "RunViews"]
 
@@ -31,61 +42,77 @@ LIVE_VIEW_PERIOD_S = 0.1
 
 
 class RunViews:
-    """Renders one window's run; the window connects its controller's signals here."""
+    """Renders one window's run; the window connects its controller's signals here. It is handed the controller
+    it reads, the widgets it renders into, the menus whose Run actions it enables, the splitter it holds still
+    while a run is live, the drafter chosen in the window (``chosen_drafter()``) and how to title the window."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self._window = window
+    def __init__(self, controller: RunController, *, panel: ControlPanel, run_panel: RunPanel,
+                 drill_control: DrillControl, plots: PlotsPanel, token_view: TokenView, legend: TokenLegend,
+                 status: StatusPanel, menus: WindowMenus, splitter: QSplitter, chosen_drafter: Callable[[], str],
+                 set_title: Callable[[str], None]) -> None:
+        self._controller = controller
+        self._panel = panel
+        self._run_panel = run_panel
+        self._drill_control = drill_control
+        self._plots = plots
+        self._token_view = token_view
+        self._legend = legend
+        self._status = status
+        self._menus = menus
+        self._splitter = splitter
+        self._chosen_drafter = chosen_drafter
+        self._set_title = set_title
         self._unshown: list[IterationRecord] = []  # ingested, not in the token view yet (see show_tokens)
         self._shown_at = -1e9
         self._plot_due = False  # the period's plot, drawn on the tick after its text
 
     # ---- the state -------------------------------------------------------------------------------------
     def render_state(self, state: RunState) -> None:
-        w = self._window
-        c = w.controller
-        w.panel.set_state(state, c.can_start)
-        menus = w.menus
+        c = self._controller
+        chosen = self._chosen_drafter()
+        self._panel.set_state(state, c.can_start)
+        menus = self._menus
         for action, on in ((menus.start_action, c.can_start), (menus.pause_action, state.active),
                            (menus.stop_action, state.active), (menus.baseline_action, state.active)):
             action.setEnabled(on)
         detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
             RunState.FINISHED, RunState.REPLAY) else ""
-        w.run_panel.show_state(state, detail)
+        self._run_panel.show_state(state, detail)
         # live: the run panel's changes go to the token view, not the plots (app/live_layout.py)
-        hold_plot_size(w.arrangement.splitter, state.active)
+        hold_plot_size(self._splitter, state.active)
         shown = c.shown
         if state == RunState.REPLAY and not c.has_pair:  # nothing loaded: Start has nothing to run
-            w.run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
-        elif state == RunState.REPLAY and shown is not None and c.pair_drafter_shown(w.pair_choice.drafter) != (
+            self._run_panel.hint.setText("a saved run · Models ▸ Load the embedded demo to decode")
+        elif state == RunState.REPLAY and shown is not None and c.pair_drafter_shown(chosen) != (
                 shown.drafter):  # the drafter box is what Start runs, not the trace's
-            w.run_panel.hint.setText(f"a saved run · Start (F5) runs the loaded pair with "
-                                     f"{c.pair_drafter_shown(w.pair_choice.drafter)}, not {shown.drafter}")
+            self._run_panel.hint.setText(f"a saved run · Start (F5) runs the loaded pair with "
+                                         f"{c.pair_drafter_shown(chosen)}, not {shown.drafter}")
         if shown is not None:  # the run on screen: a replay's, an attached engine's, or the live run's own
-            w.run_panel.show_pair(shown.description or shown.target, shown.drafter)
+            self._run_panel.show_pair(shown.description or shown.target, shown.drafter)
         else:
-            drafter = c.pair_drafter or w.pair_choice.drafter
-            w.run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
-        w.panel.set_drafter(c.pair_drafter_shown(w.pair_choice.drafter))
-        w.drill_control.set_state(state.value)
+            drafter = c.pair_drafter or chosen
+            self._run_panel.show_pair(c.pair_description if c.has_pair else "", drafter)
+        self._panel.set_drafter(c.pair_drafter_shown(chosen))
+        self._drill_control.set_state(state.value)
         menus.restart_worker_action.setEnabled(c.on_worker and not state.active and state != RunState.LOADING)
-        w.plots.set_idle_text(self.idle_text(state), c.data)
+        self._plots.set_idle_text(self.idle_text(state), c.data)
         self.update_title()
 
     def idle_text(self, state: RunState) -> str:
         """What the plots say before the run's first iteration: a run under way is not 'press Start'."""
         if state.active:
-            shown = self._window.controller.shown
+            shown = self._controller.shown
             prefill = (f"prefill of {shown.prompt_tokens} prompt tokens" if shown is not None
                        and shown.prompt_tokens else "prefill of the prompt")
             return f"{state.value}: waiting for the first iteration ({prefill}…)"
         if state == RunState.LOADING:
             return "no data yet: loading the pair…"
-        if not self._window.controller.has_pair:  # Start is grey: do not send the user to it
+        if not self._controller.has_pair:  # Start is grey: do not send the user to it
             return NO_PAIR_TEXT
         return IDLE_TEXT
 
     def update_title(self) -> None:
-        c = self._window.controller
+        c = self._controller
         shown = c.shown
         if c.replay_path and c.state == RunState.REPLAY:
             what = f"{Path(c.replay_path).name} (replay" + (f" of {shown.description or shown.target})"
@@ -96,26 +123,25 @@ class RunViews:
             what = shown.description
         else:
             what = c.pair_description if c.has_pair else "speculative decoding profiler"
-        self._window.setWindowTitle(f"specscope — {what}")
+        self._set_title(f"specscope — {what}")
 
     def show_drills(self, events: list[DrillEvent]) -> None:
         """A paging drill started or ended: the drill control says so."""
         for e in events:
-            self._window.drill_control.on_event(e)
+            self._drill_control.on_event(e)
 
     # ---- tokens, plots and numbers ---------------------------------------------------------------------
     def clear(self) -> None:
-        w = self._window
         self._unshown.clear()
-        w.drill_control.clear()
-        w.token_view.clear_tokens()
-        w.legend.set_counts({})
-        w.plots.reset()
+        self._drill_control.clear()
+        self._token_view.clear_tokens()
+        self._legend.set_counts({})
+        self._plots.reset()
         self.render_numbers()
 
     def add_records(self, records: list[IterationRecord]) -> None:
         self._unshown.extend(records)
-        if not self._window.controller.state.active:
+        if not self._controller.state.active:
             self.show_tokens()
 
     def show_tokens(self) -> None:
@@ -125,14 +151,14 @@ class RunViews:
         self._shown_at = time.monotonic()
         if self._unshown:
             records, self._unshown = self._unshown, []
-            self._window.token_view.append_records(records)
-            self._window.legend.set_counts(self._window.token_view.counts)
+            self._token_view.append_records(records)
+            self._legend.set_counts(self._token_view.counts)
 
     def on_frame(self, time_left: bool) -> None:
         """End of a controller tick. While a run is live: tokens, status and titles every
         ``LIVE_VIEW_PERIOD_S``, and on the next tick one plot in turn when that tick left time for it;
         otherwise everything now."""
-        c, plots = self._window.controller, self._window.plots
+        c, plots = self._controller, self._plots
         data = c.data
         if c.state.active:
             # The text and the plot of one period go on two ticks, not one: together they were the GUI
@@ -159,9 +185,8 @@ class RunViews:
         self.render_numbers()
 
     def render_numbers(self) -> None:
-        w = self._window
-        data = w.controller.data
-        w.status.update(data)
+        data = self._controller.data
+        self._status.update(data)
         est = data.estimate
         last = data.records[-1] if data.records else None
         k = est.k if est is not None else None
@@ -170,15 +195,15 @@ class RunViews:
         adaptive = bool(est and est.adaptive)
         numbers = "" if est is None else " · ".join(
             [est.alpha_text(), f"speed-up {est.speedup_text()}", *([est.cost.text()] if est.cost else [])])
-        w.run_panel.show_k(k, adaptive, est.k_note_text() if est is not None else "", numbers)
+        self._run_panel.show_k(k, adaptive, est.k_note_text() if est is not None else "", numbers)
         # the panel's note reads the controls as they are now: once adaptive is unticked it says nothing
-        w.panel.show_k_in_use(k if adaptive and w.panel.values().adaptive_k else None)
-        w.run_panel.show_verdict(est.verdict if est is not None else None)
+        self._panel.show_k_in_use(k if adaptive and self._panel.values().adaptive_k else None)
+        self._run_panel.show_verdict(est.verdict if est is not None else None)
         band = data.latest_warning()
-        w.run_panel.show_warning(band.last_sentence or band.sentence if band else None,
-                                 band.end if band else None)
+        self._run_panel.show_warning(band.last_sentence or band.sentence if band else None,
+                                     band.end if band else None)
 
     def redraw_all(self) -> None:
         self.show_tokens()
-        self._window.plots.refresh(self._window.controller.data)
+        self._plots.refresh(self._controller.data)
         self.render_numbers()

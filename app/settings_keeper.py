@@ -6,12 +6,17 @@ window keeps its pair, drafter, prompt and controls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QMainWindow
 
 if TYPE_CHECKING:
-    from specscope.app.window import MainWindow
+    from specscope.app.arrangement import Arrangement
+    from specscope.app.pair_choice import PairChoice
+    from specscope.app.settings import AppSettings
+    from specscope.app.widgets.control_panel import ControlPanel
 
 __all__ = ["SAVE_DELAY_MS", "SettingsKeeper"]
 
@@ -19,50 +24,56 @@ SAVE_DELAY_MS = 400  # settings are written this long after the last change (a b
 
 
 class SettingsKeeper:
-    """Restores a window from ``window.settings`` and writes it back after each change and on close."""
+    """Restores a window from ``settings`` and writes it back after each change and on close. It is handed the
+    window (its geometry and dock state), the control panel, the arrangement and the pair chosen
+    (``pair_choice()``: the window replaces it on each load)."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: QMainWindow, settings: AppSettings, panel: ControlPanel, arrangement: Arrangement,
+                 pair_choice: Callable[[], PairChoice]) -> None:
         self._window = window
+        self._settings = settings
+        self._panel = panel
+        self._arrangement = arrangement
+        self._pair_choice = pair_choice
         self._save_soon = QTimer(window)
         self._save_soon.setObjectName("save_settings_soon")
         self._save_soon.setSingleShot(True)
         self._save_soon.setInterval(SAVE_DELAY_MS)
         self._save_soon.timeout.connect(self.save)
-        panel = window.panel
         for changed in (panel.controls_changed, panel.prompt_edit.textChanged, panel.max_new.valueChanged,
                         panel.seed.valueChanged, panel.adaptive.clicked):
             changed.connect(self.save_soon)
 
     def restore(self) -> None:
-        w, s = self._window, self._window.settings
-        w.panel.set_values(s.controls(w.pair_choice.drafter))
-        w.panel.adaptive_chosen = s.adaptive_chosen()
+        w, s, panel = self._window, self._settings, self._panel
+        panel.set_values(s.controls(self._pair_choice().drafter))
+        panel.adaptive_chosen = s.adaptive_chosen()
         prompt = s.prompt()
         if prompt:
-            w.panel.set_prompt_text(prompt)
+            panel.set_prompt_text(prompt)
         max_new, seed = s.run_options()
-        w.panel.max_new.setValue(max_new)
-        w.panel.seed.setValue(seed)
+        panel.max_new.setValue(max_new)
+        panel.seed.setValue(seed)
         geometry, state = s.geometry(), s.state()
         if geometry is not None:
             w.restoreGeometry(geometry)
         else:
-            w.resize(w.arrangement.first_size())
+            w.resize(self._arrangement.first_size())
         if state is not None:
             w.restoreState(state)
-        w.arrangement.restore(*s.token_layout())
+        self._arrangement.restore(*s.token_layout())
 
     def save_soon(self, *_: object) -> None:
         self._save_soon.start()
 
     def save(self) -> None:
         self._save_soon.stop()
-        w, s = self._window, self._window.settings
-        s.set_controls(w.panel.values())
-        s.set_adaptive_chosen(w.panel.adaptive_chosen)
-        s.set_prompt(w.panel.prompt_edit.toPlainText())
-        s.set_run_options(w.panel.max_new.value(), w.panel.seed.value())
-        s.set_pair_choice(w.pair_choice)
+        w, s, panel = self._window, self._settings, self._panel
+        s.set_controls(panel.values())
+        s.set_adaptive_chosen(panel.adaptive_chosen)
+        s.set_prompt(panel.prompt_edit.toPlainText())
+        s.set_run_options(panel.max_new.value(), panel.seed.value())
+        s.set_pair_choice(self._pair_choice())
         s.set_layout(w.saveGeometry(), w.saveState())
-        s.set_token_layout(*w.arrangement.to_save())
+        s.set_token_layout(*self._arrangement.to_save())
         s.sync()

@@ -21,6 +21,8 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from specscope.app.arrangement import Arrangement
+from specscope.app.attach_dialog import add_attach_action
+from specscope.app.connect_dialog import add_connect_action
 from specscope.app.pair_choice import PairChoice
 from specscope.app.run_controller import RunController
 from specscope.app.run_data import RunData
@@ -39,7 +41,7 @@ from specscope.app.widgets.plots_panel import PlotsPanel
 from specscope.app.widgets.run_panel import RunPanel
 from specscope.app.widgets.status_panel import StatusPanel
 from specscope.app.widgets.token_view import TokenView
-from specscope.app.window_menus import WindowMenus
+from specscope.app.window_menus import MenuIntents, WindowMenus
 from specscope.app.worker import Event, PairFactory, RunRequest, WorkerHost
 from specscope.core.controls import switched_drafter_controls
 from specscope.core.events import ControlChange
@@ -73,7 +75,6 @@ class MainWindow(QMainWindow):
         self.pair_choice = self.settings.pair_choice() or PairChoice()
         self.last_error: str | None = None
         self.last_message: tuple[str, str] | None = None  # (title, text) of the last message box
-        self.interrupted_folder: Path | None = None
         self.controller = RunController(lambda: self.sessions_dir, self.settings.keep_sessions, self)
 
         self.panel = ControlPanel()
@@ -106,10 +107,28 @@ class MainWindow(QMainWindow):
         self.status = StatusPanel(self.statusBar())
         self.arrangement = Arrangement(self, self.run_panel, self.plots, bottom, dock, self.status.show_message)
         self.splitter = self.arrangement.splitter  # plots | tokens
-        self.files = TraceFiles(self)  # export, open and recover traces
-        self.menus = WindowMenus(self)
-        self.views = RunViews(self)
-        self.settings_keeper = SettingsKeeper(self)
+        # The parts are handed what they drive (the controller, their widgets, the window's intents), never
+        # the window itself: none of them imports this module.
+        self.files = TraceFiles(self, self.controller, self.settings, status=self.status, banner=self.banner,
+                                plots=self.plots, token_view=self.token_view, say=self.message_box,
+                                panel_meta=self.panel_session_meta, replay_shown=self._on_replay_shown,
+                                opened=self.trace_opened.emit, sessions_dir=lambda: self.sessions_dir)
+        intents = MenuIntents(choose_models=self.choose_models, load_demo=self.load_demo,
+                              restart_worker=self.restart_worker, start_run=self.start_run,
+                              pause_or_resume=self.panel.pause_button.click, stop_run=self.stop_run,
+                              request_baseline=self.request_baseline, quit=self.close,
+                              attach=lambda menu: add_attach_action(self, menu),
+                              connect=lambda menu: add_connect_action(self, menu))
+        self.menus = WindowMenus(self, intents, self.files, [dock.toggleViewAction(),
+                                                             self.arrangement.beside_action,
+                                                             self.arrangement.full_screen_action])
+        self.views = RunViews(self.controller, panel=self.panel, run_panel=self.run_panel,
+                              drill_control=self.drill_control, plots=self.plots, token_view=self.token_view,
+                              legend=self.legend, status=self.status, menus=self.menus,
+                              splitter=self.arrangement.splitter, chosen_drafter=lambda: self.pair_choice.drafter,
+                              set_title=self.setWindowTitle)
+        self.settings_keeper = SettingsKeeper(self, self.settings, self.panel, self.arrangement,
+                                              lambda: self.pair_choice)
         self._connect()
         self.settings_keeper.restore()
         self.views.render_state(self.controller.state)
@@ -165,6 +184,11 @@ class MainWindow(QMainWindow):
         return self.controller.replay_path
 
     @property
+    def interrupted_folder(self) -> Path | None:
+        """The interrupted run the banner offers to open, if any."""
+        return self.files.interrupted_folder
+
+    @property
     def data_dir(self) -> Path:
         if self._data_dir is None:
             from specscope.core.trace.autosave import default_data_dir
@@ -191,11 +215,9 @@ class MainWindow(QMainWindow):
         if kind == in_use and c.has_pair:
             return
         self.panel.set_drafter(in_use)  # the box shows what runs until the switch happens
-        if c.link.kind == "remote" and c.has_pair:
-            where = c.link.address.netloc if c.link.address is not None else "the remote worker"
-            self.show_error(f"The worker at {where} decodes its own pair with {in_use or 'its drafter'}: start it "
-                            f"with `specscope serve --drafter {kind}` to use {kind} there, or load a pair on this "
-                            "machine with Models ▸ Choose models… (Ctrl+M)")
+        refusal = c.source.drafter_switch_refusal(kind, in_use)
+        if refusal and c.has_pair:
+            self.show_error(refusal)
             return
         if c.data.records and not c.state.active:
             self.banner.show_message(f"Switching to {kind} loads the pair again and clears the run on screen "
@@ -270,19 +292,17 @@ class MainWindow(QMainWindow):
         """The worker went away: one sentence, the events received stay, and the way back is in the banner."""
         self.status.hide_progress()
         self.last_error = sentence
-        again = "Reconnect" if self.controller.link.kind == "remote" else "Restart the worker"
-        self.banner.show_message(sentence, "error", again, self.restart_worker)
+        self.banner.show_message(sentence, "error", self.controller.source.restart_label, self.restart_worker)
         self.status.show_message("The worker is gone: the reason is above the tokens", 15000)
 
     def restart_worker(self) -> None:
         """Start this app's worker again with the same pair, or reconnect to the remote one; the events the lost
         worker sent stay on screen until the next Start."""
-        if self.controller.restart_worker(self.pair_choice):
+        progress = self.controller.restart_worker(self.pair_choice)
+        if progress is not None:
             self.banner.hide()
             self.last_error = None
-            remote = self.controller.link.kind == "remote"
-            self.status.show_progress("Reconnecting to the worker…" if remote else
-                                      f"Restarting the worker: loading {self.pair_choice.describe()}…", -1.0)
+            self.status.show_progress(progress, -1.0)
 
     # ---- running ---------------------------------------------------------------------------------------
     def start_run(self) -> bool:
@@ -302,6 +322,12 @@ class MainWindow(QMainWindow):
         if started:
             self.status.show_message("")  # "Ready: <pair>" no longer says what the window is doing
         return started
+
+    def panel_session_meta(self) -> dict[str, Any]:
+        """The session meta of what the panel holds now (the prompt, the run options, the controls)."""
+        request = RunRequest(prompt=self.panel.prompt_text(), max_new_tokens=self.panel.max_new.value(),
+                             seed=self.panel.seed_value())
+        return self.session_meta(request, self.panel.values())
 
     def session_meta(self, request: RunRequest, values: ControlValues) -> dict[str, Any]:
         return {"pair": self.pair_choice.to_dict(), "pair_description": self.controller.pair_description,
@@ -361,6 +387,11 @@ class MainWindow(QMainWindow):
         box.open()
 
     # ---- replay ----------------------------------------------------------------------------------------
+    def _on_replay_shown(self) -> None:
+        """A trace was opened: everything is drawn now, not at the live pace."""
+        self.views.redraw_all()
+        self.views.render_state(self.controller.state)
+
     def _on_shown_run(self, shown: Any, replay: bool) -> None:
         """A replay shows the run it holds: its prompt and the controls it ended with in the editor (a live run's
         are already there), so the panel agrees with the k line and the segment the numbers name."""

@@ -28,8 +28,6 @@ from specscope.core.remote.url import WorkerAddress
 
 _BAR_RE = re.compile(r"^(.*?):?\s*(\d+)%\|")
 _PROGRESS_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]\s*(.*)$")
-LOCAL = "local"
-REMOTE = "remote"
 
 
 def spawn_worker(model_args: list[str], on_stderr: Any = None) -> LocalWorker:
@@ -65,7 +63,6 @@ class WorkerLink(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.kind = ""  # LOCAL or REMOTE once asked for
         self.client: WorkerClient | None = None
         self.local: LocalWorker | None = None
         self.address: WorkerAddress | None = None
@@ -90,19 +87,10 @@ class WorkerLink(QObject):
         pair = self.info.get("pair")
         return pair if isinstance(pair, dict) else {}
 
-    @property
-    def description(self) -> str:
-        """The worker's pair in the words its welcome used, and where it runs when it is not this app's."""
-        pair = self.pair_info
-        text = str(pair.get("description") or pair.get("target") or "a worker's pair")
-        if self.kind == REMOTE and self.address is not None:
-            text += f" (worker at {self.address.netloc})"
-        return text
-
     def process_gone(self) -> str | None:
         """A sentence when this app's own worker process has ended (killed, crashed), else None."""
         local = self.local
-        if self.kind != LOCAL or local is None or self.busy:
+        if local is None or self.busy:  # a remote worker, or this app's not started yet
             return None
         code = local.process.poll()
         if code is None:
@@ -111,29 +99,25 @@ class WorkerLink(QObject):
         return f"The worker process (pid {local.pid}) {how}"
 
     def lose(self, said: str) -> str:
-        """The connection is gone: close the link (its kind stays, for the way back: restart or reconnect) and
-        return the sentence to show, this app's worker's own end when it died, else what the connection said."""
+        """The connection is gone: close the link (its address stays, for the way back: reconnect) and return the
+        sentence to show, this app's worker's own end when it died, else what the connection said."""
         local = self.local
-        if self.kind == LOCAL and local is not None:
+        if local is not None:  # this app's own worker
             with contextlib.suppress(subprocess.TimeoutExpired):
                 local.process.wait(0.5)  # its end is what closed the connection: it is being reaped now
             said = self.process_gone() or said
-        kind = self.kind
         self.close()
-        self.kind = kind
         return said
 
     # ---- starting and connecting (the blocking part on a thread) ------------------------------------------
     def start_local(self, model_args: list[str]) -> None:
         """Spawn a worker for these model options and connect to it."""
         self.close()
-        self.kind = LOCAL
         self._begin(lambda: self._spawn_and_connect(model_args))
 
     def connect_remote(self, address: WorkerAddress) -> None:
         """Connect to a worker someone started with ``specscope serve`` (this app's own worker is stopped)."""
         self.close()
-        self.kind = REMOTE
         self.address = address
         self._begin(lambda: self._connect(address))
 

@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from specscope.app.run_sources import RemoteWorker
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, TokenStatus
 from specscope.core.remote.spawn import start_local_worker
 from specscope.core.remote.url import WorkerAddress, parse_worker_url
@@ -208,7 +209,8 @@ def test_a_drafter_change_never_moves_a_remote_workers_decoding_here(qtbot, tmp_
     window.change_drafter("lookup")
     # one sentence naming the worker and how to get lookup there; the connection and its pair stay
     assert window.banner.isVisible() and "specscope serve --drafter lookup" in window.last_error
-    assert window.controller.link.kind == "remote" and window.controller.link.ready and window.state == "ready"
+    assert isinstance(window.controller.source, RemoteWorker)
+    assert window.controller.link.ready and window.state == "ready"
     assert window.panel.drafter.currentData() == "model"  # the worker's drafter, what Start runs
 
 
