@@ -139,10 +139,7 @@ def test_a_live_periods_text_and_plot_are_drawn_on_two_ticks_not_one(qtbot, tmp_
     records = [e for e in synthetic_records(60, k=4) if hasattr(e, "tokens")]
     w.ingest(records[:30])
     views = w.views
-    monkeypatch.setattr(views, "_window", SimpleNamespace(
-        controller=SimpleNamespace(state=SimpleNamespace(active=True), data=w.data),
-        plots=w.plots, token_view=w.token_view, legend=w.legend, status=w.status, run_panel=w.run_panel,
-        panel=w.panel))
+    monkeypatch.setattr(views, "_controller", SimpleNamespace(state=SimpleNamespace(active=True), data=w.data))
     calls: list[str] = []
     monkeypatch.setattr(w.plots, "stale", lambda data: True)
     monkeypatch.setattr(w.plots, "refresh_one", lambda data: calls.append("plot"))
@@ -167,10 +164,7 @@ def test_after_a_plot_tick_every_surface_shows_the_snapshot_that_plot_drew(qtbot
 
     w = make_window(qtbot, tmp_path)
     views = w.views
-    monkeypatch.setattr(views, "_window", SimpleNamespace(
-        controller=SimpleNamespace(state=SimpleNamespace(active=True), data=w.data),
-        plots=w.plots, token_view=w.token_view, legend=w.legend, status=w.status, run_panel=w.run_panel,
-        panel=w.panel))
+    monkeypatch.setattr(views, "_controller", SimpleNamespace(state=SimpleNamespace(active=True), data=w.data))
     checked = 0
     for e in synthetic_records(80, k=4):
         views._shown_at = -1e9
