@@ -126,7 +126,7 @@ case "$cmd" in
                      "the attach tests against it are skipped in this run" >&2
             fi
             # The last full tier took 22.4 min of tests on the shared development machine and 1,639 s on CI
-            # (docs/setup-and-tests.md); the 9-10 min this line said before were measured on a smaller suite.
+            # (docs/setup-and-tests.md); the 9-10 min this line said before were measured on an earlier suite.
             echo "[test] then every test: about 25 min on 2 cores (the last full tier took 22.4 min of tests; CI 27 min)"
             # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
             QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} SPECSCOPE_NO_SERVER_BUILD=1 \
