@@ -231,11 +231,6 @@ class RunController(QObject):
         trial.connect_remote(address)
         return True
 
-    @property
-    def connecting(self) -> bool:
-        """A File ▸ Connect is being tried (the worker in use, if any, is still the one Start decodes on)."""
-        return self._trial is not None
-
     def _on_trial_connected(self, trial: WorkerLink) -> None:
         if self._closed or trial is not self._trial:
             return

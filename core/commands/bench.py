@@ -60,10 +60,6 @@ from specscope.core.trace.errors import TraceError, TraceWriteError
 
 
 # ---- command line ---------------------------------------------------------------------------------
-def load_bench_prompts(pair: ModelPair, spec: str, limit: int = 0) -> list[BenchPrompt]:
-    return [BenchPrompt(p.id, p.kind, pair.encode_prompt(p.text)) for p in choose_bench_prompts(spec, limit)]
-
-
 def choose_bench_prompts(spec: str, limit: int = 0) -> list[Prompt]:
     """The prompts ``--prompts`` names; ValueError naming the file (and the shape it needs) otherwise."""
     from specscope.core.prompts import load_prompt_file, load_prompt_sets

@@ -13,6 +13,9 @@ once into the cache, under a name derived from the compressed file's digest.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import hashlib
 import importlib.util
 import json
@@ -20,6 +23,7 @@ import lzma
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -129,18 +133,53 @@ def demo_target_dir() -> Path:
     return demo_cache_dir() / TARGET_DIRNAME
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """While converting: transformers' GGUF path parses the file's metadata once, not once per caller, and
+    builds gguf's tensor-name map once, not once per module. Same result, 39 -> 24 s of CPU for the demo
+    (docs/setup-and-tests.md).
+
+    transformers 5 parses the whole GGUF header (49k vocabulary strings) for the tokenizer's config and again for
+    the model's, and its weight-name mapping walks every submodule, rebuilding the name map of all 30 layers at
+    each of ~400. Both are pure functions of their arguments; each caller gets its own copy of the parsed
+    metadata. Patched for the conversion only, and left alone where a later release has renamed them."""
+    import gguf as gguf_lib
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    parse = getattr(gguf_utils, "load_gguf_checkpoint", None)
+    name_map = getattr(gguf_lib, "get_tensor_name_map", None)
+    if parse is None or name_map is None:
+        yield
+        return
+    metadata = functools.lru_cache(maxsize=None)(lambda path: parse(path, return_tensors=False))
+
+    def parse_once(path: Any, return_tensors: Any = False, model_to_load: Any = None, torch_dtype: Any = None) -> Any:
+        if return_tensors or model_to_load is not None or torch_dtype is not None:
+            return parse(path, return_tensors, model_to_load, torch_dtype)
+        return copy.deepcopy(metadata(str(path)))
+
+    gguf_utils.load_gguf_checkpoint = parse_once
+    gguf_lib.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf_utils.load_gguf_checkpoint = parse
+        gguf_lib.get_tensor_name_map = name_map
+
+
 def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
     """Dequantise the GGUF to float32 safetensors + config + tokenizer in ``out_dir`` (marker last)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src, name = str(gguf.parent), gguf.name
-    report_progress(progress, "Reading the demo tokenizer from the GGUF", 0.05)
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
-    if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
-    report_progress(progress, "Dequantising SmolLM2-135M-Instruct (once)", 0.3)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
+    with _gguf_parsed_once():
+        report_progress(progress, "Reading the demo tokenizer from the GGUF", 0.05)
+        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
+        if not getattr(tokenizer, "chat_template", None):
+            tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
+        report_progress(progress, "Dequantising SmolLM2-135M-Instruct (once)", 0.3)
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
     report_progress(progress, "Writing the converted model to the cache", 0.8)
     # The dequantised weights are plain floats now; a leftover GGUF quantization_config would make
     # from_pretrained expect a GGUF file again.

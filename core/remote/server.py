@@ -175,10 +175,6 @@ class WorkerServer:
             with contextlib.suppress(OSError):
                 s.close()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
 
 class _Connection:
     """One accepted connection: the handshake, then messages, with a run thread while a run is under way."""
