@@ -20,6 +20,9 @@ CONFIDENCE = 0.95
 NOT_ENOUGH = "not enough data yet"
 # A verdict needs a quiet, narrow interval: one whose ends differ by more than this factor says little.
 VERDICT_MAX_SPREAD = 1.6
+# A measured speed-up whose interval's ends differ by more than this factor is no headline at all: it cannot tell
+# halving the speed from doubling it (0.5–2.0 is 4-fold). It is withheld, and the reason gives the interval.
+MEASURABLE_MAX_SPREAD = 4.0
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,20 @@ class RatioInterval:
         """hi / lo: how many times wider the top of the interval is than its bottom (1 = exact)."""
         return self.hi / self.lo if self.lo > 0 else math.inf
 
+    @property
+    def measurable(self) -> bool:
+        """Narrow enough to be a headline (hi/lo at most ``MEASURABLE_MAX_SPREAD``)."""
+        return self.spread <= MEASURABLE_MAX_SPREAD
+
     def text(self) -> str:
         return f"×{self.value:.2f} ({self.lo:.2f}–{self.hi:.2f})"
+
+
+def too_wide_reason(interval: RatioInterval, plain_samples: int) -> str:
+    """Why a measured speed-up is withheld: its interval, without a point (the point of 0.02–17.82 means
+    nothing)."""
+    return (f"not measurable yet: interval {interval.lo:.2f}–{interval.hi:.2f} "
+            f"({plain_samples} plain step{'s' if plain_samples != 1 else ''})")
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,14 @@ class Costs:
         """A lower bound on a pass of ``length``: the knot at the longest length up to it measured at least
         ``min_passes`` times, else at the shortest length measured (knots never fall with length)."""
         return verify_floor(self.verify_ms_by_len, self.passes_by_len, length, min_passes)
+
+    def stale_brief(self) -> str:
+        """'stale: plain step' or 'stale: plain step +2': a few words beside a prediction ('' when none is stale;
+        ``stale_text`` says why)."""
+        if not self.stale:
+            return ""
+        more = f" +{len(self.stale) - 1}" if len(self.stale) > 1 else ""
+        return f"stale: {self.stale[0]}{more}"
 
     def stale_text(self) -> str:
         """'stale: plain step (timed at another machine speed: passes take ×1.40 as long now; priced by them)'
@@ -198,7 +221,7 @@ class Estimate:
     tokens_per_s: float | None  # decode rate: emitted / time inside iterations, whole run
     positions: tuple[PositionStat, ...]
     costs: Costs
-    measured: RatioInterval | None  # the headline measured speed-up (see ``measured_scope``)
+    measured: RatioInterval | None  # the headline measured speed-up (see ``measured_scope``); None while too wide
     measured_reason: str  # why there is no measured number (empty when there is one)
     plain_samples: int  # plain samples the headline measured speed-up is paired with (see core/measure/speedup.py)
     predicted_speedup: float | None  # at the k in use, same cost model as the curve
@@ -219,6 +242,11 @@ class Estimate:
     verdict: str | None = None  # one sentence once the data can carry it (see Measurement)
     exploring_k: int | None = None  # the last iteration ran at this k to time a pass length (``k`` is the run's)
     exploring_note: str = ""  # why, in the loop's words
+    measured_withheld: RatioInterval | None = None  # the headline's interval while too wide to be one (the reason
+    # gives it; no surface shows its point)
+    curve_bound: tuple[CurvePoint, ...] = ()  # each k priced at a lower bound on its verify pass (``price_curve``'s
+    # cost_floor_beyond): the most timing that pass could show, what exploration asks before timing one
+    positions_since: int = 0  # the iteration acceptance by position counts from (it starts over at a sampling change)
 
     # ---- the one wording of each number ----------------------------------------------------------------
     @property
@@ -240,6 +268,14 @@ class Estimate:
         if self.measured is None:
             return f"— ({self.measured_reason or NOT_ENOUGH})"
         return f"{self.measured.text()}, {self.measured_scope}"
+
+    def speedup_brief(self) -> str:
+        """The speed-up where one short line has room (the status bar): the number, the withheld interval without
+        a point, or a dash (the reason then goes in a tooltip)."""
+        if self.measured is not None:
+            return self.speedup_text()
+        w = self.measured_withheld
+        return f"— (interval {w.lo:.2f}–{w.hi:.2f}: not measurable yet)" if w is not None else "—"
 
     def rates_text(self) -> str:
         decode = f"{self.tokens_per_s:.1f}" if self.tokens_per_s is not None else "—"
@@ -294,6 +330,10 @@ class Estimate:
     def recently_judged(self) -> float:
         """Proposals judged lately (forgotten slowly, as the curve's acceptance)."""
         return sum(p.recent_reached for p in self.positions)
+
+    def bound_at(self, k: int) -> float | None:
+        """The most k's speed-up could be once its verify pass is timed (``curve_bound``; None: not priced)."""
+        return next((p.speedup for p in self.curve_bound if p.k == k), None)
 
     def speedup_at(self, k: int) -> float | None:
         for p in self.curve:
