@@ -619,3 +619,31 @@ def test_acceptance_by_position_says_which_iteration_it_counts_from():
     m.feed(ControlChange(6, ControlValues(k=4), ControlValues(k=4, temperature=0.7)))
     est = m.feed(rec(6, 4, 1, ms=10.0, k=4))
     assert est is not None and est.positions_since == 6 and est.positions[0].reached == 1
+
+
+def test_the_prediction_over_the_measured_iterations_prices_each_at_the_proposals_it_made():
+    """Prompt lookup at k = 4 that finds no match one iteration in four (a plain pass, 1 token in 10 ms) and copies
+    4 accepted tokens the other three (5 tokens in 12.5 ms): the prediction at k = 4 is x4.0, but the measured
+    iterations are a mix, and the prediction over them is what the measured figure is to be held against: the
+    same sums, x3.37, which the measured speed-up reads too."""
+    m = Measurement()
+    it = 0
+    for _ in range(4):
+        m.feed(rec(it, 0, 0, ms=10.0, draft_ms=0.0, verify_ms=10.0, drafter="lookup", k=4))
+        it += 1
+        for _ in range(3):
+            m.feed(rec(it, 4, 4, ms=12.5, draft_ms=1.5, verify_ms=10.5, drafter="lookup", k=4))
+            it += 1
+    est = m.feed(RunFinished("max_new_tokens", it, 64, 1.0, 5.0))
+    assert est is not None and est.k == 4 and est.measured is not None
+    truth = (4 * 1 + 12 * 5) * 10.0 / (4 * 10.0 + 12 * 12.5)
+    assert est.predicted_speedup == pytest.approx(5 * 10.0 / 12.5)  # every iteration proposing 4: x4.0
+    assert est.predicted_span == pytest.approx(truth) and est.measured.value == pytest.approx(truth)
+    assert run_summary([], estimate=est)["predicted_speedup_over_measured"] == est.predicted_span
+
+
+def test_for_a_fixed_k_draft_model_the_prediction_over_the_measured_iterations_is_the_prediction_at_k():
+    m = blocks_run([1.5, 1.4, 1.6, 1.5])
+    est = m.estimate()
+    assert est is not None and est.predicted_speedup is not None
+    assert est.predicted_span == pytest.approx(est.predicted_speedup, rel=1e-12)

@@ -45,7 +45,7 @@ Definitions (docs/cost-model.md has the derivations):
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import median
@@ -69,6 +69,7 @@ from specscope.core.measure.snapshot import (
     RatioInterval,
     Segment,
     price_curve,
+    price_span,
     too_wide_reason,
 )
 from specscope.core.measure.speedup import SpeedupResult, SpeedupSamples, measured_speedup
@@ -115,6 +116,7 @@ class _SegmentState:
     accepted: int = 0
     judged: int = 0
     samples: SpeedupSamples = field(default_factory=SpeedupSamples)
+    drafted: Counter[int] = field(default_factory=Counter)  # speculative iterations by proposals made
 
 
 class Measurement:
@@ -157,6 +159,7 @@ class Measurement:
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
+        self._drafted: Counter[int] = Counter()  # the whole run's speculative iterations by proposals made
         self._position = 0  # records (and legacy baseline steps) so far: where each sample sits in the run
         self._finished = False
         self._since_plain: int | None = None  # speculative iterations since the last plain sample
@@ -233,6 +236,9 @@ class Measurement:
             busy = any(f.startswith(BUSY_PREFIX) for f in r.flags)
             for samples in (self._samples, self._segments[-1].samples):
                 samples.add_record(position, r, busy)  # a plain step: its target pass, as plain decoding runs it
+            if r.mode == SPECULATIVE_MODE:  # what the predicted span prices (``price_span``)
+                for drafted in (self._drafted, self._segments[-1].drafted):
+                    drafted[r.n_drafted] += 1
             plain_sample = r.mode == PLAIN_MODE or r.n_drafted == 0
             self._since_plain = 0 if plain_sample else None if self._since_plain is None else self._since_plain + 1
         if r.mode == PLAIN_MODE:
@@ -358,6 +364,13 @@ class Measurement:
             conditional = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
         return price_curve(costs, conditional, ks, cost_floor_beyond, TRUSTED_PASSES)
 
+    def _span_locked(self, costs: Costs, drafted: Counter[int]) -> float | None:
+        """The prediction over the iterations behind a measured figure, each at the proposals it made."""
+        alpha = self.counts.pooled
+        if alpha is None or not drafted:
+            return None
+        return price_span(costs, self.counts.conditional(max(max(drafted), 1), alpha), dict(drafted))
+
     def _segment_snapshot(self, seg: _SegmentState, run: SpeedupResult) -> tuple[Segment, SpeedupResult]:
         # with one segment its samples are the run's: computed once
         result = run if len(self._segments) == 1 else self._speedup(seg.samples)
@@ -412,6 +425,7 @@ class Measurement:
         if measured is not None and not measured.measurable:  # too wide to mean anything: the interval, no point
             measured, withheld = None, measured
         scope = segment.label if used is not run else "run"
+        span = self._span_locked(costs, self._segments[-1].drafted if used is not run else self._drafted)
         if withheld is not None:
             reason = too_wide_reason(withheld, used.plain_samples)
         elif measured is None:
@@ -434,7 +448,7 @@ class Measurement:
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,
             positions=positions, costs=costs, measured=measured, measured_reason=reason,
             plain_samples=used.plain_samples, busy_left_out=used.busy_left_out, predicted_speedup=predicted,
-            curve=curve, curve_bound=curve_bound,
+            curve=curve, curve_bound=curve_bound, predicted_span=span,
             best_k=best.k if best else None, best_speedup=best.speedup if best else None,
             busy=self._last_busy if last.iteration - self._last_busy_iteration < self.window else "",
             measured_scope=scope, run_measured=run.interval, run_plain_limited=run.plain_limited,

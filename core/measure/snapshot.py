@@ -228,6 +228,9 @@ class Estimate:
     curve: tuple[CurvePoint, ...]
     best_k: int | None  # None when no k has a prediction; 0 = do not speculate
     best_speedup: float | None
+    # over the iterations the measured speed-up covers, each at the proposals it made (``price_span``): the figure
+    # to hold against ``measured`` where k varied (adaptive k, a lookup match shorter than k)
+    predicted_span: float | None = None
     busy: str = ""  # the latest machine-busy sentence in the window, if any
     busy_left_out: int = 0  # records flagged machine-busy, left out of the measured speed-up
     measured_scope: str = "run"  # "run", or the segment's label when the segment has its own number
@@ -399,6 +402,26 @@ def price_curve(costs: Costs, conditional: list[float], ks: list[int], cost_floo
         speedup = costmodel.speedup_at_k(k, tokens_by_k[k], plain, draft, verify, costs.fixed_ms or 0.0)
         out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
     return out
+
+
+def price_span(costs: Costs, conditional: list[float], drafted: dict[int, int]) -> float | None:
+    """The predicted speed-up over a span of iterations, each priced at the proposals it made (``drafted``: how
+    many iterations proposed each number): the tokens the cost model expects of them over the time it expects
+    them to take, the way the measured speed-up sums them (Σ tokens · plain step / Σ ms). For a fixed-k draft
+    model it is the prediction at k; for adaptive k, or prompt lookup proposing fewer than k when its match is
+    short, it is what the measured figure over the same iterations is to be compared with. None: an iteration's
+    proposals cannot be priced (a gap in the curve), or nothing proposed yet."""
+    counts = {k: n for k, n in drafted.items() if n > 0}
+    if not counts or not conditional:
+        return None
+    tokens = costmodel.expected_tokens_by_k(conditional, max(counts))
+    expected = time = 0.0  # tokens, and their time in plain-step units (tokens / speed-up)
+    for point in price_curve(costs, conditional, sorted(counts)):
+        if point.speedup is None or point.speedup <= 0:
+            return None
+        expected += counts[point.k] * tokens[point.k]
+        time += counts[point.k] * tokens[point.k] / point.speedup
+    return expected / time if time > 0 else None
 
 
 def verify_floor(points: dict[int, float], passes: dict[int, int], length: int, min_passes: int) -> float | None:
