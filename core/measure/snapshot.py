@@ -407,7 +407,8 @@ def price_curve(costs: Costs, conditional: list[float], ks: list[int], cost_floo
 def price_span(costs: Costs, conditional: list[float], drafted: dict[int, int]) -> float | None:
     """The predicted speed-up over a span of iterations, each priced at the proposals it made (``drafted``: how
     many iterations proposed each number): the tokens the cost model expects of them over the time it expects
-    them to take, the way the measured speed-up sums them (Σ tokens · plain step / Σ ms). For a fixed-k draft
+    them to take, the way the measured speed-up sums them (Σ tokens · plain step / Σ ms). An iteration that
+    proposed nothing costs its pass, the drafter's search and the bookkeeping. For a fixed-k draft
     model it is the prediction at k; for adaptive k, or prompt lookup proposing fewer than k when its match is
     short, it is what the measured figure over the same iterations is to be compared with. None: an iteration's
     proposals cannot be priced (a gap in the curve), or nothing proposed yet."""
@@ -417,10 +418,17 @@ def price_span(costs: Costs, conditional: list[float], drafted: dict[int, int]) 
     tokens = costmodel.expected_tokens_by_k(conditional, max(counts))
     expected = time = 0.0  # tokens, and their time in plain-step units (tokens / speed-up)
     for point in price_curve(costs, conditional, sorted(counts)):
-        if point.speedup is None or point.speedup <= 0:
+        speedup = point.speedup
+        if point.k == 0 and costs.plain_step_ms:
+            # an iteration that proposed nothing is not plain decoding (which the curve's k = 0 is, ×1 by
+            # construction): it ran the drafter's search (lookup, suffix) and the loop's bookkeeping beside its
+            # one-token pass, as the measured figure counts it
+            plain = costs.plain_step_ms
+            speedup = plain / (plain + (costs.draft_iteration_ms or 0.0) + (costs.fixed_ms or 0.0))
+        if speedup is None or speedup <= 0:
             return None
         expected += counts[point.k] * tokens[point.k]
-        time += counts[point.k] * tokens[point.k] / point.speedup
+        time += counts[point.k] * tokens[point.k] / speedup
     return expected / time if time > 0 else None
 
 
