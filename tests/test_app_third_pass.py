@@ -126,3 +126,42 @@ def test_at_1280x720_the_controls_show_the_drill_without_scrolling_and_the_count
     assert "bonus&nbsp;44" in w.legend.label.text() and w.legend.counts_text.endswith("target 3")
     w.resize(1600, 1000)
     qtbot.waitUntil(lambda: not w.panel.compact)  # room again: the help is back
+
+
+def test_the_bars_axis_follows_the_runs_k_not_an_exploration_at_16(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    records = synthetic_records(30, k=3, accept=lambda i: 2)
+    explored = synthetic_records(1, k=16, accept=lambda i: 5, first_baseline=False)[0]
+    records.append(replace(explored, iteration=len(records), explore=True))  # one exploration at k = 16
+    w.ingest(records)
+    est = w.data.estimate
+    assert est is not None and est.k == 3 and len(est.positions) == 16  # the measurement keeps every position
+    bars = w.plots.positions
+    ticks = bars.getPlotItem().getAxis("bottom")._tickLevels[0]
+    assert [v for v, _ in ticks] == [1, 2, 3]
+    assert bars.getPlotItem().vb.viewRange()[0][1] == pytest.approx(3.6)
+    # once the user lowers k, the positions read often enough stay on the axis
+    lowered = synthetic_records(3, k=2, accept=lambda i: 1, first_baseline=False)
+    w.ingest([replace(r, iteration=len(records) + i) for i, r in enumerate(lowered)])
+    assert w.data.estimate is not None and w.data.estimate.k == 2
+    assert [v for v, _ in bars.getPlotItem().getAxis("bottom")._tickLevels[0]] == [1, 2, 3]
+
+
+def test_the_k_advisor_says_which_costs_are_stale_beside_its_prediction(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_stream(synthetic_records(40, k=3, baseline_every=10)))
+    est = w.data.estimate
+    assert est is not None and not est.costs.stale
+    advisor = w.plots.k_advisor
+    advisor.show_estimate(est)
+    assert "stale" not in advisor.title_text and "stale" not in advisor.getPlotItem().titleLabel.toolTip()
+    stale = replace(est, costs=replace(est.costs, stale=("plain step", "verify pass of 4"), speed_change=1.4))
+    advisor.show_estimate(stale)
+    headline = advisor.title_text.splitlines()[0]
+    assert headline.endswith(f"{stale.best_k_text()} · stale: plain step +1")
+    assert stale.costs.stale_text() in advisor.getPlotItem().titleLabel.toolTip()
+    assert "×1.40 as long now" in advisor.getPlotItem().titleLabel.toolTip()
+    w.resize(1280, 720)  # a short plot keeps the headline alone: the stale words are in it, whole
+    qtbot.wait(50)
+    advisor.show_title(stale)  # the window's own frames show its (fresh) snapshot meanwhile
+    assert "stale: plain step +1" in advisor.getPlotItem().titleLabel.text

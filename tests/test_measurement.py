@@ -545,3 +545,106 @@ def test_busy_iterations_are_left_out_once_enough_quiet_ones_exist():
     est = m.feed(RunFinished("max_new_tokens", 10, 28, 1.0, 5.0))  # the end: computed over every iteration
     assert est is not None and est.measured is not None and est.plain_samples == 3
     assert est.busy_left_out == 6 and est.measured.value == pytest.approx(2.0)
+
+
+def test_an_interval_too_wide_to_mean_anything_is_withheld_from_the_headline_on_every_surface():
+    """Two plain steps 4x apart give an interval of 1 degree of freedom spanning far more than 4-fold: no surface
+    shows its point; each says it is not measurable yet and gives the interval. A third plain step that agrees
+    with the passes narrows it, and the number is the headline again."""
+    from specscope.core.measure.snapshot import MEASURABLE_MAX_SPREAD
+
+    m = Measurement()
+    it = 0
+    for plain_ms in (6.0, 24.0):
+        m.feed(plain(it, plain_ms))
+        it += 1
+        for _ in range(4):
+            m.feed(rec(it, 2, 1, ms=2 * 12.0 / 1.5))
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.run_measured is not None and est.run_measured.spread > MEASURABLE_MAX_SPREAD
+    w = est.run_measured
+    assert est.measured is None and est.measured_withheld == w
+    interval = f"interval {w.lo:.2f}–{w.hi:.2f}"
+    assert est.measured_reason == f"not measurable yet: {interval} (2 plain steps)"
+    assert est.speedup_text() == f"— ({est.measured_reason})"
+    assert est.speedup_brief() == f"— ({interval}: not measurable yet)"
+    assert f"{w.value:.2f}" not in est.speedup_text() + est.speedup_brief()  # no point anywhere
+    assert est.verdict is None
+    summary = run_summary([], estimate=est)
+    assert summary["measured_speedup"] is None and summary["measured_speedup_lo"] is None
+    assert interval in str(summary["measured_speedup_note"])
+    for _ in range(3):  # plain steps that agree with what the passes say: the interval narrows
+        m.feed(plain(it, 12.0))
+        it += 1
+        for _ in range(4):
+            m.feed(rec(it, 2, 1, ms=2 * 12.0 / 1.5))
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.measured is not None and est.measured.measurable
+    assert est.measured_withheld is None and est.measured_reason == ""
+    assert est.speedup_brief() == est.speedup_text() == f"{est.measured.text()}, run"
+
+
+def test_a_segment_whose_own_interval_is_too_wide_gives_way_to_the_runs():
+    m = Measurement()
+    it = 0
+    for _ in range(4):
+        m.feed(plain(it, 12.0))
+        it += 1
+        for _ in range(4):
+            m.feed(rec(it, 2, 1, ms=2 * 12.0 / 1.5))
+            it += 1
+    m.feed(ControlChange(it, ControlValues(k=2), ControlValues(k=3)))
+    for plain_ms in (6.0, 24.0):
+        m.feed(plain(it, plain_ms))
+        it += 1
+        for _ in range(4):
+            m.feed(rec(it, 3, 1, ms=2 * 12.0 / 1.5, k=3))
+            it += 1
+    est = m.estimate()
+    assert est is not None and est.segment is not None and est.segment.measured is not None
+    assert not est.segment.measured.measurable
+    assert est.measured is not None and est.measured_scope == "run" and est.measured == est.run_measured
+
+
+def test_acceptance_by_position_says_which_iteration_it_counts_from():
+    """A sampling change (temperature) starts the counts over, and the snapshot says where; a k change does not."""
+    m = Measurement()
+    for i in range(5):
+        m.feed(rec(i, 3, 1, ms=10.0, k=3))
+    m.feed(ControlChange(5, ControlValues(k=3), ControlValues(k=4)))
+    est = m.feed(rec(5, 4, 1, ms=10.0, k=4))
+    assert est is not None and est.positions_since == 0 and est.positions[0].reached == 6
+    m.feed(ControlChange(6, ControlValues(k=4), ControlValues(k=4, temperature=0.7)))
+    est = m.feed(rec(6, 4, 1, ms=10.0, k=4))
+    assert est is not None and est.positions_since == 6 and est.positions[0].reached == 1
+
+
+def test_the_prediction_over_the_measured_iterations_prices_each_at_the_proposals_it_made():
+    """Prompt lookup at k = 4 that finds no match one iteration in four (its 1.5 ms search, a one-token pass of 10 ms
+    and 0.5 ms of bookkeeping: 1 token in 12 ms) and copies 4 accepted tokens the other three (5 tokens in
+    12.5 ms): the prediction at k = 4 is x4.0, but the measured iterations are a mix, and the prediction over
+    them is what the measured figure is to be held against: the same sums, x3.23, which the measured speed-up
+    reads too. (Pricing the no-match iterations as plain decoding, x1 by construction, read x3.37.)"""
+    m = Measurement()
+    it = 0
+    for _ in range(4):
+        m.feed(rec(it, 0, 0, ms=12.0, draft_ms=1.5, verify_ms=10.0, drafter="lookup", k=4))
+        it += 1
+        for _ in range(3):
+            m.feed(rec(it, 4, 4, ms=12.5, draft_ms=1.5, verify_ms=10.5, drafter="lookup", k=4))
+            it += 1
+    est = m.feed(RunFinished("max_new_tokens", it, 64, 1.0, 5.0))
+    assert est is not None and est.k == 4 and est.measured is not None
+    truth = (4 * 1 + 12 * 5) * 10.0 / (4 * 12.0 + 12 * 12.5)
+    assert est.predicted_speedup == pytest.approx(5 * 10.0 / 12.5)  # every iteration proposing 4: x4.0
+    assert est.predicted_span == pytest.approx(truth) and est.measured.value == pytest.approx(truth)
+    assert run_summary([], estimate=est)["predicted_speedup_over_measured"] == est.predicted_span
+
+
+def test_for_a_fixed_k_draft_model_the_prediction_over_the_measured_iterations_is_the_prediction_at_k():
+    m = blocks_run([1.5, 1.4, 1.6, 1.5])
+    est = m.estimate()
+    assert est is not None and est.predicted_speedup is not None
+    assert est.predicted_span == pytest.approx(est.predicted_speedup, rel=1e-12)

@@ -236,11 +236,18 @@ def test_the_incremental_snapshot_equals_the_batch_definitions(seed: int) -> Non
             (ref.measured.value, ref.measured.lo, ref.measured.hi), rel=1e-7), seed
     assert est.cost is not None
     assert est.cost.share == (pytest.approx(ref.overhead) if ref.overhead is not None else None)
-    # the headline is the run's unless the segment has a number of its own; it never blanks once the run has one
-    if est.segments == 1 or seg.measured is None:
-        assert est.measured == est.run_measured and (est.measured is None or est.measured_scope == "run")
+    # the headline is the run's unless the segment has a measurable number of its own; an interval too wide to
+    # mean anything (hi/lo over 4) is withheld: no point, the interval in the reason
+    own = est.segments > 1 and seg.measured is not None and seg.measured.measurable
+    candidate = seg.measured if own else est.run_measured
+    if candidate is None:
+        assert est.measured is None and est.measured_withheld is None
+    elif candidate.measurable:
+        assert est.measured == candidate and est.measured_withheld is None
+        assert est.measured_scope == (seg.label if own else "run")
     else:
-        assert est.measured == seg.measured and est.measured_scope == seg.label
+        assert est.measured is None and est.measured_withheld == candidate
+        assert est.measured_reason.startswith(f"not measurable yet: interval {candidate.lo:.2f}–{candidate.hi:.2f}")
 
 
 @pytest.mark.parametrize("seed", range(20))

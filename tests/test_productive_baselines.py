@@ -46,8 +46,11 @@ def test_a_greedy_run_with_baselines_every_two_iterations_is_plain_decoding_and_
     target = CountingTarget(inner)
     decoder = Decoder(target, V, drafter=ModelDrafter(perturbed(inner, 0.03), V))
     m = Measurement()
+    # the exploration reads a measurement that is never fed, so nothing is priced and it explores as it may: this
+    # test is about the loop wasting no pass (on this tiny pair no k pays, and whether exploring pays is
+    # test_no_exploration_of_long_k_where_no_k_could_pay's)
     opts = DecodeOptions(max_new_tokens=40, baseline_every=2, baseline_steps=2,
-                         explore_k=VerifyExploration(m, 8, every=4, budget=None))
+                         explore_k=VerifyExploration(Measurement(), 8, every=4, budget=None))
     for event in decoder.stream([1, 2, 3], Controls(ControlValues(k=3)), opts):
         m.feed(event)
     result = decoder.result
@@ -435,3 +438,37 @@ def test_two_plain_steps_that_disagree_call_a_third_while_the_run_can_afford_it(
     # 150 tokens left, 50 iterations: the third halfway through them; with 2 that agree, the budget's wait
     assert BaselineSchedule(disagree, min_gap=6).next_gap(1, 150) == round((1 + 150 / 3) / 2) == 26
     assert BaselineSchedule(agree, min_gap=6).next_gap(1, 150) == 32  # as in the test above: 643 ms of wall first
+
+
+def _run_at_k3(accepted: int, draft_step_ms: float) -> Measurement:
+    """Plain steps of 10 ms and speculative iterations at k = 3 (verify 11 ms) that accept ``accepted`` of 3, each
+    draft step ``draft_step_ms``: pass lengths 1 and 4 timed, nothing longer."""
+    m = Measurement()
+    for i in range(40):
+        if i % 8 == 0:
+            m.feed(_rec(i, "plain", 10.0, 1))
+            continue
+        r = _rec(i, "speculative", 3 * draft_step_ms + 11.0, accepted + 1)
+        r.draft_ms, r.verify_ms = 3 * draft_step_ms, 11.0
+        m.feed(r)
+    return m
+
+
+def test_no_exploration_of_long_k_where_no_k_could_pay() -> None:
+    """A dear draft that is rarely right (issue 40: explorations of 8-16 tokens while the advisor said not to
+    speculate): even at the cheapest a longer pass could cost, no k past 3 beats plain decoding, so nothing is
+    explored. A good cheap draft is explored as before, shortest length first."""
+    losing = _run_at_k3(accepted=0, draft_step_ms=6.0)
+    est = losing.estimate()
+    assert est is not None and est.best_k == 0 and est.best_speedup == 1.0  # the advisor: do not speculate
+    assert all((est.bound_at(k) or 0.0) <= 1.0 for k in range(4, 17))
+    explore = VerifyExploration(losing, 16, every=1, budget=None)
+    assert all(explore(3) is None for _ in range(20))
+
+    paying = _run_at_k3(accepted=3, draft_step_ms=0.5)
+    est = paying.estimate()
+    assert est is not None and est.best_k == 3 and (est.best_speedup or 0.0) > 2.0
+    assert (est.bound_at(4) or 0.0) > est.best_speedup  # a longer k could beat it: worth timing
+    explore = VerifyExploration(paying, 16, every=1, budget=None)
+    assert [explore(3) for _ in range(3)] == [4, 4, 8]
+

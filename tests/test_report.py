@@ -72,6 +72,9 @@ def test_report_prints_the_run_summary_of_the_snapshot_replay_ends_on(trace, cap
     assert f"measured {final.speedup_text()}" in out
     assert f"predicted ×{final.predicted_speedup:.2f} at k={K}" in out
     assert final.best_k_text() in out and final.alpha_text() in out
+    # a fixed-k draft model proposed k at every iteration: the prediction over them is the one at k, said once
+    assert final.predicted_span is not None and f"{final.predicted_span:.2f}" == f"{final.predicted_speedup:.2f}"
+    assert "over the iterations measured" not in out
 
 
 def test_report_json_is_run_jsons_shape_with_the_same_numbers(trace, capsys) -> None:
@@ -82,6 +85,7 @@ def test_report_json_is_run_jsons_shape_with_the_same_numbers(trace, capsys) -> 
     metrics = out["metrics"]
     assert metrics["measured_speedup"] == final.measured.value and metrics["alpha"] == final.alpha
     assert metrics["best_k"] == final.best_k and metrics["predicted_speedup"] == final.predicted_speedup
+    assert metrics["predicted_speedup_over_measured"] == final.predicted_span
     assert out["finish_reason"] == "max_new_tokens" and out["error"] is None
     records = [e for e in events if isinstance(e, IterationRecord)]
     assert out["token_ids"] == [t.token_id for r in records for t in r.committed_tokens]

@@ -17,23 +17,20 @@ from PySide6.QtWidgets import QWidget
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
-from specscope.core.events import ControlChange
+from specscope.core.measure.snapshot import PositionStat
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
 BAR_WIDTH = 0.7
 TITLE = "Acceptance by draft position (n = times reached)"
 
 
-def positions_since(data: RunData) -> int:
-    """The iteration the measurement's acceptance by position counts from: it starts over when the sampling
-    controls (temperature, top-k, top-p) change, as core.measure.measurement's ``_control_change`` does; a k
-    change keeps it (acceptance is per judged proposal)."""
-    since = 0
-    for event in data.events:
-        if isinstance(event, ControlChange) and (event.new.temperature, event.new.top_k, event.new.top_p) != (
-                event.old.temperature, event.old.top_k, event.old.top_p):
-            since = event.iteration
-    return since
+def shown_positions(positions: tuple[PositionStat, ...], k: int) -> int:
+    """How many positions the bars show: the run's k (the user's, or adaptive k's choice) and any further one
+    reached often enough to read (``MIN_SAMPLES``), e.g. after the user lowered k. An exploration's few
+    iterations at k = 16 do not stretch the axis to 16 (their positions, reached a handful of times, are
+    what the hatched bars would say nothing with)."""
+    readable = max((p.position + 1 for p in positions if p.reached >= MIN_SAMPLES), default=0)
+    return min(len(positions), max(k, readable)) or len(positions)
 
 
 def title_for(since: int) -> str:
@@ -121,12 +118,15 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        title = title_for(positions_since(data))
-        if title != self.title:  # the counts started over at a sampling change: say since when
+        est = data.estimate
+        # the measurement's counts start over at a sampling change (temperature, top-k, top-p): say since when
+        title = title_for(est.positions_since if est is not None else 0)
+        if title != self.title:
             self.title = title
             self.getPlotItem().setTitle(title, size="9pt")
         # The measurement's acceptance by position (core.measure.measurement), with its sample sizes.
-        positions = data.estimate.positions if data.estimate is not None else ()
+        positions = est.positions if est is not None else ()
+        positions = positions[:shown_positions(positions, est.k)] if est is not None else ()
         rates = np.array([np.nan if p.rate is None else p.rate for p in positions])
         reached = np.array([p.reached for p in positions], dtype=np.int64)
         x = np.arange(1, len(rates) + 1)

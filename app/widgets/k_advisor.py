@@ -94,6 +94,7 @@ class KAdvisorPlot(pg.PlotWidget):
         self._show_k_range(K_SHOWN_MIN)
         self.estimate: Estimate | None = None
         self._lines: list[list[Span]] = [[Span(TITLE)]]
+        self._stale_tip = ""  # which costs are stale and why, on hover over the title
         self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
@@ -148,14 +149,18 @@ class KAdvisorPlot(pg.PlotWidget):
         """The snapshot's words (every frame: cheap when unchanged, so the title agrees with the status bar while
         the curve redraws at its own turn): best k, then α, then the measured speed-up and the controller."""
         known = est is not None and any(p.speedup is not None for p in est.curve)
+        self._stale_tip = est.costs.stale_text() if est is not None and known else ""
         if est is None or not known:
             self._lines = [[Span(TITLE)]]
         else:
             controller = f" · {est.controller_text()}" if est.controller_text() else ""
             # What gives way first when the plot is narrow: the controller's words, then the rest of a line;
             # the best k is never cut.
+            # costs timed at another machine speed (a drill, a busy spell): a few words beside the prediction,
+            # kept whole (the title's lead gives way first), the full sentence on hover
+            stale = [Span(f" · {est.costs.stale_brief()}")] if est.costs.stale else []
             self._lines = [[Span("Predicted speed-up vs k — ", bold=True, elide=True),
-                            Span(est.best_k_text(), bold=True)],
+                            Span(est.best_k_text(), bold=True), *stale],
                            [Span(est.alpha_text(), elide=True)],
                            [Span(f"measured {est.speedup_text()}", elide=True), Span(controller, elide=True)]]
         self._render_title()
@@ -180,7 +185,7 @@ class KAdvisorPlot(pg.PlotWidget):
         width = self._title_width()
         roomy = self._roomy()
         shown_lines = len(self._lines) if roomy else 1
-        key = (self.title_text, width, roomy)
+        key = (self.title_text, self._stale_tip, width, roomy)
         if key == self._title_shown:
             return
         self._title_shown = key
@@ -195,7 +200,8 @@ class KAdvisorPlot(pg.PlotWidget):
             rows.append(row if n == 0 else f"<span style='font-size:{LINE_PT}pt'>{row}</span>")
         pi = self.getPlotItem()
         pi.setTitle("<br>".join(rows), size=f"{HEADLINE_PT}pt")
-        pi.titleLabel.setToolTip(html.escape(self.title_text).replace("\n", "<br>") if elided else "")
+        tip = "\n".join([*([self.title_text] if elided else []), *([self._stale_tip] if self._stale_tip else [])])
+        pi.titleLabel.setToolTip(html.escape(tip).replace("\n", "<br>"))
         # setTitle fixes the title row at 30 px: room for three lines, or one
         height = TITLE_HEIGHT if roomy else ONE_LINE_TITLE_HEIGHT  # the rows reserved even before there is data
         pi.titleLabel.setMaximumHeight(height)

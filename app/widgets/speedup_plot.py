@@ -46,7 +46,9 @@ class SpeedupPlot(LivePlot):
 
     def headline_for(self, data: RunData) -> str:
         est = data.estimate
-        return f"measured {est.speedup_text()}" if est is not None and est.measured else ""
+        # a withheld number (its interval too wide) says so too: the plot has no line for it
+        return (f"measured {est.speedup_text()}" if est is not None and (est.measured or est.measured_withheld)
+                else "")
 
     def update_from(self, data: RunData) -> None:
         x = data.col("iteration")

@@ -87,7 +87,7 @@ class StatusPanel:
         else:
             # The status bar is one line: a missing speed-up is a dash here, its reason the tooltip (and the
             # speed-up plot's own sentence).
-            speedup = est.speedup_text() if est.measured is not None else "—"
+            speedup = est.speedup_brief()
             cost = est.cost.text() if est.cost is not None else ""
             text = (f"{est.rates_text()} · {est.alpha_text()} · {_f(est.tokens_per_iteration, '.2f')} tok/iter · "
                     f"speed-up {speedup} · {len(data.records)} it")

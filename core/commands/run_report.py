@@ -166,8 +166,13 @@ def summary_text(args: argparse.Namespace, outcome: RunOutcome, summary: dict[st
                     else "")
         measured = (f"measured {estimate.speedup_text()} ({estimate.plain_samples} plain steps{left_out})"
                     if estimate.measured else f"measured: {estimate.measured_reason}")
+        # where the measured iterations ran at other proposal counts (adaptive k, a lookup match shorter than k),
+        # the prediction over them is the one to hold against the measured figure
+        span = estimate.predicted_span
+        over = (f", ×{span:.2f} over the iterations measured" if span is not None
+                and f"{span:.2f}" != _fmt(estimate.predicted_speedup, '.2f') else "")
         lines.append(f"vs plain      {measured}; predicted ×{_fmt(estimate.predicted_speedup, '.2f')} "
-                     f"at k={estimate.k}")
+                     f"at k={estimate.k}{over}")
         if estimate.costs.stale:
             lines.append(f"              {estimate.costs.stale_text()}")
         lines.append(f"best k        {estimate.best_k_text()}")

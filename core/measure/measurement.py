@@ -33,6 +33,10 @@ Definitions (docs/cost-model.md has the derivations):
   max(``SPEEDUP_MIN_REFRESH``, N // ``SPEEDUP_REFRESH``) speculative iterations (N so far), the last result
   in between: after a model's pass has evicted the caches one computation costs ~0.2 ms, a percent of a
   demo iteration if it ran at each.
+- A measured speed-up whose interval is wider than ``MEASURABLE_MAX_SPREAD`` (hi/lo) is withheld from the
+  headline: ``measured`` is None and the reason gives the interval without a point ("not yet measurable:
+  interval 0.02–17.82 (2 plain steps)"), so every surface says the same; a segment's too-wide number gives way
+  to the run's.
 - A verdict is stated only when the data can carry it: a quiet majority of records, an interval no wider
   than ``VERDICT_MAX_SPREAD``, and not while adaptive k has chosen not to speculate (then it speaks of the
   controller's choice).
@@ -41,7 +45,7 @@ Definitions (docs/cost-model.md has the derivations):
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import median
@@ -65,6 +69,8 @@ from specscope.core.measure.snapshot import (
     RatioInterval,
     Segment,
     price_curve,
+    price_span,
+    too_wide_reason,
 )
 from specscope.core.measure.speedup import SpeedupResult, SpeedupSamples, measured_speedup
 from specscope.core.measure.verdict import with_verdict
@@ -110,6 +116,7 @@ class _SegmentState:
     accepted: int = 0
     judged: int = 0
     samples: SpeedupSamples = field(default_factory=SpeedupSamples)
+    drafted: Counter[int] = field(default_factory=Counter)  # speculative iterations by proposals made
 
 
 class Measurement:
@@ -127,11 +134,13 @@ class Measurement:
     def reset(self) -> None:
         self.fit = VerifyCostFit()
         self.counts = PositionCounts(POSITION_DECAY)  # the curve's acceptance: since the last sampling change
+        self._positions_since = 0  # the iteration ``counts`` start from
         self._recent: deque[IterationRecord] = deque(maxlen=self.window)
         self._window_accepted = self._window_judged = 0  # over ``_recent``, kept as it slides
         self._window_version = 0  # changes whenever ``_recent`` does (what the cost and curve caches key on)
         self._timing_cache: tuple[tuple[object, ...], tuple[float | None, float | None, float | None]] | None = None
-        self._curve_cache: tuple[tuple[object, ...], tuple[CurvePoint, ...]] | None = None
+        self._curve_cache: (tuple[tuple[object, ...], tuple[tuple[CurvePoint, ...], tuple[CurvePoint, ...]]]
+                            | None) = None
         self._accepted = self._judged = self._spec_iterations = 0
         self._emitted = 0
         self._iterations = 0
@@ -150,6 +159,7 @@ class Measurement:
         self._plain_run = False  # a --plain run: plain steps are the decoding, not baselines
         self._segments: list[_SegmentState] = [_SegmentState(0, 0, None)]
         self._samples = SpeedupSamples()  # the whole run's; each segment has its own too
+        self._drafted: Counter[int] = Counter()  # the whole run's speculative iterations by proposals made
         self._position = 0  # records (and legacy baseline steps) so far: where each sample sits in the run
         self._finished = False
         self._since_plain: int | None = None  # speculative iterations since the last plain sample
@@ -196,6 +206,7 @@ class Measurement:
         if _sampling(change.new) != _sampling(change.old):
             # the curve predicts for the controls now in force: acceptance under other sampling says little
             self.counts = PositionCounts(POSITION_DECAY)
+            self._positions_since = change.iteration
         self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
 
     def _iteration(self, r: IterationRecord) -> None:
@@ -225,6 +236,9 @@ class Measurement:
             busy = any(f.startswith(BUSY_PREFIX) for f in r.flags)
             for samples in (self._samples, self._segments[-1].samples):
                 samples.add_record(position, r, busy)  # a plain step: its target pass, as plain decoding runs it
+            if r.mode == SPECULATIVE_MODE:  # what the predicted span prices (``price_span``)
+                for drafted in (self._drafted, self._segments[-1].drafted):
+                    drafted[r.n_drafted] += 1
             plain_sample = r.mode == PLAIN_MODE or r.n_drafted == 0
             self._since_plain = 0 if plain_sample else None if self._since_plain is None else self._since_plain + 1
         if r.mode == PLAIN_MODE:
@@ -350,6 +364,13 @@ class Measurement:
             conditional = self.counts.conditional(max(max(ks, default=1), 1), alpha) if alpha is not None else []
         return price_curve(costs, conditional, ks, cost_floor_beyond, TRUSTED_PASSES)
 
+    def _span_locked(self, costs: Costs, drafted: Counter[int]) -> float | None:
+        """The prediction over the iterations behind a measured figure, each at the proposals it made."""
+        alpha = self.counts.pooled
+        if alpha is None or not drafted:
+            return None
+        return price_span(costs, self.counts.conditional(max(max(drafted), 1), alpha), dict(drafted))
+
     def _segment_snapshot(self, seg: _SegmentState, run: SpeedupResult) -> tuple[Segment, SpeedupResult]:
         # with one segment its samples are the run's: computed once
         result = run if len(self._segments) == 1 else self._speedup(seg.samples)
@@ -386,8 +407,10 @@ class Measurement:
         # the curve reads the costs, the fit and the acceptance counts: rebuilt only when one of them changed
         key = (self._window_version, drafter, id(self.fit), self.fit.version, id(self.counts), self._spec_iterations)
         if self._curve_cache is None or self._curve_cache[0] != key:
-            self._curve_cache = (key, tuple(self._curve_locked(costs, range(0, self.k_max + 1))))
-        curve = self._curve_cache[1]
+            ks = range(0, self.k_max + 1)
+            self._curve_cache = (key, (tuple(self._curve_locked(costs, ks)),
+                                       tuple(self._curve_locked(costs, ks, cost_floor_beyond=True))))
+        curve, curve_bound = self._curve_cache[1]
         known = [p for p in curve if p.speedup is not None]
         best = max(known, key=lambda p: (p.speedup or 0.0, -p.k)) if known else None
         predicted = next((p.speedup for p in curve if p.k == k), None)
@@ -396,10 +419,16 @@ class Measurement:
         positions = self.counts.stats()
         run = self._speedup(self._samples)
         segment, seg_result = self._segment_snapshot(self._segments[-1], run)
-        used = seg_result if len(self._segments) > 1 and segment.measured is not None else run
-        measured = used.interval
+        own = segment.measured  # the segment's own number is the headline once it is narrow enough to be one
+        used = seg_result if len(self._segments) > 1 and own is not None and own.measurable else run
+        measured, withheld = used.interval, None
+        if measured is not None and not measured.measurable:  # too wide to mean anything: the interval, no point
+            measured, withheld = None, measured
         scope = segment.label if used is not run else "run"
-        if measured is None:
+        span = self._span_locked(costs, self._segments[-1].drafted if used is not run else self._drafted)
+        if withheld is not None:
+            reason = too_wide_reason(withheld, used.plain_samples)
+        elif measured is None:
             if self._recent and all(x.mode == ATTACHED_MODE for x in self._recent):
                 reason = ATTACHED_REASON
             elif self._spec_iterations:
@@ -419,7 +448,7 @@ class Measurement:
             tokens_per_s=self._emitted * 1000.0 / self._decode_ms if self._decode_ms > 0 else None,
             positions=positions, costs=costs, measured=measured, measured_reason=reason,
             plain_samples=used.plain_samples, busy_left_out=used.busy_left_out, predicted_speedup=predicted,
-            curve=tuple(curve),
+            curve=curve, curve_bound=curve_bound, predicted_span=span,
             best_k=best.k if best else None, best_speedup=best.speedup if best else None,
             busy=self._last_busy if last.iteration - self._last_busy_iteration < self.window else "",
             measured_scope=scope, run_measured=run.interval, run_plain_limited=run.plain_limited,
@@ -428,6 +457,7 @@ class Measurement:
             k_note=r.k_note, adaptive=r.controls.adaptive_k and r.mode == SPECULATIVE_MODE,
             exploring_k=last.controls.k if last.explore else None,
             exploring_note=last.k_note if last.explore else "",
+            measured_withheld=withheld, positions_since=self._positions_since,
         )
         return with_verdict(est, self._samples.busy_records, self._samples.quiet_records)
 

@@ -39,13 +39,16 @@ two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured spee
   propose), not before the measured speed-up exists where baselines give it (``after_measured``), and only
   while what the measurement's iterations have cost, plus what this one is predicted to cost (the extra
   draft steps and verify tokens at the measured costs), stays within ``budget`` of the run's wall time so
-  far. A dear draft model explores little; free proposals (lookup, suffix) explore every length.
+  far. A dear draft model explores little; free proposals (lookup, suffix) explore every length. A length is
+  explored only while timing it could change the advice: the k it would price, at a lower bound on its
+  pass's cost (``Estimate.curve_bound``), beats plain decoding and the best k priced now. Where the advisor
+  says not to speculate and no longer k could pay, nothing is explored.
 """
 
 from __future__ import annotations
 
 from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD, Costs
+from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD, Costs, Estimate
 from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
@@ -162,6 +165,16 @@ class VerifyExploration:
         return est.cost.iterations_ms + self.predicted_ms(k, other, est.costs) <= self.budget * est.cost.wall_ms
 
     @staticmethod
+    def could_change_advice(est: Estimate, k: int) -> bool:
+        """Whether timing a pass at ``k`` could change what the k advisor says: k priced at a lower bound on that
+        pass's cost (``Estimate.bound_at``) beats both plain decoding and the best k priced now. Where
+        speculation does not pay at the lengths measured, or past the length where it could, an exploration is
+        a slow iteration that tells nothing (issue 40: iterations of 8-16 proposals at 637-680 ms while the
+        advisor said not to speculate). Nothing priced yet (no plain step, no proposal judged): yes."""
+        bound = est.bound_at(k)
+        return bound is None or bound > max(1.0, est.best_speedup or 1.0)
+
+    @staticmethod
     def predicted_ms(k: int, other: int, c: Costs) -> float:
         """What an iteration at ``other`` is predicted to take beyond one at ``k``: the extra draft steps and
         verify tokens at the snapshot's measured costs (the verify fit's slope; never below 0)."""
@@ -182,6 +195,8 @@ class VerifyExploration:
             # a length inside the measured range is interpolated already: only longer ones add to the curve
             if length <= max(longest, k + 1) or self._tried.get(length, 0) >= self.attempts:
                 continue
+            if est is not None and not self.could_change_advice(est, length - 1):
+                continue  # timing it cannot change what the advisor says: a slow iteration for nothing
             if not self.affordable(k, length - 1):
                 return None  # the cheaper lengths come first: a dearer one cannot be affordable either
             self._since = 0

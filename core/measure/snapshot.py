@@ -20,6 +20,9 @@ CONFIDENCE = 0.95
 NOT_ENOUGH = "not enough data yet"
 # A verdict needs a quiet, narrow interval: one whose ends differ by more than this factor says little.
 VERDICT_MAX_SPREAD = 1.6
+# A measured speed-up whose interval's ends differ by more than this factor is no headline at all: it cannot tell
+# halving the speed from doubling it (0.5–2.0 is 4-fold). It is withheld, and the reason gives the interval.
+MEASURABLE_MAX_SPREAD = 4.0
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,20 @@ class RatioInterval:
         """hi / lo: how many times wider the top of the interval is than its bottom (1 = exact)."""
         return self.hi / self.lo if self.lo > 0 else math.inf
 
+    @property
+    def measurable(self) -> bool:
+        """Narrow enough to be a headline (hi/lo at most ``MEASURABLE_MAX_SPREAD``)."""
+        return self.spread <= MEASURABLE_MAX_SPREAD
+
     def text(self) -> str:
         return f"×{self.value:.2f} ({self.lo:.2f}–{self.hi:.2f})"
+
+
+def too_wide_reason(interval: RatioInterval, plain_samples: int) -> str:
+    """Why a measured speed-up is withheld: its interval, without a point (the point of 0.02–17.82 means
+    nothing)."""
+    return (f"not measurable yet: interval {interval.lo:.2f}–{interval.hi:.2f} "
+            f"({plain_samples} plain step{'s' if plain_samples != 1 else ''})")
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,14 @@ class Costs:
         """A lower bound on a pass of ``length``: the knot at the longest length up to it measured at least
         ``min_passes`` times, else at the shortest length measured (knots never fall with length)."""
         return verify_floor(self.verify_ms_by_len, self.passes_by_len, length, min_passes)
+
+    def stale_brief(self) -> str:
+        """'stale: plain step' or 'stale: plain step +2': a few words beside a prediction ('' when none is stale;
+        ``stale_text`` says why)."""
+        if not self.stale:
+            return ""
+        more = f" +{len(self.stale) - 1}" if len(self.stale) > 1 else ""
+        return f"stale: {self.stale[0]}{more}"
 
     def stale_text(self) -> str:
         """'stale: plain step (timed at another machine speed: passes take ×1.40 as long now; priced by them)'
@@ -198,13 +221,16 @@ class Estimate:
     tokens_per_s: float | None  # decode rate: emitted / time inside iterations, whole run
     positions: tuple[PositionStat, ...]
     costs: Costs
-    measured: RatioInterval | None  # the headline measured speed-up (see ``measured_scope``)
+    measured: RatioInterval | None  # the headline measured speed-up (see ``measured_scope``); None while too wide
     measured_reason: str  # why there is no measured number (empty when there is one)
     plain_samples: int  # plain samples the headline measured speed-up is paired with (see core/measure/speedup.py)
     predicted_speedup: float | None  # at the k in use, same cost model as the curve
     curve: tuple[CurvePoint, ...]
     best_k: int | None  # None when no k has a prediction; 0 = do not speculate
     best_speedup: float | None
+    # over the iterations the measured speed-up covers, each at the proposals it made (``price_span``): the figure
+    # to hold against ``measured`` where k varied (adaptive k, a lookup match shorter than k)
+    predicted_span: float | None = None
     busy: str = ""  # the latest machine-busy sentence in the window, if any
     busy_left_out: int = 0  # records flagged machine-busy, left out of the measured speed-up
     measured_scope: str = "run"  # "run", or the segment's label when the segment has its own number
@@ -219,6 +245,11 @@ class Estimate:
     verdict: str | None = None  # one sentence once the data can carry it (see Measurement)
     exploring_k: int | None = None  # the last iteration ran at this k to time a pass length (``k`` is the run's)
     exploring_note: str = ""  # why, in the loop's words
+    measured_withheld: RatioInterval | None = None  # the headline's interval while too wide to be one (the reason
+    # gives it; no surface shows its point)
+    curve_bound: tuple[CurvePoint, ...] = ()  # each k priced at a lower bound on its verify pass (``price_curve``'s
+    # cost_floor_beyond): the most timing that pass could show, what exploration asks before timing one
+    positions_since: int = 0  # the iteration acceptance by position counts from (it starts over at a sampling change)
 
     # ---- the one wording of each number ----------------------------------------------------------------
     @property
@@ -240,6 +271,14 @@ class Estimate:
         if self.measured is None:
             return f"— ({self.measured_reason or NOT_ENOUGH})"
         return f"{self.measured.text()}, {self.measured_scope}"
+
+    def speedup_brief(self) -> str:
+        """The speed-up where one short line has room (the status bar): the number, the withheld interval without
+        a point, or a dash (the reason then goes in a tooltip)."""
+        if self.measured is not None:
+            return self.speedup_text()
+        w = self.measured_withheld
+        return f"— (interval {w.lo:.2f}–{w.hi:.2f}: not measurable yet)" if w is not None else "—"
 
     def rates_text(self) -> str:
         decode = f"{self.tokens_per_s:.1f}" if self.tokens_per_s is not None else "—"
@@ -294,6 +333,10 @@ class Estimate:
     def recently_judged(self) -> float:
         """Proposals judged lately (forgotten slowly, as the curve's acceptance)."""
         return sum(p.recent_reached for p in self.positions)
+
+    def bound_at(self, k: int) -> float | None:
+        """The most k's speed-up could be once its verify pass is timed (``curve_bound``; None: not priced)."""
+        return next((p.speedup for p in self.curve_bound if p.k == k), None)
 
     def speedup_at(self, k: int) -> float | None:
         for p in self.curve:
@@ -359,6 +402,34 @@ def price_curve(costs: Costs, conditional: list[float], ks: list[int], cost_floo
         speedup = costmodel.speedup_at_k(k, tokens_by_k[k], plain, draft, verify, costs.fixed_ms or 0.0)
         out.append(CurvePoint(k, speedup, "" if speedup is not None else "no cost measured"))
     return out
+
+
+def price_span(costs: Costs, conditional: list[float], drafted: dict[int, int]) -> float | None:
+    """The predicted speed-up over a span of iterations, each priced at the proposals it made (``drafted``: how
+    many iterations proposed each number): the tokens the cost model expects of them over the time it expects
+    them to take, the way the measured speed-up sums them (Σ tokens · plain step / Σ ms). An iteration that
+    proposed nothing costs its pass, the drafter's search and the bookkeeping. For a fixed-k draft
+    model it is the prediction at k; for adaptive k, or prompt lookup proposing fewer than k when its match is
+    short, it is what the measured figure over the same iterations is to be compared with. None: an iteration's
+    proposals cannot be priced (a gap in the curve), or nothing proposed yet."""
+    counts = {k: n for k, n in drafted.items() if n > 0}
+    if not counts or not conditional:
+        return None
+    tokens = costmodel.expected_tokens_by_k(conditional, max(counts))
+    expected = time = 0.0  # tokens, and their time in plain-step units (tokens / speed-up)
+    for point in price_curve(costs, conditional, sorted(counts)):
+        speedup = point.speedup
+        if point.k == 0 and costs.plain_step_ms:
+            # an iteration that proposed nothing is not plain decoding (which the curve's k = 0 is, ×1 by
+            # construction): it ran the drafter's search (lookup, suffix) and the loop's bookkeeping beside its
+            # one-token pass, as the measured figure counts it
+            plain = costs.plain_step_ms
+            speedup = plain / (plain + (costs.draft_iteration_ms or 0.0) + (costs.fixed_ms or 0.0))
+        if speedup is None or speedup <= 0:
+            return None
+        expected += counts[point.k] * tokens[point.k]
+        time += counts[point.k] * tokens[point.k] / speedup
+    return expected / time if time > 0 else None
 
 
 def verify_floor(points: dict[int, float], passes: dict[int, int], length: int, min_passes: int) -> float | None:

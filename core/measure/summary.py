@@ -94,6 +94,8 @@ def run_summary(records: Sequence[IterationRecord], prefill_ms: float = 0.0,
         "measured_speedup_note": e.measured_reason if e else NOT_ENOUGH,
         "run_measured_speedup": e.run_measured.value if e and e.run_measured else None,
         "predicted_speedup": e.predicted_speedup if e else None,
+        # over the iterations the measured figure covers, each at the proposals it made: what to compare it with
+        "predicted_speedup_over_measured": e.predicted_span if e else None,
         "k": e.k if e else None,  # the run's k (the user's, or adaptive k's last choice), never an exploration's
         "best_k": e.best_k if e else None,
         "best_k_speedup": e.best_speedup if e else None,

@@ -133,7 +133,8 @@ ITERATION_SCHEMA: tuple[Column, ...] = (
     _col("alpha_window", "", OPT_FLOAT, "α over the recent window of iterations", plotted=True, derived=True,
          getter=lambda r: _snap(r, "alpha_window")),
     _col("measured_speedup", "x", OPT_FLOAT, "measured speed-up over plain decoding: plain steps paired with the "
-         "verify passes around them (empty until 2 plain steps); over `measured_scope`", plotted=True,
+         "verify passes around them (empty until 2 plain steps, and while its interval is over 4-fold wide); "
+         "over `measured_scope`", plotted=True,
          derived=True, getter=lambda r: _snap(r, "measured.value")),
     _col("measured_speedup_lo", "x", OPT_FLOAT, "lower end of the measured speed-up's 95% interval", plotted=True,
          derived=True, getter=lambda r: _snap(r, "measured.lo")),
