@@ -120,6 +120,18 @@ def test_received_run_feeds_the_one_owner(worker) -> None:
                                                                        mine.tokens_per_iteration)
 
 
+def test_the_alternatives_arrive_with_their_texts(worker, pair) -> None:
+    """The client has no tokenizer: every top-5 alternative's text travels with the record."""
+    with WorkerClient.connect(worker.address) as client:
+        events = list(client.start("w5 w6 w7", ControlValues(k=3), {"max_new_tokens": 16}, chat=False))
+    tokens = [t for e in events if isinstance(e, IterationRecord) for t in e.tokens]
+    assert tokens and all(len(t.top5) == 5 for t in tokens)
+    for t in tokens:
+        assert t.top5_text == [pair.token_text(i) for i, _ in t.top5]
+    shown = {t.token_id for t in tokens}
+    assert any(i not in shown for t in tokens for i, _ in t.top5)  # ids the stream's own tokens cannot name
+
+
 def test_the_connection_serves_one_run_after_another(worker) -> None:
     """The next start may follow the idle at once (the last run's thread can still be returning then)."""
     with WorkerClient.connect(worker.address) as client:

@@ -389,7 +389,10 @@ def test_docs_show_the_tables_the_schema_generates() -> None:
 def test_traces_written_by_0_1_0_still_open(form: str) -> None:
     loaded = read_trace(DATA / "trace-0.1.0" / form)
     assert loaded.warnings == []
-    assert loaded.records == sample_records()
+    expected = sample_records()
+    for r in expected:  # 0.1.0 recorded the alternatives' ids, not their texts
+        r.tokens = [dataclasses.replace(t, top5_text=[]) for t in r.tokens]
+    assert loaded.records == expected
     assert loaded.baselines == sample_baselines()
 
 
