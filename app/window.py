@@ -42,6 +42,7 @@ from specscope.app.widgets.token_view import TokenView
 from specscope.app.window_menus import WindowMenus
 from specscope.app.worker import Event, PairFactory, RunRequest, WorkerHost
 from specscope.core.controls import switched_drafter_controls
+from specscope.core.drafter_catalogue import IN_PLACE_DRAFTERS
 from specscope.core.events import ControlChange
 from specscope.core.records import ControlValues
 
@@ -191,21 +192,33 @@ class MainWindow(QMainWindow):
         if kind == in_use and c.has_pair:
             return
         self.panel.set_drafter(in_use)  # the box shows what runs until the switch happens
-        if c.link.kind == "remote" and c.has_pair:
+        if c.link.kind == "remote" and c.has_pair and kind not in IN_PLACE_DRAFTERS:
             where = c.link.address.netloc if c.link.address is not None else "the remote worker"
             self.show_error(f"The worker at {where} decodes its own pair with {in_use or 'its drafter'}: start it "
                             f"with `specscope serve --drafter {kind}` to use {kind} there, or load a pair on this "
                             "machine with Models ▸ Choose models… (Ctrl+M)")
             return
         if c.data.records and not c.state.active:
-            self.banner.show_message(f"Switching to {kind} loads the pair again and clears the run on screen "
-                                     "(File ▸ Export trace… keeps it).", "info", f"Switch to {kind}",
-                                     lambda: self.switch_drafter(kind))
+            how = ("keeps the target loaded and clears the run on screen" if kind in IN_PLACE_DRAFTERS
+                   and c.link.ready else "loads the pair again and clears the run on screen")
+            self.banner.show_message(f"Switching to {kind} {how} (File ▸ Export trace… keeps it).", "info",
+                                     f"Switch to {kind}", lambda: self.switch_drafter(kind))
             return
         self.switch_drafter(kind)
 
     def switch_drafter(self, kind: str) -> None:
-        """Load the current pair with drafter ``kind`` (the user has agreed to lose what is on screen)."""
+        """The current pair with drafter ``kind`` (the user has agreed to lose what is on screen): swapped into
+        the worker's pair where it needs no weights of its own (the target stays loaded; on a remote worker,
+        that worker's), else the pair loaded again."""
+        in_use = self.controller.pair_drafter_shown(self.pair_choice.drafter)
+        if self.controller.swap_drafter(kind):
+            self.panel.set_values(switched_drafter_controls(self.panel.values(), in_use, kind,
+                                                            self.panel.adaptive_chosen))
+            if self.controller.link.kind != "remote":  # a remote worker's pair is not this machine's choice
+                self.pair_choice = replace(self.pair_choice, drafter=kind)
+                self.settings_keeper.save_soon()
+            self.panel.set_drafter(kind)
+            return
         self.load_pair(replace(self.pair_choice, drafter=kind))
         self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
 
