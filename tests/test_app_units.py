@@ -271,6 +271,8 @@ def test_model_picker_names_a_bad_config_field_when_the_folder_is_chosen(qtbot, 
     said = f'{bad / "config.json"}: "hidden_size" is "oops", not a whole number'
     picker = ModelPicker(PairChoice(target="org/big", drafter="lookup"))
     qtbot.addWidget(picker)
+    picker.show()
+    assert picker.target.edit.width() >= picker.target.edit.fontMetrics().horizontalAdvance("x" * 40)  # a path fits
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a: str(bad))
     picker.target.kind.setCurrentIndex(picker.target.kind.findData("dir"))
     picker.target.browse.click()  # said as soon as the folder is chosen, before any load

@@ -37,6 +37,8 @@ class ModelField(QWidget):
         self.kind.addItem("local directory", "dir")
         self.kind.addItem("hub id (local cache)", "hub")
         self.edit = QLineEdit()
+        # a model folder's path is long: wide enough to read one (the dialog's first size was ~120 px for it)
+        self.edit.setMinimumWidth(self.edit.fontMetrics().horizontalAdvance("x" * 44))
         self.browse = QPushButton("Browse…")
         row.addWidget(self.kind)
         row.addWidget(self.edit, 1)
