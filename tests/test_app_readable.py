@@ -39,6 +39,15 @@ def test_verdict_and_warning_wrap_in_full_and_messages_stay_visible(qtbot, tmp_p
                     or panel.warning.width() > panel.warning.fontMetrics().horizontalAdvance(LONG_WARNING))
     w.status.show_message("Trace written: /tmp/x.csv", 8000)
     assert w.status.message.isVisible()  # the verdict no longer hides transient messages
+    # At 1280x720 the numbers on the right leave a long message too little room: it ends in "…", never cut
+    # mid-word under them, and is whole on hover.
+    w.resize(1280, 720)
+    long = "Trace written: " + "/a/rather/long/folder" * 12 + "/run.csv (5 files beside it)"
+    w.status.show_message(long)
+    qtbot.waitUntil(lambda: w.status.message.is_elided)
+    message = w.status.message
+    assert message.shown_text.endswith("…") and message.text() == long and long in message.toolTip()
+    assert message.geometry().right() <= w.status.metrics.geometry().left()
 
 
 def test_token_view_has_a_real_share_and_the_layout_choice_is_remembered(qtbot, tmp_path):
