@@ -235,6 +235,13 @@ def test_this_apps_worker_swaps_a_drafter_without_loading_the_target_again(qtbot
     assert link.pair_info["drafter"] == "suffix" and window.pair_choice.drafter == "suffix"
     assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
     assert {r.drafter for r in window.data.records if r.mode == "speculative"} == {"suffix"}
+    # a target without MTP layers: the worker refuses in one sentence and keeps suffix, and so does the window
+    with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+        window.switch_drafter("mtp")
+    assert "mtp drafter cannot run on this target" in (window.last_error or "")
+    assert link.local is not None and link.local.pid == pid and link.pair_info["drafter"] == "suffix"
+    assert window.pair_choice.drafter == "suffix" and window.panel.drafter.currentData() == "suffix"
+    assert window.state == "ready"
 
 
 def _answer_with_garbage(server: socket.socket) -> None:
