@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specscope.core.commands.cli_checks import EXIT_USAGE, MAX_NEW, Parser, file_path, print_error, whole_number
-from specscope.core.drafter_catalogue import DRAFTER_KINDS, default_drafter
+from specscope.core.drafter_catalogue import DEFAULT_DRAFTER, DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 
 T0 = time.monotonic()
 
@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="specscope", description="Watch speculative decoding live.")
     p.add_argument("--target", help="target model: 'demo', a directory, or a hub id in the local cache")
     p.add_argument("--draft", help="draft model (for --drafter model)")
-    p.add_argument("--drafter", choices=DRAFTER_KINDS, help="how proposals are made (default: model)")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS,
+                   help=f"how proposals are made (default: {DEMO_DRAFTER} for the demo, {DEFAULT_DRAFTER} for "
+                        "a target of your own)")
     p.add_argument("--device", help="device for the models: cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", help="auto, float32, float16, bfloat16")
     p.add_argument("--prompt", help="prompt text to put in the editor")

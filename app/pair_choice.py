@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS
+from specscope.core.model_config import config_problem, local_directory
 
 if TYPE_CHECKING:
     from specscope.core.engine.pair_spec import PairSpec
@@ -42,6 +43,12 @@ class PairChoice:
             return f"unknown drafter {self.drafter!r} (choose {', '.join(DRAFTER_KINDS)})"
         if self.drafter == "model" and self.target != "demo" and not self.draft.strip():
             return "the model drafter needs a draft model (or choose the lookup or early-exit drafter)"
+        draft = self.draft if self.drafter in ("model", "eagle") else ""  # the drafters that read a folder
+        for role, name in (("target", self.target), ("draft", draft)):
+            directory = local_directory(name.strip()) if name.strip() and name != "demo" else None
+            problem = config_problem(directory) if directory is not None else None
+            if problem is not None:  # said now, not after the engine's imports on the worker
+                return f"the {role} model: {problem}"
         for role in ("target", "draft"):
             device_map = getattr(self, f"{role}_device_map").strip()
             if (getattr(self, f"{role}_max_memory").strip() or getattr(self, f"{role}_offload_folder").strip()) \

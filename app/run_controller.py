@@ -47,6 +47,7 @@ from specscope.app.sentences import NO_END_REASON, finish_sentence, full_stop
 from specscope.app.worker import LoadRequest, RunRequest, WorkerHost
 from specscope.app.worker_link import WorkerLink
 from specscope.core.controls import InvalidControl
+from specscope.core.drafter_catalogue import IN_PLACE_DRAFTERS
 from specscope.core.events import Event, RunFinished, RunStarted
 from specscope.core.gc_freeze import PeriodicFreeze
 from specscope.core.records import PLAIN_MODE, ControlValues, DrillEvent, IterationRecord
@@ -114,6 +115,7 @@ class RunController(QObject):
         self.link = WorkerLink(self)
         self.link.connected.connect(self._on_worker_connected)
         self.link.failed.connect(self._on_worker_failed)
+        self.link.swap_refused.connect(self._on_swap_refused)
         self.link.progress.connect(self.progress)
         self._trial: WorkerLink | None = None  # a File ▸ Connect being tried, beside the link in use
         self._ticks_to_worker_check = WORKER_CHECK_TICKS
@@ -210,6 +212,24 @@ class RunController(QObject):
             self._use_source(InProcessPair(self.host))
             self.host.load(what)
         return True
+
+    def swap_drafter(self, kind: str) -> bool:
+        """Swap drafter ``kind`` into the connected worker's pair, its target staying loaded (this app's worker
+        or a remote one: the swap acts where decoding runs). False, with nothing done, when it cannot: no
+        worker pair, or a drafter that needs weights of its own (then the pair is loaded again)."""
+        if kind not in IN_PLACE_DRAFTERS or not self.link.ready or not self.has_pair:
+            return False
+        if not self._begin_loading("Stop the run before changing the drafter."):
+            return False
+        self.progress.emit(f"Swapping in {kind} (the target stays loaded)…", -1.0)
+        self.link.swap_drafter(kind)
+        return True
+
+    def _on_swap_refused(self, sentence: str) -> None:
+        if self._closed:
+            return
+        self._on_loaded(self.link.description)  # the worker kept its pair and drafter: ready with them
+        self.error.emit(full_stop(sentence[:1].upper() + sentence[1:]))
 
     def connect_worker(self, address: WorkerAddress) -> bool:
         """Decode on a worker someone started with ``specscope serve``. The connection is tried on a link of its

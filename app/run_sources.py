@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from specscope.app.remote_run import RemoteRun
 from specscope.core.controls import Controls
+from specscope.core.drafter_catalogue import IN_PLACE_DRAFTERS
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QObject
@@ -72,7 +73,11 @@ class PairSource(Protocol):
         """The drafter Start runs, given the one ``chosen`` in the window."""
 
     def drafter_switch_refusal(self, kind: str, in_use: str) -> str | None:
-        """Why the drafter cannot be switched to ``kind`` here (one sentence), or None when a reload does it."""
+        """Why the drafter cannot be switched to ``kind`` here (one sentence), or None when a reload or a swap
+        does it."""
+
+    def own_drafter_in_use(self) -> str:
+        """The drafter this app's own pair now runs, when a swap changed it ("" where the pair is not the app's)."""
 
     def add_run_meta(self, meta: dict[str, Any]) -> None:
         """Add what the session's sidecar should say of where the run decodes."""
@@ -122,6 +127,9 @@ class InProcessPair:
 
     def drafter_switch_refusal(self, kind: str, in_use: str) -> str | None:
         return None
+
+    def own_drafter_in_use(self) -> str:
+        return ""  # the in-process path reloads the pair on a drafter change: the choice is what runs
 
     def add_run_meta(self, meta: dict[str, Any]) -> None:
         pass
@@ -186,6 +194,9 @@ class LocalWorker(_WorkerPair):
     def drafter_switch_refusal(self, kind: str, in_use: str) -> str | None:
         return None
 
+    def own_drafter_in_use(self) -> str:
+        return self.pair_drafter  # a swap in this app's worker changes what the window's choice runs
+
     def add_run_meta(self, meta: dict[str, Any]) -> None:
         pass
 
@@ -214,10 +225,15 @@ class RemoteWorker(_WorkerPair):
         return self.pair_drafter or chosen
 
     def drafter_switch_refusal(self, kind: str, in_use: str) -> str | None:
+        if kind in IN_PLACE_DRAFTERS:
+            return None  # swapped on that worker, which keeps its target loaded
         where = self.link.address.netloc if self.link.address is not None else "the remote worker"
         return (f"The worker at {where} decodes its own pair with {in_use or 'its drafter'}: start it with "
                 f"`specscope serve --drafter {kind}` to use {kind} there, or load a pair on this machine with "
                 "Models ▸ Choose models… (Ctrl+M)")
+
+    def own_drafter_in_use(self) -> str:
+        return ""  # the pair is the worker's own, not the window's choice
 
     def add_run_meta(self, meta: dict[str, Any]) -> None:
         if self.link.address is not None:

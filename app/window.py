@@ -44,6 +44,7 @@ from specscope.app.widgets.token_view import TokenView
 from specscope.app.window_menus import MenuIntents, WindowMenus
 from specscope.app.worker import Event, PairFactory, RunRequest, WorkerHost
 from specscope.core.controls import switched_drafter_controls
+from specscope.core.drafter_catalogue import DRAFTER_KINDS, IN_PLACE_DRAFTERS
 from specscope.core.events import ControlChange
 from specscope.core.records import ControlValues
 
@@ -220,14 +221,22 @@ class MainWindow(QMainWindow):
             self.show_error(refusal)
             return
         if c.data.records and not c.state.active:
-            self.banner.show_message(f"Switching to {kind} loads the pair again and clears the run on screen "
-                                     "(File ▸ Export trace… keeps it).", "info", f"Switch to {kind}",
-                                     lambda: self.switch_drafter(kind))
+            how = ("keeps the target loaded and clears the run on screen" if kind in IN_PLACE_DRAFTERS
+                   and c.link.ready else "loads the pair again and clears the run on screen")
+            self.banner.show_message(f"Switching to {kind} {how} (File ▸ Export trace… keeps it).", "info",
+                                     f"Switch to {kind}", lambda: self.switch_drafter(kind))
             return
         self.switch_drafter(kind)
 
     def switch_drafter(self, kind: str) -> None:
-        """Load the current pair with drafter ``kind`` (the user has agreed to lose what is on screen)."""
+        """The current pair with drafter ``kind`` (the user has agreed to lose what is on screen): swapped into
+        the worker's pair where it needs no weights of its own (the target stays loaded; on a remote worker,
+        that worker's), else the pair loaded again."""
+        in_use = self.controller.pair_drafter_shown(self.pair_choice.drafter)
+        if self.controller.swap_drafter(kind):  # the choice follows when the worker says it swapped (_on_loaded)
+            self.panel.set_values(switched_drafter_controls(self.panel.values(), in_use, kind,
+                                                            self.panel.adaptive_chosen))
+            return
         self.load_pair(replace(self.pair_choice, drafter=kind))
         self.panel.set_drafter(self.pair_choice.drafter)  # back to the one in use if the load was refused
 
@@ -263,9 +272,13 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, description: str) -> None:
         self.status.hide_progress()
         self.status.show_message(f"Ready: {description}", 5000)
-        # In this process only on the in-process path; a worker's tokens come with their text (top-5 shows the
-        # ids the stream has not spelled out).
+        # In this process only on the in-process path; a worker's tokens come with their texts, the top 5's too.
         self.token_view.decode = getattr(self.controller.pair, "token_text", None)
+        swapped = self.controller.source.own_drafter_in_use()
+        if swapped in DRAFTER_KINDS and swapped != self.pair_choice.drafter:  # swapped into this app's worker
+            self.pair_choice = replace(self.pair_choice, drafter=swapped)
+            self.settings_keeper.save_soon()
+        self.panel.set_drafter(self.controller.pair_drafter_shown(self.pair_choice.drafter))
         if self.controller.device:
             self.status.set_device(self.controller.device)
         self.views.update_title()

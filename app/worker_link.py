@@ -21,7 +21,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from specscope.core.remote.client import WorkerClient, WorkerError
+from specscope.core.remote.client import WorkerClient, WorkerError, WorkerRefused
 from specscope.core.remote.spawn import LocalWorker, WorkerStartError
 from specscope.core.remote.spawn import spawn_worker as spawn_local
 from specscope.core.remote.url import WorkerAddress
@@ -60,6 +60,7 @@ class WorkerLink(QObject):
     connected = Signal(object)  # the welcome's worker description (pair, device, pid, version)
     failed = Signal(str)  # one sentence (its full stop optional): the worker did not come up, or refused us
     progress = Signal(str, float)  # a loading step the worker reported, and its fraction (-1 = unknown)
+    swap_refused = Signal(str)  # the worker kept its drafter (one sentence); the connection stays
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -120,6 +121,28 @@ class WorkerLink(QObject):
         self.close()
         self.address = address
         self._begin(lambda: self._connect(address))
+
+    def swap_drafter(self, kind: str) -> None:
+        """Ask the connected worker (this app's or a remote one) to swap in drafter ``kind`` with its target
+        still loaded; ``connected`` follows with the new pair, or ``swap_refused`` with the worker's sentence."""
+        client = self.client
+        if client is None:
+            raise RuntimeError("no worker to swap the drafter on")
+
+        def swap() -> None:
+            try:
+                pair = client.swap_drafter(kind)
+            except WorkerRefused as exc:
+                if not self._cancel.is_set():
+                    self.swap_refused.emit(" ".join(str(exc).split()))
+                return
+            with self._lock:
+                if self._cancel.is_set():
+                    return
+                self.info = {**self.info, "pair": pair}
+            self.connected.emit(self.info)
+
+        self._begin(swap)
 
     def _begin(self, work: Any) -> None:
         self._cancel.clear()

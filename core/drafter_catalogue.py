@@ -11,6 +11,9 @@ from __future__ import annotations
 # (MTP) layers.
 DRAFTER_KINDS: tuple[str, ...] = ("model", "lookup", "suffix", "early-exit", "eagle", "mtp")
 DEFAULT_DRAFTER = "model"
+# Drafters that need no weights beyond the target's (the context, or the target's own layers and MTP heads):
+# a loaded pair switches to one of them in place, without loading the target again.
+IN_PLACE_DRAFTERS: frozenset[str] = frozenset({"lookup", "suffix", "early-exit", "mtp"})
 DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 
 

@@ -58,6 +58,9 @@ class TokenRecord:
     p: float | None = None
     q: float | None = None
     top5: list[tuple[int, float]] = field(default_factory=list)  # target's top 5 (id, prob) at this position
+    # The top 5's decoded texts, in the same order: they travel with the record because a remote worker's or a
+    # replay's reader has no tokenizer to name the ids (empty in traces written before they were recorded).
+    top5_text: list[str] = field(default_factory=list)
 
     @property
     def accept_prob(self) -> float | None:

@@ -39,6 +39,15 @@ def test_verdict_and_warning_wrap_in_full_and_messages_stay_visible(qtbot, tmp_p
                     or panel.warning.width() > panel.warning.fontMetrics().horizontalAdvance(LONG_WARNING))
     w.status.show_message("Trace written: /tmp/x.csv", 8000)
     assert w.status.message.isVisible()  # the verdict no longer hides transient messages
+    # At 1280x720 the numbers on the right leave a long message too little room: it ends in "…", never cut
+    # mid-word under them, and is whole on hover.
+    w.resize(1280, 720)
+    long = "Trace written: " + "/a/rather/long/folder" * 12 + "/run.csv (5 files beside it)"
+    w.status.show_message(long)
+    qtbot.waitUntil(lambda: w.status.message.is_elided)
+    message = w.status.message
+    assert message.shown_text.endswith("…") and message.text() == long and long in message.toolTip()
+    assert message.geometry().right() <= w.status.metrics.geometry().left()
 
 
 def test_token_view_has_a_real_share_and_the_layout_choice_is_remembered(qtbot, tmp_path):
@@ -171,6 +180,13 @@ def test_top5_tooltip_shows_token_text_and_readable_special_tokens(qtbot, tmp_pa
     i = next(i for i, (_, t) in enumerate(w.token_view.shown_tokens()) if t.top5 and t.token_id == 50)
     tip = html.unescape(w.token_view.tooltip_for_offset(w.token_view._starts[i]) or "")
     assert "0.6000 \xa0 ' y' (id 50)" in tip
+    # A new trace or a remote worker's record carries the alternatives' texts: none is unknown, with no decoder.
+    carried = TokenRecord(284, " the", TokenStatus.ACCEPTED, 0, p=0.9, q=0.8,
+                          top5=[(284, 0.9), (23297, 0.05), (31, 0.01)], top5_text=[" the", " a", "<|im_end|>"])
+    tip = html.unescape(tooltip_html(0, carried, None))
+    assert "unknown" not in tip and "' a' (id 23297)" in tip and "⟨im_end⟩" in tip
+    tip = html.unescape(tooltip_html(0, carried, {23297: " wrong"}.get))
+    assert "' a' (id 23297)" in tip  # the record's own text wins over a decoder's guess
 
 
 def test_the_controls_fit_their_dock_with_the_adaptive_k_sentence_shown(qtbot, tmp_path):

@@ -257,6 +257,37 @@ def test_model_picker_round_trips_a_choice(qtbot):
     assert "draft model" in picker.problem.text() and not picker.result()
 
 
+@needs_qt
+def test_model_picker_names_a_bad_config_field_when_the_folder_is_chosen(qtbot, tmp_path, monkeypatch):
+    import json
+
+    from PySide6.QtWidgets import QFileDialog
+
+    from specscope.app.widgets.model_picker import ModelPicker
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": "oops"}))
+    said = f'{bad / "config.json"}: "hidden_size" is "oops", not a whole number'
+    picker = ModelPicker(PairChoice(target="org/big", drafter="lookup"))
+    qtbot.addWidget(picker)
+    picker.show()
+    assert picker.target.edit.width() >= picker.target.edit.fontMetrics().horizontalAdvance("x" * 40)  # a path fits
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a: str(bad))
+    picker.target.kind.setCurrentIndex(picker.target.kind.findData("dir"))
+    picker.target.browse.click()  # said as soon as the folder is chosen, before any load
+    assert picker.problem.text() == f"the target model: {said}"
+    picker._accept()
+    assert not picker.result()
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 32}))
+    picker.target.edit.editingFinished.emit()
+    assert picker.problem.text() == ""
+    # the draft folder of the model drafter too, and the same sentence where a choice is loaded from elsewhere
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1.5}))
+    choice = PairChoice(target="org/big", draft=str(bad), drafter="model")
+    assert choice.problem() == f'the draft model: {bad / "config.json"}: "num_hidden_layers" is 1.5, not a whole number'
+
+
 def test_session_folders_are_pruned_to_the_newest_finished_ones(tmp_path):
     from specscope.app.session_folders import prune_sessions
     from specscope.core.trace.autosave import SessionRecorder

@@ -200,18 +200,51 @@ def test_a_wrong_token_keeps_the_worker_in_use_and_the_run_on_screen(qtbot, tmp_
     assert run_to_end(qtbot, window, max_new=6) == "finished:max_new_tokens"  # still decoding on the worker
 
 
-def test_a_drafter_change_never_moves_a_remote_workers_decoding_here(qtbot, tmp_path, served):
+def test_a_drafter_change_acts_on_the_remote_worker_and_never_moves_decoding_here(qtbot, tmp_path, tiny_dirs):
     from specscope.app.connect_dialog import connect_worker
 
+    worker = start_local_worker(model_args(tiny_dirs), timeout_s=300)  # its own: the swap changes its pair
+    try:
+        window = make_window(qtbot, tmp_path)
+        with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+            assert connect_worker(window, worker.address)
+        link = window.controller.link
+        with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+            window.change_drafter("lookup")  # no weights of its own: swapped in on that worker, target kept
+        assert isinstance(window.controller.source, RemoteWorker)
+        assert link.ready and link.local is None and link.address == worker.address
+        assert link.pair_info["drafter"] == "lookup" and window.panel.drafter.currentData() == "lookup"
+        assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
+        assert {r.drafter for r in window.data.records if r.mode == "speculative"} == {"lookup"}
+        window.change_drafter("model")  # needs a draft model: one sentence naming the worker, nothing moves
+        assert window.banner.isVisible() and "specscope serve --drafter model" in window.last_error
+        assert isinstance(window.controller.source, RemoteWorker)
+        assert link.ready and window.state in ("ready", "finished")
+        assert window.panel.drafter.currentData() == "lookup"  # the worker's drafter, what Start runs
+    finally:
+        worker.stop()
+
+
+def test_this_apps_worker_swaps_a_drafter_without_loading_the_target_again(qtbot, tmp_path, tiny_dirs):
     window = make_window(qtbot, tmp_path)
+    with qtbot.waitSignal(window.pair_ready, timeout=300_000):
+        window.load_pair(tiny_choice(tiny_dirs))
+    link = window.controller.link
+    assert link.local is not None
+    pid = link.local.pid
     with qtbot.waitSignal(window.pair_ready, timeout=60_000):
-        assert connect_worker(window, served.address)
-    window.change_drafter("lookup")
-    # one sentence naming the worker and how to get lookup there; the connection and its pair stay
-    assert window.banner.isVisible() and "specscope serve --drafter lookup" in window.last_error
-    assert isinstance(window.controller.source, RemoteWorker)
-    assert window.controller.link.ready and window.state == "ready"
-    assert window.panel.drafter.currentData() == "model"  # the worker's drafter, what Start runs
+        window.change_drafter("suffix")
+    assert link.local is not None and link.local.pid == pid  # the same worker process: no reload
+    assert link.pair_info["drafter"] == "suffix" and window.pair_choice.drafter == "suffix"
+    assert run_to_end(qtbot, window, max_new=8) == "finished:max_new_tokens"
+    assert {r.drafter for r in window.data.records if r.mode == "speculative"} == {"suffix"}
+    # a target without MTP layers: the worker refuses in one sentence and keeps suffix, and so does the window
+    with qtbot.waitSignal(window.pair_ready, timeout=60_000):
+        window.switch_drafter("mtp")
+    assert "mtp drafter cannot run on this target" in (window.last_error or "")
+    assert link.local is not None and link.local.pid == pid and link.pair_info["drafter"] == "suffix"
+    assert window.pair_choice.drafter == "suffix" and window.panel.drafter.currentData() == "suffix"
+    assert window.state == "ready"
 
 
 def _answer_with_garbage(server: socket.socket) -> None:

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import time
@@ -392,6 +393,26 @@ def test_unknown_architecture_is_our_sentence_with_the_detail_below(dirs, capsys
                     f"{model_dir / 'config.json'}; specscope needs a causal language model that transformers "
                     "can load")
     assert "alien-arch" in err.splitlines()[err.splitlines().index(line) + 1]
+
+
+def test_a_config_field_of_the_wrong_type_is_named_before_loading(dirs, capsys, tmp_path, monkeypatch) -> None:
+    from specscope.core.engine import model_files
+    from specscope.core.engine.pair_spec import ModelLoadError
+
+    model_dir = save_model_dir(tmp_path / "oops", tiny_model(3), word_tokenizer())
+    config = json.loads((model_dir / "config.json").read_text())
+    config["hidden_size"] = "oops"
+    (model_dir / "config.json").write_text(json.dumps(config))
+    said = f'{model_dir / "config.json"}: "hidden_size" is "oops", not a whole number'
+    for role in ("--target", "--draft"):
+        argv = ["--target", str(dirs["target"]), "--draft", str(model_dir)] if role == "--draft" else \
+            ["--target", str(model_dir), "--drafter", "lookup"]
+        rc, _, err = cli(capsys, "run", *argv, "--prompt", "w5", "--quiet", "--no-chat-template")
+        assert rc == 2 and one_sentence(err) == f"specscope: error: {said}", role
+    # the loader says the same of a folder it reaches another way (a hub snapshot), before transformers reads it
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", lambda *a, **k: pytest.fail("read anyway"))
+    with pytest.raises(ModelLoadError, match="^" + re.escape(said) + "$"):
+        model_files.read_config(model_dir, trust_remote_code=False)
 
 
 def test_a_cli_run_freezes_what_is_loaded_only_while_it_runs(dirs, capsys, monkeypatch) -> None:

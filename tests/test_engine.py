@@ -93,6 +93,27 @@ def test_statuses_follow_the_rule(target) -> None:
     assert [t.token_id for r in res.iterations for t in r.tokens if t.status.committed] == res.token_ids
 
 
+def test_every_top5_alternative_carries_its_text(target) -> None:
+    """The worker decodes the alternatives where the tokenizer is: a remote client or a replay cannot."""
+    decoded: list[int] = []
+
+    def token_text(i: int) -> str:
+        decoded.append(i)
+        return f"<w{i}>"
+
+    useless = ModelDrafter(tiny_model(1, vocab_size=V, logit_scale=3.0), V)
+    for plain in (True, False):
+        decoded.clear()
+        dec = Decoder(target, V, drafter=None if plain else useless, token_text=token_text)
+        res = dec.run([1, 2, 3], Controls(ControlValues(k=3)), DecodeOptions(max_new_tokens=12), plain=plain)
+        tokens = [t for r in res.iterations for t in r.tokens]
+        assert tokens and all(len(t.top5) == 5 for t in tokens)
+        assert {t.status for t in tokens} >= ({TokenStatus.PLAIN} if plain else {TokenStatus.REJECTED})
+        for t in tokens:
+            assert t.top5_text == [f"<w{i}>" for i, _ in t.top5]
+        assert len(decoded) == len(set(decoded))  # each id decoded once however often it is an alternative
+
+
 def test_eos_inside_a_proposal_ends_the_run_at_eos(target) -> None:
     plain = _plain(target, [1, 2, 3], 30)
     eos = plain[7]  # a token the target really emits; the run must end right after its first occurrence

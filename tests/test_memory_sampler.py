@@ -49,6 +49,8 @@ def test_sample_near_picks_the_nearest_and_flattens_with_units() -> None:
     assert near["sample_age_ms"] == pytest.approx(50.0)
     inside = s.sample_near(100.4, 100.6)
     assert inside["gpu0_used_bytes"] == 100500 and inside["sample_age_ms"] == pytest.approx(100.0)
+    after = s.sample_near(100.4, 100.4999)  # the nearest sample came just after the step ended
+    assert after["gpu0_used_bytes"] == 100500 and after["sample_age_ms"] == 0.0  # never a negative reading
     for key in ("gpu0_total_bytes", "gpu0_free_bytes", "gpu0_reserved_bytes", "proc_gpu0_bytes",
                 "host_rss_bytes", "host_available_bytes", "swap_used_bytes", "host_major_faults",
                 "target_weights_cpu_bytes", "target_offloaded_bytes", "draft_kv_bytes", "nvml_available"):

@@ -138,8 +138,8 @@ def test_attach_trace_under_a_missing_folder_is_checked_before_the_request(capsy
 
 def test_write_trace_never_renames_over_a_device(tmp_path) -> None:
     """The check before decoding can be raced (the device appears later, or the app exports to one): the final
-    rename refuses too, and renames none of the four files."""
-    device = char_device(tmp_path / "run.baselines.csv")
+    rename refuses too, and renames none of the files."""
+    device = char_device(tmp_path / "run.tokens.csv")
     with pytest.raises(TraceWriteError, match="is a character device, not a regular file; it was left as it is"):
         write_trace(tmp_path / "run.csv", sample_records())
     assert is_char_device(device)

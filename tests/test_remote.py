@@ -120,6 +120,52 @@ def test_received_run_feeds_the_one_owner(worker) -> None:
                                                                        mine.tokens_per_iteration)
 
 
+def test_the_alternatives_arrive_with_their_texts(worker, pair) -> None:
+    """The client has no tokenizer: every top-5 alternative's text travels with the record."""
+    with WorkerClient.connect(worker.address) as client:
+        events = list(client.start("w5 w6 w7", ControlValues(k=3), {"max_new_tokens": 16}, chat=False))
+    tokens = [t for e in events if isinstance(e, IterationRecord) for t in e.tokens]
+    assert tokens and all(len(t.top5) == 5 for t in tokens)
+    for t in tokens:
+        assert t.top5_text == [pair.token_text(i) for i, _ in t.top5]
+    shown = {t.token_id for t in tokens}
+    assert any(i not in shown for t in tokens for i, _ in t.top5)  # ids the stream's own tokens cannot name
+
+
+def test_a_drafter_swap_acts_on_the_worker_and_keeps_its_target(dirs) -> None:
+    """Lookup and the target's own layers need no weights of their own: the worker swaps them in between runs
+    without loading the target again; a drafter that needs weights is refused in one sentence."""
+    from specscope.core.commands.cli import build_parser
+
+    own = load_pair(spec_from_args(build_parser().parse_args(["serve", *pair_args(dirs)])))  # swapped: not shared
+    server = WorkerServer(own, "127.0.0.1", 0, log=lambda _m: None)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    target = own.target
+    try:
+        with WorkerClient.connect(server.address) as client:
+            plain = list(client.start("w5 w6 w7", ControlValues(k=3), {"max_new_tokens": 16}, chat=False))
+            info = client.swap_drafter("lookup")
+            assert info["drafter"] == "lookup" and info["draft"] is None and "prompt lookup" in info["description"]
+            assert server.pair.target is target and server.pair.draft is None  # the target was not reloaded
+            assert client.worker_info["pair"] == info == server.info["pair"]
+            swapped = list(client.start("w5 w6 w7", ControlValues(k=3), {"max_new_tokens": 16}, chat=False))
+            assert {e.drafter for e in swapped if isinstance(e, IterationRecord)} == {"lookup"}
+            assert client.result is not None
+            # greedy output is the target's whatever drafts: the same 16 tokens as with the draft model
+            tokens = [t.token_id for e in plain if isinstance(e, IterationRecord) for t in e.tokens
+                      if t.status.committed]
+            assert client.result["token_ids"] == tokens
+            assert client.swap_drafter("early-exit")["drafter"] == "early-exit"
+            with pytest.raises(WorkerRefused, match=r"^the model drafter needs weights of its own"):
+                client.swap_drafter("model")
+            assert server.pair.drafter_kind == "early-exit"  # a refusal keeps the drafter in use
+            client.ping()  # and the connection
+    finally:
+        server.shutdown()
+        thread.join()
+
+
 def test_the_connection_serves_one_run_after_another(worker) -> None:
     """The next start may follow the idle at once (the last run's thread can still be returning then)."""
     with WorkerClient.connect(worker.address) as client:

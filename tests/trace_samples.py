@@ -48,6 +48,8 @@ def make_record(
                 p=0.1 + 0.2 / (j + 3) if j % 3 else None,
                 q=(1 / 3 + j * 1e-17) if proposal else None,
                 top5=[(7, 0.5), (8, 0.25), (9, 1e-300)] if j % 2 == 0 else [],
+                # texts a CSV cell must keep: a formula's start, a line break, a quote, a lone surrogate
+                top5_text=["=w7", "a\nb", '"\udc80'] if j % 2 == 0 else [],
             )
         )
     n_drafted = sum(t.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED) for t in tokens)

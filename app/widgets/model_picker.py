@@ -3,6 +3,7 @@ device and dtype per model."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -24,6 +25,8 @@ from specscope.app.pair_choice import DEVICE_MAPS, DEVICES, DRAFTER_KINDS, DTYPE
 class ModelField(QWidget):
     """A model location: kind (demo / directory / hub id), the path or id, and a Browse button."""
 
+    chosen = Signal()  # a folder was browsed to or a path typed: the dialog checks it at once
+
     def __init__(self, allow_demo: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         row = QHBoxLayout(self)
@@ -34,12 +37,15 @@ class ModelField(QWidget):
         self.kind.addItem("local directory", "dir")
         self.kind.addItem("hub id (local cache)", "hub")
         self.edit = QLineEdit()
+        # a model folder's path is long: wide enough to read one (the dialog's first size was ~120 px for it)
+        self.edit.setMinimumWidth(self.edit.fontMetrics().horizontalAdvance("x" * 44))
         self.browse = QPushButton("Browse…")
         row.addWidget(self.kind)
         row.addWidget(self.edit, 1)
         row.addWidget(self.browse)
         self.kind.currentIndexChanged.connect(self._kind_changed)
         self.browse.clicked.connect(self._browse)
+        self.edit.editingFinished.connect(self.chosen)
         self._kind_changed()
 
     def _kind_changed(self) -> None:
@@ -52,6 +58,7 @@ class ModelField(QWidget):
         path = QFileDialog.getExistingDirectory(self, "Model directory", self.edit.text())
         if path:
             self.edit.setText(path)
+            self.chosen.emit()
 
     def value(self) -> str:
         return "demo" if self.kind.currentData() == "demo" else self.edit.text().strip()
@@ -143,6 +150,8 @@ class ModelPicker(QDialog):
         layout.addWidget(buttons)
         self.drafter.currentTextChanged.connect(self._update_enabled)
         self.target.kind.currentIndexChanged.connect(self._update_enabled)
+        for field in (self.target, self.draft):  # a folder is judged when chosen, not after the engine loads
+            field.chosen.connect(self._show_problem)
         self.set_choice(choice)
 
     def _update_enabled(self) -> None:
@@ -178,6 +187,9 @@ class ModelPicker(QDialog):
             draft_device="" if draft_device == "same as target" else draft_device,
             target_dtype=self.target_dtype.currentText(), draft_dtype=self.draft_dtype.currentText(),
         )
+
+    def _show_problem(self) -> None:
+        self.problem.setText(self.choice().problem() or "")
 
     def _accept(self) -> None:
         problem = self.choice().problem()

@@ -4,9 +4,10 @@ last paging warning; a verdict line when speculation is losing to plain decoding
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from specscope.app.run_data import RunData
+from specscope.app.widgets.elided_label import ElidedLabel
 from specscope.core.units import format_bytes
 
 MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
@@ -40,8 +41,10 @@ class StatusPanel:
         self.metrics = QLabel("no run yet")
         self.device = QLabel("")
         self.memory = QLabel("")
-        self.message = QLabel("")  # transient messages, in place of showMessage (which hides widgets)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Transient messages, in place of showMessage (which hides widgets). Elided with "…" where the numbers
+        # on the right leave it too little room (a plain label was cut mid-word under them at 1280x720); the
+        # whole message is its tooltip.
+        self.message = ElidedLabel("")
         self.message.setMinimumWidth(240)
         self._clear = QTimer(self.message)
         self._clear.setSingleShot(True)

@@ -4,7 +4,7 @@ Appends are incremental (one cursor insert per run of tokens of one status, batc
 hover maps the character under the mouse to a token through a sorted list of start offsets (bisect), so the
 view stays fast with tens of thousands of tokens. Two documents are kept, with and without the rejected
 tokens (app/widgets/token_document.py): hiding them swaps the document shown. Tooltips show iteration,
-status, p(x), q(x), min(1, p/q) and the target's top 5 at that position.
+status, p(x), q(x), min(1, p/q) and the target's top 5 at that position, named by the texts the record carries.
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ def tooltip_html(iteration: int, tok: TokenRecord, decode: TokenDecoder | None, 
         rows.append(html.escape(match))
     if tok.top5:
         rows.append("target top 5:")
-        for tid, prob in tok.top5:
-            text = decode(tid) if decode is not None else None
+        # The record's own texts first (the worker decoded them); a decoder only for traces without them.
+        recorded = tok.top5_text if len(tok.top5_text) == len(tok.top5) else [None] * len(tok.top5)
+        for (tid, prob), recorded_text in zip(tok.top5, recorded, strict=True):
+            text = recorded_text if recorded_text is not None else decode(tid) if decode is not None else None
             label = f"{readable(text)} (id {tid})" if text is not None else f"id {tid} (text unknown)"
             rows.append(f"&nbsp;&nbsp;{prob:.4f} &nbsp; {html.escape(label)}")
     return "<br>".join(rows)

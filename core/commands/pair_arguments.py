@@ -13,6 +13,7 @@ from specscope.core.commands.cli_checks import finite_number, whole_number
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from specscope.core.engine.drafters import suffix_defaults
 from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
+from specscope.core.model_config import config_problem, local_directory
 
 if TYPE_CHECKING:
     from specscope.core.engine.pair_spec import PairSpec
@@ -102,6 +103,11 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
+    for name in (None if args.demo else args.target, args.draft):
+        directory = local_directory(name) if name else None
+        problem = config_problem(directory) if directory is not None else None
+        if problem is not None:  # before the engine's imports; the loader checks a hub snapshot the same way
+            raise ModelLoadError(problem)
     return PairSpec(
         target="demo" if args.demo else args.target, draft=args.draft, drafter=drafter,
         target_device=args.device, draft_device=args.draft_device, target_dtype=args.dtype,

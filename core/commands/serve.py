@@ -80,7 +80,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         reason = (exc.strerror or str(exc)).split(" (while attempting to bind")[0]
         raise CliError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     try:
-        pair = load_pair(spec_from_args(args), progress=_progress(args.quiet))
+        spec = spec_from_args(args)
+        pair = load_pair(spec, progress=_progress(args.quiet))
     except ModelLoadError as exc:
         listener.close()
         raise CliError(str(exc)) from None
@@ -89,6 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     server = WorkerServer(pair, args.host, args.port, log=(lambda _m: None) if args.quiet else _log,
                           listener=listener)
+    server.spec = spec  # a client's drafter swap keeps the options the pair was loaded with
 
     def stop(signum: int, frame: FrameType | None) -> None:
         server.shutdown()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specscope.core.engine.pair_spec import ModelLoadError
+from specscope.core.model_config import config_problem
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
@@ -93,8 +94,9 @@ def read_config(directory: Path, trust_remote_code: bool) -> Any:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if not (directory / "config.json").is_file():
-        raise ModelLoadError(f"no config.json in {directory}: not a transformers model directory")
+    problem = config_problem(directory)  # the app's model dialog runs the same checks when a folder is chosen
+    if problem is not None:
+        raise ModelLoadError(problem)
 
     def refusal(exc: Exception) -> str:
         if "trust_remote_code" in str(exc):

@@ -12,12 +12,13 @@ accelerate's placement in ``placement``; this module puts them in order and load
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from specscope.core.drafter_catalogue import IN_PLACE_DRAFTERS
 from specscope.core.engine.drafters.base import Drafter
 from specscope.core.engine.model_files import (
     check_tokenizers,
@@ -215,6 +216,33 @@ def _build_drafter(spec: PairSpec, target: LoadedModel, draft: LoadedModel | Non
     total = int(target.model.config.get_text_config().num_hidden_layers)
     n = spec.early_exit_layers if spec.early_exit_layers is not None else default_early_exit_layers(total)
     return EarlyExitDrafter(target.model, n, vocab_size=width, device=target.device)
+
+
+_SWAPPED_DESCRIPTIONS = {"lookup": "prompt lookup", "suffix": "suffix decoding",
+                         "early-exit": "an early-exit self-draft", "mtp": "its MTP layers"}
+
+
+def swap_drafter(pair: ModelPair, spec: PairSpec) -> ModelPair:
+    """``pair`` with ``spec.drafter`` (one of IN_PLACE_DRAFTERS) in place of its drafter: the target stays
+    loaded, a draft model or head is released. ModelLoadError when the drafter cannot run on this target
+    (MTP layers the checkpoint lacks); the old drafter is then kept."""
+    if spec.drafter not in IN_PLACE_DRAFTERS:
+        raise ModelLoadError(f"the {spec.drafter} drafter needs weights of its own: load the pair again")
+    validate_spec(replace(spec, draft=None))  # the drafter's own options (and no MTP on the demo)
+    message = ""
+    try:
+        drafter = _build_drafter(spec, pair.target, None, pair.vocab_size)
+    except (ModelLoadError, ValueError, KeyError, AttributeError) as exc:  # mtp on a target without MTP layers
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if message:
+        raise ModelLoadError(f"the {spec.drafter} drafter cannot run on this target: {message}")
+    pair.drafter.release()
+    if pair.draft is not None:
+        pair.draft = None
+        _free()
+    base = pair.description.split(" with ", 1)[0] or spec.target
+    return replace(pair, drafter=drafter, drafter_kind=spec.drafter, draft=None,
+                   description=f"{base} with {_SWAPPED_DESCRIPTIONS[spec.drafter]}")
 
 
 def _eagle_dtype(text: str, target_dtype: torch.dtype, device: torch.device) -> torch.dtype:

@@ -200,10 +200,15 @@ class Decoder:
         self._sync()
         self.prefill_ms = (time.perf_counter() - t0) * 1000.0
 
-    @staticmethod
-    def _top5(row: torch.Tensor) -> list[tuple[int, float]]:
-        vals, idx = torch.topk(row, 5)
-        return list(zip(idx.tolist(), vals.tolist(), strict=True))
+    def _token_record(self, token_id: int, status: TokenStatus, position: int, p_row: torch.Tensor,
+                      q: float | None = None) -> TokenRecord:
+        """One token's record: p(x) from the target's processed row, and the row's top 5 with their texts
+        (decoded here, where the tokenizer is, so a remote client or a replay can name every alternative)."""
+        vals, idx = torch.topk(p_row, 5)
+        top_ids = idx.tolist()
+        return TokenRecord(token_id, self.text(token_id), status, position, p=float(p_row[token_id]), q=q,
+                           top5=list(zip(top_ids, vals.tolist(), strict=True)),
+                           top5_text=[self.text(i) for i in top_ids])
 
     def _choose(self, logits_row: torch.Tensor, controls: ControlValues, gen: torch.Generator | None) -> int:
         if controls.greedy:
@@ -373,8 +378,7 @@ class Decoder:
         if opts.record_tokens:
             probs = processed_probs(logits.unsqueeze(0), values)[0]
             status = TokenStatus.TARGET if baseline else TokenStatus.PLAIN
-            tokens.append(TokenRecord(token, self.text(token), status, len(ids) - n_prompt,
-                                      p=float(probs[token]), top5=self._top5(probs)))
+            tokens.append(self._token_record(token, status, len(ids) - n_prompt, probs))
         ids.extend(new)
         if features is not None and self.drafter is not None:
             self.drafter.observe_target_features(first_fed, features)
@@ -472,8 +476,7 @@ class Decoder:
                 if i < n_acc and i >= len(new):
                     break  # accepted but after EOS / the output limit: never emitted
                 status = TokenStatus.ACCEPTED if i < n_acc else TokenStatus.REJECTED
-                tokens.append(TokenRecord(x, self.text(x), status, position0 + i, p=float(p_rows[i, x]),
-                                          q=proposal.q_token_probs[i], top5=self._top5(p_rows[i])))
+                tokens.append(self._token_record(x, status, position0 + i, p_rows[i], q=proposal.q_token_probs[i]))
                 if status is TokenStatus.REJECTED:
                     break
             if len(new) == len(committed):
@@ -481,8 +484,7 @@ class Decoder:
                 # output limit left no room) is a plain step through the loop, neither a bonus nor a correction.
                 status = (TokenStatus.TARGET if k == 0
                           else TokenStatus.BONUS if n_acc == k else TokenStatus.CORRECTION)
-                tokens.append(TokenRecord(next_token, self.text(next_token), status, position0 + n_acc,
-                                          p=float(p_rows[n_acc, next_token]), top5=self._top5(p_rows[n_acc])))
+                tokens.append(self._token_record(next_token, status, position0 + n_acc, p_rows[n_acc]))
         t4 = time.perf_counter()
         cpu1, pre1 = cpu_snapshot()
         return IterationRecord(

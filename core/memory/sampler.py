@@ -211,7 +211,8 @@ class MemorySampler:
             return list(self._ring)
 
     def sample_near(self, t0: float, t1: float) -> dict[str, float]:
-        """The sample nearest to [t0, t1] (flat, unit-named), plus ``sample_age_ms`` (t1 - sample time).
+        """The sample nearest to [t0, t1] (flat, unit-named), plus ``sample_age_ms`` (t1 - sample time, 0 for
+        a sample after t1).
 
         With PCIe counters, ``pcie{i}_rx_bytes_per_s``/``_tx_`` are the rates over the counter window around
         the interval and ``pcie{i}_rx_bytes``/``_tx_bytes`` those rates times its length. Empty when
@@ -222,7 +223,10 @@ class MemorySampler:
             return {}
         nearest = min(reversed(ring), key=lambda s: _distance(s.t_s, t0, t1))
         out = dict(nearest.values)
-        out["sample_age_ms"] = (t1 - nearest.t_s) * 1000.0
+        # A sample taken after the interval ended (the sampler ran between the step and this lookup) is 0 ms
+        # old, not negative: every memory reading is from 0 up, and a worker's client refuses one below it
+        # (a live run failed on "memory sample_age_ms = -0.133").
+        out["sample_age_ms"] = max(0.0, (t1 - nearest.t_s) * 1000.0)
         out.update(_interval_bytes(ring, t0, t1))
         return out
 

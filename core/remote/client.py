@@ -211,6 +211,32 @@ class WorkerClient:
             self._say_bye(f"the worker sent {message['type']!r} out of order")
             raise WorkerLost(f"The worker answered a ping with {message['type']!r}.")
 
+    def swap_drafter(self, kind: str) -> dict[str, Any]:
+        """Between runs: the worker's target with drafter ``kind`` (one needing no weights of its own); returns
+        the new pair's info (as the welcome's "pair"). WorkerRefused with the worker's sentence when it cannot."""
+        if self._running:
+            raise RuntimeError("a drafter swap between runs; stop the run first")
+        self._send(protocol.drafter(kind))
+        while True:
+            try:
+                message = self._read()
+            except ProtocolError as exc:
+                self._say_bye(str(exc))
+                raise WorkerLost(f"The worker broke the protocol: {exc}.") from None
+            if message is None:
+                raise WorkerLost("The worker closed the connection.")
+            kind_said = message["type"]
+            if kind_said == "pair" and isinstance(message.get("pair"), dict):
+                self.worker_info = {**self.worker_info, "pair": message["pair"]}
+                return dict(message["pair"])
+            if kind_said == "error":
+                raise WorkerRefused(protocol.reason_of(message, "The worker refused the drafter."))
+            if kind_said == "bye":
+                raise WorkerLost(protocol.reason_of(message, "The worker ended the connection."))
+            if kind_said != "pong":
+                self._say_bye(f"the worker sent {kind_said!r} out of order")
+                raise WorkerLost(f"The worker answered a drafter swap with {kind_said!r}.")
+
     # ---- closing ------------------------------------------------------------------------------------------
     def _say_bye(self, reason: str) -> None:
         with contextlib.suppress(WorkerLost, ValueError):

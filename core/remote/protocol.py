@@ -6,9 +6,10 @@ and are read back range-checked (``event_log.decode``). A line that does not par
 message out of order is a :class:`ProtocolError` with one sentence; the receiver says it in a ``bye`` and
 closes.
 
-Client → worker: ``hello`` (first, with the token), ``start``, ``control``, ``ping``, ``bye``.
+Client → worker: ``hello`` (first, with the token), ``start``, ``control``, ``drafter`` (between runs: swap in
+a drafter that needs no weights of its own, the target staying loaded), ``ping``, ``bye``.
 Worker → client: ``welcome`` or ``bye`` (the answer to hello), then per run ``event``… ``result``, ``idle``;
-``error`` (a start refused), ``pong``, ``bye``.
+``error`` (a start or a drafter swap refused), ``pair`` (the pair after a swap), ``pong``, ``bye``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
 # An event may nest as deep as the event log allows; the message around it adds one level.
 MAX_DEPTH = EVENT_MAX_DEPTH + 1
-CLIENT_TYPES = frozenset({"hello", "start", "control", "ping", "bye"})
-WORKER_TYPES = frozenset({"welcome", "event", "result", "idle", "error", "pong", "bye"})
+CLIENT_TYPES = frozenset({"hello", "start", "control", "drafter", "ping", "bye"})
+WORKER_TYPES = frozenset({"welcome", "event", "result", "idle", "error", "pong", "pair", "bye"})
 ACTIONS = frozenset({"pause", "resume", "stop", "baseline", "drill", "end_drill"})
 _READ_CHUNK = 1 << 16
 
@@ -134,6 +135,14 @@ def welcome(worker: dict[str, Any]) -> dict[str, Any]:
 
 def bye(reason: str = "") -> dict[str, Any]:
     return {"type": "bye", "reason": reason} if reason else {"type": "bye"}
+
+
+def drafter(kind: str) -> dict[str, Any]:
+    return {"type": "drafter", "drafter": kind}
+
+
+def pair(info: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "pair", "pair": info}
 
 
 def error(message: str) -> dict[str, Any]:

@@ -91,6 +91,7 @@ class WorkerServer:
                  handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, log: Log = _stderr_log,
                  listener: socket.socket | None = None):
         self.pair = pair
+        self.spec: Any = None  # the PairSpec that loaded ``pair``, when known: a drafter swap keeps its options
         self.token = token or secrets.token_urlsafe(24)
         self.handshake_timeout_s = handshake_timeout_s
         self.log = log
@@ -315,6 +316,8 @@ class _Connection:
                     self._start(message)
                 elif kind == "control":
                     self._control(message)
+                elif kind == "drafter":
+                    self._swap_drafter(message)
                 else:
                     raise ProtocolError(f"the client sent {kind!r} out of order")
             except ProtocolError as exc:
@@ -360,6 +363,38 @@ class _Connection:
         self.run_thread = threading.Thread(target=self._run, args=(session, prompt_ids),
                                            name="specscope-worker-run", daemon=True)
         self.run_thread.start()
+
+    def _swap_drafter(self, message: dict[str, Any]) -> None:
+        """Between runs: the loaded target with another drafter that needs no weights of its own (the app's
+        drafter list acts on this worker, never on a pair loaded elsewhere). A refusal keeps the old one."""
+        from dataclasses import replace
+
+        from specscope.core.engine.models import swap_drafter
+        from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
+
+        if self._running():
+            raise ProtocolError("the client sent drafter while a run was under way")
+        kind = message.get("drafter")
+        if not isinstance(kind, str) or not kind:
+            raise ProtocolError("the client sent drafter without a drafter name")
+        server = self.server
+        if kind == server.pair.drafter_kind:
+            self.send(protocol.pair(pair_info(server.pair)))
+            return
+        try:
+            # a worker started without its spec (tests, embedders): the drafters' default options
+            spec = replace(server.spec if server.spec is not None else PairSpec(target=str(server.pair.target.name)),
+                           drafter=kind, draft=None)
+            pair = swap_drafter(server.pair, spec)
+        except ModelLoadError as exc:
+            self.send(protocol.error(str(exc)))
+            return
+        server.pair = pair
+        server.spec = spec
+        info = pair_info(pair)
+        server.info = {**server.info, "pair": info}
+        server.log(f"drafter swapped to {kind}: {pair.description}")
+        self.send(protocol.pair(info))
 
     def _session(self, message: dict[str, Any]) -> tuple[Any, list[int]]:
         from specscope.core.session import Session

@@ -228,6 +228,21 @@ def _format_top5(top5: list[tuple[int, float]]) -> str:
     return compact_json([[int(i), float(p)] for i, p in top5]) if top5 else ""
 
 
+def _parse_texts(cell: str) -> list[str]:
+    if cell == "":
+        return []
+    expected = "a JSON list of up to 64 texts"
+    try:
+        obj = bounded_json(cell, max_depth=1, max_chars=TOP5_MAX_CHARS * 16)
+    except JsonLimitError as e:
+        raise _Unparsable(f"{expected} ({e})") from None
+    except ValueError:
+        raise _Unparsable(expected) from None
+    if not isinstance(obj, list) or len(obj) > 64 or not all(isinstance(t, str) for t in obj):
+        raise _Unparsable(expected)
+    return obj
+
+
 def _parse_memory_json(cell: str) -> dict[str, float]:
     if cell == "":
         return {}
@@ -260,6 +275,7 @@ FLAGS = CellType("sentences joined with ' | '", lambda f: spreadsheet_safe(join_
                  lambda s: split_flags(spreadsheet_restore(s)))
 STEPS = CellType("numbers joined with ';'", lambda xs: ";".join(fmt_num(x) for x in xs), _parse_steps)
 TOP5 = CellType("JSON [[id, prob], ...]", _format_top5, _parse_top5)
+TEXTS = CellType("JSON [text, ...]", lambda texts: compact_json(texts) if texts else "", _parse_texts)
 STATUS = CellType("token status", lambda s: s.value, _parse_status)
 MEMORY_JSON = CellType("JSON object of numbers", lambda m: compact_json(m) if m else "", _parse_memory_json)
 

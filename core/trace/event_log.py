@@ -290,6 +290,16 @@ def _top5(v: Any) -> list[tuple[int, float]]:
     return out
 
 
+def _top5_text(v: Any, n_top5: int) -> list[str]:
+    """The top 5's texts: as many strings as there are alternatives (empty in traces from before they were
+    recorded)."""
+    if v == []:
+        return []
+    if not isinstance(v, list) or len(v) != n_top5 or not all(isinstance(t, str) and len(t) <= 4096 for t in v):
+        raise _Bad(f"top5_text is not a list of {n_top5} texts, one per top5 entry")
+    return v
+
+
 def _token(d: Any) -> TokenRecord:
     if not isinstance(d, dict):
         raise _Bad("a token is not an object")
@@ -298,12 +308,13 @@ def _token(d: Any) -> TokenRecord:
         st = TokenStatus(status)
     except ValueError:
         raise _Bad(f"token status {_shown(status)} is not one of {', '.join(s.value for s in TokenStatus)}") from None
+    top5 = _top5(d.get("top5") or [])
     return TokenRecord(
         # -1: an attached engine's token, known by its text only (core.attach.passes.UNKNOWN_TOKEN_ID)
         token_id=_int(d, "token_id", -1, MAX_TOKEN_ID), text=_text(d, "text", max_chars=4096), status=st,
         position=_int(d, "position", 0, MAX_POSITION),
         p=_num(d, "p", 0.0, PROBABILITY_MAX, default=None), q=_num(d, "q", 0.0, PROBABILITY_MAX, default=None),
-        top5=_top5(d.get("top5") or []),
+        top5=top5, top5_text=_top5_text(d.get("top5_text") or [], len(top5)),
     )
 
 

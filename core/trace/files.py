@@ -4,8 +4,9 @@ export for spreadsheets written from it.
 One trace is five files next to each other (see docs/trace-format.md): ``<stem>.events.jsonl``, the stream
 itself (``core.trace.event_log``: what replay reads, and what autosave writes); and, from it, ``<stem>.csv`` one row
 per iteration with the measurement's snapshot after it, ``<stem>.tokens.csv`` one row per token,
-``<stem>.baselines.csv`` (only traces from before baselines committed their tokens) and ``<stem>.session.json``
-(settings, models, format, column units). ``write_trace`` writes them all at once, atomically; ``TraceAppender``
+``<stem>.baselines.csv`` (only for a stream converted from a trace written before baselines committed their
+tokens: the only one holding baseline records) and ``<stem>.session.json`` (settings, models, format, column
+units). ``write_trace`` writes them all at once, atomically; ``TraceAppender``
 is the one CSV writer; ``read_trace`` reads the event log, or, for a trace written before it existed, the CSVs
 (``core.trace.legacy_csv``). The columns are declared once in ``core.trace.schema``, the cells' formats in
 ``core.trace.cells``. ``chrome_trace.write_chrome_trace`` writes the same stream as Trace Event Format JSON.
@@ -164,23 +165,28 @@ class TraceAppender:
     for the one-JSON-column form (memory keys unknown when the header is written). OSError propagates.
     """
 
-    def __init__(self, iterations: IO[str], tokens: IO[str], baselines: IO[str],
+    def __init__(self, iterations: IO[str], tokens: IO[str], baselines: IO[str] | None,
                  memory_keys: Sequence[str] | None):
+        # ``baselines`` is None for a stream without baseline records (every trace since plain steps became
+        # part of the stream): no header-only file is written for them.
         self._files = (iterations, tokens, baselines)
-        self._writers = [new_csv_writer(f) for f in self._files]
+        self._writers = [None if f is None else new_csv_writer(f) for f in self._files]
         self._iteration_columns = (*ITERATION_SCHEMA, *_memory_columns(memory_keys))
         self._pending: tuple[list[list[str]], list[list[str]], list[list[str]]] = ([], [], [])
         # A memory key is a column name: checked where it enters (core.bounds), and made safe here again, so
         # that no header cell a spreadsheet opens can be a formula.
-        self._writers[0].writerow(spreadsheet_safe(c.name) for c in self._iteration_columns)
-        self._writers[1].writerow(TOKEN_COLUMNS)
-        self._writers[2].writerow(BASELINE_COLUMNS)
+        self._write(0, [[spreadsheet_safe(c.name) for c in self._iteration_columns]])
+        self._write(1, [list(TOKEN_COLUMNS)])
+        if baselines is not None:
+            self._write(2, [list(BASELINE_COLUMNS)])
         self.n_iterations = 0
         self.n_baselines = 0
 
     def append(self, item: IterationRecord | BaselineRecord, snapshot: Any = None) -> None:
         """A record's rows; ``snapshot`` is the measurement's after it (the derived columns), if any."""
         if isinstance(item, BaselineRecord):
+            if self._files[2] is None:
+                raise ValueError("a baseline record for a trace opened without a baselines file")
             if any(n not in VERIFY_LENGTHS for n in item.verify_ms_by_len):
                 raise ValueError(f"verify pass lengths beyond {VERIFY_LENGTHS[-1]}: {sorted(item.verify_ms_by_len)}")
             self._pending[2].append([c.cell(item) for c in BASELINE_SCHEMA])
@@ -191,13 +197,20 @@ class TraceAppender:
         self._pending[1].extend([c.cell(TokenRow(item.iteration, t)) for c in TOKEN_SCHEMA] for t in item.tokens)
         self.n_iterations += 1
 
+    def _write(self, index: int, rows: list[list[str]]) -> None:
+        writer = self._writers[index]
+        assert writer is not None  # rows only ever go to a file that was opened
+        writer.writerows(rows)
+
     def flush(self) -> None:
         for index in (1, 2, 0):
             rows = self._pending[index]
             if rows:
-                self._writers[index].writerows(rows)
+                self._write(index, rows)
                 rows.clear()
-            self._files[index].flush()
+            f = self._files[index]
+            if f is not None:
+                f.flush()
 
 
 def write_trace(
@@ -238,14 +251,20 @@ def write_trace(
     records = [e for e in events if isinstance(e, IterationRecord)]
     memory_keys = sorted({k for r in records for k in r.memory})
     finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
+    n_baselines = sum(isinstance(e, BaselineRecord) for e in events)
     meta = sidecar(
         session, paths, memory_keys,
         counts={"events": len(events), "iterations": len(records), "tokens": sum(len(r.tokens) for r in records),
-                "baselines": sum(isinstance(e, BaselineRecord) for e in events)},
+                "baselines": n_baselines},
         **({"repairs": repairs.sentences()} if repairs else {}),
     )
+    if not n_baselines:  # only a stream converted from an old trace holds baseline records
+        del meta["files"]["baselines"]
+    targets = paths.all() if n_baselines else (paths.iterations, paths.tokens, paths.session, paths.events)
     measurement = Measurement()
-    with atomic_text_files(paths.all()) as (f_it, f_tok, f_base, f_meta, f_events):
+    with atomic_text_files(targets) as files:
+        f_it, f_tok, f_base = files[0], files[1], files[2] if n_baselines else None
+        f_meta, f_events = files[-2], files[-1]
         appender = TraceAppender(f_it, f_tok, f_base, memory_keys)
         snapshot = None
         for e in events:
@@ -264,6 +283,10 @@ def write_trace(
         appender.flush()
         f_meta.write(sidecar_text(meta))
         write_events(f_events, events)
+    if not n_baselines and paths.baselines.is_file():
+        # an earlier export's baselines under this name would sit beside a trace they do not belong to
+        with suppress(OSError):
+            paths.baselines.unlink()
     if warnings is not None:
         warnings.extend(repairs.sentences())
     return paths

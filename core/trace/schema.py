@@ -29,6 +29,7 @@ from specscope.core.trace.cells import (
     STATUS,
     STEPS,
     TEXT,
+    TEXTS,
     TOP5,
     CellType,
 )
@@ -189,6 +190,8 @@ TOKEN_SCHEMA: tuple[Column, ...] = (
          field="token.accept_prob", derived=True),
     _col("top5", "", TOP5, "the target's top 5 at this position, compact JSON `[[token_id, prob], ...]` "
          "(empty if not recorded)", field="token.top5"),
+    _col("top5_text", "", TEXTS, "the top 5's decoded texts in the same order, compact JSON `[text, ...]` (empty "
+         "if not recorded; older traces have no such column)", field="token.top5_text"),
 )
 
 VERIFY_PREFIX = "verify_ms_len_"
