@@ -228,7 +228,7 @@ class RunController(QObject):
     def _on_swap_refused(self, sentence: str) -> None:
         if self._closed:
             return
-        self._on_loaded(self.link.description)  # the worker kept its pair and drafter: ready with them
+        self._on_loaded(self.source.description)  # the worker kept its pair and drafter: ready with them
         self.error.emit(full_stop(sentence[:1].upper() + sentence[1:]))
 
     def connect_worker(self, address: WorkerAddress) -> bool:
