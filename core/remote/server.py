@@ -214,9 +214,9 @@ class _Connection:
         self.send_bytes(protocol.encode_message(message))
 
     def send_event(self, event: Event, snapshot: object = None) -> None:
-        """The session's sink: the event alone, handed to the sender thread as it is emitted. The loop's
-        thread only queues it (as the autosave recorder's sink does): encoding and sending happen beside the
-        next iteration's passes, not between iterations (docs/bench-remote.md)."""
+        """The sink of the run the session feeds: the event alone, handed to the sender thread as it is emitted.
+        The loop's thread only queues it (as the autosave recorder's sink does): encoding and sending happen
+        beside the next iteration's passes, not between iterations (docs/bench-remote.md)."""
         self.outbox.put(event)
 
     def _send_events(self) -> None:
@@ -366,6 +366,7 @@ class _Connection:
         self.run_thread.start()
 
     def _session(self, message: dict[str, Any]) -> tuple[Any, list[int]]:
+        from specscope.core.measure.run import Run
         from specscope.core.session import Session
 
         pair = self.server.pair
@@ -373,7 +374,7 @@ class _Connection:
         text, prompt_ids = self._prompt(message)
         options = session_options_from_data(message.get("options", {}), pair, prompt_text=text)
         _check_length(pair, prompt_ids, options.max_new_tokens)
-        return Session(pair, controls, options, sinks=[self.send_event]), prompt_ids
+        return Session(pair, controls, options, run=Run(sinks=[self.send_event])), prompt_ids
 
     def _prompt(self, message: dict[str, Any]) -> tuple[str, list[int]]:
         pair = self.server.pair
