@@ -14,7 +14,7 @@ from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.trace.chrome_trace import chrome_trace
 from specscope.core.trace.event_log import decode, encode
 from specscope.core.trace.files import read_trace, write_trace
-from tests.app_helpers import synthetic_records
+from tests.app_helpers import synthetic_records, synthetic_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 # the one module that builds a Measurement; everything else is fed one through a Run
@@ -116,3 +116,14 @@ def test_the_run_hands_each_event_and_its_snapshot_to_its_sinks_in_order() -> No
         assert seen[-1] == (event, snapshot)
     assert seen == run.observed() and [e for e, _ in seen] == events
     assert run.started is events[0] and run.finished is events[-1] and run.records == events[1:-1]
+
+
+def test_acceptance_by_position_starts_over_at_a_sampling_change_and_says_since_when() -> None:
+    """The counts and the iteration they count from have one home (the window's title reads the latter)."""
+    values = [ControlValues(k=3)] * 5 + [ControlValues(k=4)] * 5 + [ControlValues(k=4, temperature=0.7)] * 10
+    records = synthetic_records(20, k=3, controls=values.__getitem__)
+    est = replay(synthetic_stream(records)).estimate()
+    changed_at = next(r.iteration for r in records if r.controls.temperature == 0.7)
+    assert est is not None and est.positions_since == changed_at  # the k change before it kept the counts
+    after = [r for r in records if r.iteration >= changed_at and r.mode == "speculative"]
+    assert est.positions[0].reached == sum(1 for r in after if r.n_drafted)

@@ -17,23 +17,10 @@ from PySide6.QtWidgets import QWidget
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
-from specscope.core.events import ControlChange
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
 BAR_WIDTH = 0.7
 TITLE = "Acceptance by draft position (n = times reached)"
-
-
-def positions_since(data: RunData) -> int:
-    """The iteration the measurement's acceptance by position counts from: it starts over when the sampling
-    controls (temperature, top-k, top-p) change, as core.measure.measurement's ``_control_change`` does; a k
-    change keeps it (acceptance is per judged proposal)."""
-    since = 0
-    for event in data.events:
-        if isinstance(event, ControlChange) and (event.new.temperature, event.new.top_k, event.new.top_p) != (
-                event.old.temperature, event.old.top_k, event.old.top_p):
-            since = event.iteration
-    return since
 
 
 def title_for(since: int) -> str:
@@ -121,7 +108,8 @@ class AcceptanceBars(pg.PlotWidget):
         if data.version == self._version:
             return
         self._version = data.version
-        title = title_for(positions_since(data))
+        # when the counts started over is the measurement's (a sampling change), as the counts are
+        title = title_for(data.estimate.positions_since if data.estimate is not None else 0)
         if title != self.title:  # the counts started over at a sampling change: say since when
             self.title = title
             self.getPlotItem().setTitle(title, size="9pt")

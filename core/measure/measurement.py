@@ -127,6 +127,7 @@ class Measurement:
     def reset(self) -> None:
         self.fit = VerifyCostFit()
         self.counts = PositionCounts(POSITION_DECAY)  # the curve's acceptance: since the last sampling change
+        self._positions_since = 0  # the iteration of that change (0: the run's start)
         self._recent: deque[IterationRecord] = deque(maxlen=self.window)
         self._window_accepted = self._window_judged = 0  # over ``_recent``, kept as it slides
         self._window_version = 0  # changes whenever ``_recent`` does (what the cost and curve caches key on)
@@ -196,6 +197,7 @@ class Measurement:
         if _sampling(change.new) != _sampling(change.old):
             # the curve predicts for the controls now in force: acceptance under other sampling says little
             self.counts = PositionCounts(POSITION_DECAY)
+            self._positions_since = change.iteration
         self._segments.append(_SegmentState(len(self._segments), change.iteration, change.new))
 
     def _iteration(self, r: IterationRecord) -> None:
@@ -421,6 +423,7 @@ class Measurement:
             exploring_k=last.controls.k if last.explore else None,
             exploring_note=last.k_note if last.explore else "",
             provisional_speedup=self._provisional_speedup_locked(), since_plain_sample=self._since_plain,
+            positions_since=self._positions_since,
         )
         return with_verdict(est, self._samples.busy_records, self._samples.quiet_records)
 

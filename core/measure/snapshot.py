@@ -225,6 +225,7 @@ class Estimate:
     # last plain sample (a baseline's plain step or an iteration that proposed nothing; None before any)
     provisional_speedup: float | None = None
     since_plain_sample: int | None = None
+    positions_since: int = 0  # the iteration ``positions`` count from (they start over when sampling changes)
 
     # ---- the one wording of each number ----------------------------------------------------------------
     @property
