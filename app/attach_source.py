@@ -39,7 +39,8 @@ class AttachRunner(QObject):
         self.sessions_dir = Path(sessions_dir)
         self.keep_sessions = keep_sessions
         self.cancel = threading.Event()
-        self.run = Run(sinks=[buffer.push])  # the attach client only yields records: this run measures them
+        # the attach client only yields records: this run measures them (the window keeps the snapshots)
+        self.run = Run(sinks=[buffer.push], keep_snapshots=False)
         self.recorder: SessionRecorder | None = None
         self.result: AttachResult | None = None
         self.shown_url = redact_url(options.url)

@@ -119,7 +119,7 @@ class RemoteRun(QObject):
         self.sessions_dir = sessions_dir
         self.keep_sessions = keep_sessions
         self.recorder: SessionRecorder | None = None
-        self.received = Run(sinks=[self._hand_over])
+        self.received = Run(sinks=[self._hand_over], keep_snapshots=False)
         self._thread: threading.Thread | None = None
 
     @property

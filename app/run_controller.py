@@ -534,7 +534,7 @@ class RunController(QObject):
         if self._measurement is None:
             from specscope.core.measure.run import Run
 
-            self._measurement = Run()
+            self._measurement = Run(keep_snapshots=False)
         return self.ingest([(e, self._measurement.feed(e)) for e in events])
 
     def reset_data(self) -> None:
@@ -542,7 +542,7 @@ class RunController(QObject):
 
         self._pending.clear()
         self._baseline_wanted = False
-        self._measurement = Run()
+        self._measurement = Run(keep_snapshots=False)
         self.data = RunData()
         self.data_reset.emit()
 

@@ -194,7 +194,8 @@ class Worker(QObject):
             opts = SessionOptions(max_new_tokens=request.max_new_tokens, seed=request.seed, plain=request.plain,
                                   memory_period_s=request.memory_period_s, prompt_text=request.prompt,
                                   source="local", **request.extra)
-            session = Session(self.pair, controls, opts, run=Run(sinks=sinks))
+            # the window's buffer keeps each snapshot: the run need not
+            session = Session(self.pair, controls, opts, run=Run(sinks=sinks, keep_snapshots=False))
             for _event in session.stream(prompt_ids):
                 pass
         except Exception as exc:  # OOM, a model raising mid-run: report it, keep the events so far

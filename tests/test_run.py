@@ -127,3 +127,12 @@ def test_acceptance_by_position_starts_over_at_a_sampling_change_and_says_since_
     assert est is not None and est.positions_since == changed_at  # the k change before it kept the counts
     after = [r for r in records if r.iteration >= changed_at and r.mode == "speculative"]
     assert est.positions[0].reached == sum(1 for r in after if r.n_drafted)
+
+
+def test_a_run_that_keeps_no_snapshots_still_exports_the_same_ones() -> None:
+    events = _stream(5, n=40)
+    kept, lean = Run(), Run(keep_snapshots=False)
+    for event in events:
+        assert kept.feed(event) == lean.feed(event)
+    assert lean.snapshots == [] and len(kept.snapshots) == len(events)
+    assert lean.observed() == kept.observed() and lean.estimate() == kept.estimate()

@@ -208,7 +208,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
         drafter = PromptLookupDrafter(max_ngram=v.max_ngram, min_ngram=v.min_ngram, match=v.match,
                                       num_tokens=getattr(pair.drafter, "num_tokens", 10))
     # this runner is the session here: one run fed the loop's events, for the policy's numbers and the row's own
-    run = Run()
+    run = Run(keep_snapshots=False)  # the row keeps the last one
     policy = _policy(method, pair.drafter_kind, drafter, run)
     # plain decoding gets no drafter: its prefill must not pay for the draft's
     decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else drafter,

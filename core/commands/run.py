@@ -184,7 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     description.update(prompt=text, pair_description=str(getattr(pair, "description", "") or ""))
     recorder = start_autosave(args, description, quiet)
     # the recorder is a sink of the run the session feeds: it records on this thread, in the stream's order
-    run = Run(sinks=[recorder] if recorder is not None else [])
+    exported = args.trace is not None or args.chrome_trace is not None  # else the latest snapshot is enough
+    run = Run(sinks=[recorder] if recorder is not None else [], keep_snapshots=exported)
     session = Session(pair, controls, SessionOptions(
         max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
         baseline_every=args.baseline_every, explore_every=args.explore_every, drill=drill, prompt_text=text,

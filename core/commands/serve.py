@@ -262,7 +262,7 @@ def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls
     from specscope.core.measure.run import Run  # the measurement (numpy): not for --help
 
     lazy = _LazyRecorder(args, description, quiet)
-    received = Run(sinks=[lazy])
+    received = Run(sinks=[lazy], keep_snapshots=args.trace is not None or args.chrome_trace is not None)
     error: str | None = None
     stopped: Interrupted | None = None
     warned = False

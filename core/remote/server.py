@@ -374,7 +374,9 @@ class _Connection:
         text, prompt_ids = self._prompt(message)
         options = session_options_from_data(message.get("options", {}), pair, prompt_text=text)
         _check_length(pair, prompt_ids, options.max_new_tokens)
-        return Session(pair, controls, options, run=Run(sinks=[self.send_event])), prompt_ids
+        # the client measures the events for itself: this run only drives the session's policies
+        run = Run(sinks=[self.send_event], keep_snapshots=False)
+        return Session(pair, controls, options, run=run), prompt_ids
 
     def _prompt(self, message: dict[str, Any]) -> tuple[str, list[int]]:
         pair = self.server.pair
