@@ -20,7 +20,7 @@ from specscope.app.worker import RecordBuffer
 from specscope.core.attach.client import AttachResult, attach
 from specscope.core.attach.options import AttachError, AttachOptions, redact_url
 from specscope.core.events import Event, RunFinished, RunStarted
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.run import Run
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.trace.autosave import SessionRecorder, start_recorder
 
@@ -39,7 +39,8 @@ class AttachRunner(QObject):
         self.sessions_dir = Path(sessions_dir)
         self.keep_sessions = keep_sessions
         self.cancel = threading.Event()
-        self.measurement = Measurement()
+        # the attach client only yields records: this run measures them (the window keeps the snapshots)
+        self.run = Run(sinks=[buffer.push], keep_snapshots=False)
         self.recorder: SessionRecorder | None = None
         self.result: AttachResult | None = None
         self.shown_url = redact_url(options.url)
@@ -55,8 +56,7 @@ class AttachRunner(QObject):
         self._thread.start()
 
     def _emit(self, event: Event) -> None:
-        snapshot = self.measurement.feed(event)
-        self.buffer.push(event, snapshot)
+        self.run.feed(event)
         if self.recorder is not None:
             self.recorder.append(event)
 

@@ -2,7 +2,7 @@
 
 The worker sends the run's events and nothing derived. A plain Python thread here reads them
 (``WorkerClient.start``) and does on the window's side what a local session does on its own thread
-(``core.remote.received.ReceivedRun``): feeds each event to the run's measurement, the one owner of its numbers,
+(``core.measure.run.Run``): feeds each event to the run's measurement, the one owner of its numbers,
 and hands the event with the snapshot after it to the sinks, the window's buffer (drained by the run
 controller's tick, like a local run's and an attached run's) and the autosave recorder. The reader never
 touches a widget; how the run ended arrives on the GUI thread through ``ended``.
@@ -24,11 +24,11 @@ from PySide6.QtCore import QObject, Signal
 from specscope.app.worker import RecordBuffer, RunRequest
 from specscope.core.controls import validate
 from specscope.core.events import Event
+from specscope.core.measure.run import Run
 from specscope.core.measure.snapshot import Estimate
 from specscope.core.records import ControlValues
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
 from specscope.core.remote.options import OPTION_FIELDS
-from specscope.core.remote.received import ReceivedRun
 from specscope.core.trace.autosave import SessionRecorder, start_recorder
 
 FINISHED, REFUSED, LOST = "finished", "refused", "lost"
@@ -119,7 +119,7 @@ class RemoteRun(QObject):
         self.sessions_dir = sessions_dir
         self.keep_sessions = keep_sessions
         self.recorder: SessionRecorder | None = None
-        self.received = ReceivedRun(sinks=[self._hand_over])
+        self.received = Run(sinks=[self._hand_over], keep_snapshots=False)
         self._thread: threading.Thread | None = None
 
     @property

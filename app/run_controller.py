@@ -101,7 +101,7 @@ class RunController(QObject):
         self._keep_sessions = keep_sessions or (lambda: 0)
         self.host = WorkerHost(self)
         self.data = RunData()
-        self._measurement: Any = None  # for events fed without snapshots (see feed); made in reset_data
+        self._measurement: Any = None  # a Run for events fed without snapshots (see feed); made in reset_data
         self.state = RunState.NO_MODEL
         self.has_pair = False
         self.pair_description = ""
@@ -541,24 +541,24 @@ class RunController(QObject):
         """Ingest events that come without snapshots (a benchmark's or a test's stream): they are fed through
         this run's own measurement first, as a session would."""
         if self._measurement is None:
-            from specscope.core.measure.measurement import Measurement
+            from specscope.core.measure.run import Run
 
-            self._measurement = Measurement()
+            self._measurement = Run(keep_snapshots=False)
         return self.ingest([(e, self._measurement.feed(e)) for e in events])
 
     def reset_data(self) -> None:
-        from specscope.core.measure.measurement import Measurement
+        from specscope.core.measure.run import Run
 
         self._pending.clear()
         self._baseline_wanted = False
-        self._measurement = Measurement()
+        self._measurement = Run(keep_snapshots=False)
         self.data = RunData()
         self.data_reset.emit()
 
     def replay(self, trace: LoadedTrace, path: str) -> None:
         """Show a saved run: its events fed through a new measurement, exactly as the live run fed them; the
         window shows the trace's pair, prompt, controls and end. A loaded pair stays loaded."""
-        from specscope.core.measure.measurement import feed_all
+        from specscope.core.measure.run import feed_all
 
         self.reset_data()
         self.replay_path = path

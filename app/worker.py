@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the engine's types, for the checker only: importing them at
     from specscope.app.pair_choice import PairChoice
     from specscope.core.engine.pair import ModelPair
     from specscope.core.engine.pair_spec import PairSpec
-    from specscope.core.session import Sink
+    from specscope.core.measure.run import RunSink
     from specscope.core.trace.autosave import SessionRecorder
 
 Observed = tuple[Event, Estimate | None]  # an event and the measurement's snapshot after it
@@ -174,6 +174,7 @@ class Worker(QObject):
         if self.pair is None:
             self.error.emit("No model is loaded yet.")
             return
+        from specscope.core.measure.run import Run
         from specscope.core.session import Session, SessionOptions
         from specscope.core.trace.autosave import start_recorder
 
@@ -184,7 +185,7 @@ class Worker(QObject):
             self.recorder = recorder
             if problem:
                 self.notice.emit(problem)
-        sinks: list[Sink] = [self.buffer.push]
+        sinks: list[RunSink] = [self.buffer.push]
         if recorder is not None:
             sinks.append(recorder)
         session = None
@@ -193,7 +194,8 @@ class Worker(QObject):
             opts = SessionOptions(max_new_tokens=request.max_new_tokens, seed=request.seed, plain=request.plain,
                                   memory_period_s=request.memory_period_s, prompt_text=request.prompt,
                                   source="local", **request.extra)
-            session = Session(self.pair, controls, opts, sinks=sinks)
+            # the window's buffer keeps each snapshot: the run need not
+            session = Session(self.pair, controls, opts, run=Run(sinks=sinks, keep_snapshots=False))
             for _event in session.stream(prompt_ids):
                 pass
         except Exception as exc:  # OOM, a model raising mid-run: report it, keep the events so far

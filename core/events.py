@@ -20,6 +20,12 @@ from typing import Any
 
 from specscope.core.records import BaselineRecord, ControlValues, DrillEvent, IterationRecord
 
+# Iterations in the recent window (the α window, the step costs' medians). A run records the one it used in
+# RunStarted, so replay, export and a remote client derive the same numbers; a trace from before the field
+# existed was measured with this one.
+ALPHA_WINDOW = 32
+MAX_ALPHA_WINDOW = 1_000_000  # what a worker accepts and a trace may say (core/remote/options.py)
+
 
 @dataclass(frozen=True)
 class RunStarted:
@@ -39,6 +45,7 @@ class RunStarted:
     options: dict[str, Any] = field(default_factory=dict)  # further session options (baseline spacing, ...)
     machine: dict[str, Any] = field(default_factory=dict)  # devices, dtypes, threads, specscope version
     t_s: float = 0.0  # time.monotonic() of the recording process
+    alpha_window: int = ALPHA_WINDOW  # the recent window the run's measurement used (it changes numbers)
 
 
 @dataclass(frozen=True)

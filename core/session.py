@@ -3,9 +3,11 @@
 The loop (``speculative.Decoder``) measures; the session joins the observations the loop cannot make by
 itself — the nearest memory sample (``memory.sampler.MemorySampler``, its own thread), machine-busy flags
 (``busy.BusyDetector``) and paging flags (``memory.detector.PagingDetector``) — onto each iteration before
-it leaves, then feeds every event to the measurement (``measurement.Measurement``, the one owner of every
-derived number; the session is its only feeder) and hands the event with the snapshot after it to its
-sinks (autosave, the GUI's buffer, a socket), on this thread, in order. ``stream`` yields the same events.
+it leaves, then feeds every event to the ``Run`` its consumer handed it (``core.measure.run``: the one
+measurement, the stream kept, each event with the snapshot after it handed to the run's sinks — autosave,
+the GUI's buffer, a socket — on this thread, in order). ``stream`` yields the same events. The session
+builds no measurement: its adaptive k, baseline schedule and exploration read that run's snapshot, so the
+session feeds the run itself, between iterations, and a stream closed mid-run still delivers its end.
 The stream opens with ``RunStarted`` and always ends with ``RunFinished``, even when the run is cut short
 (a stop, a signal, an error): the sinks get it then too.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +33,12 @@ from specscope.core.engine.cpu_linear import choose_one_token_kernels
 from specscope.core.engine.drafters.suffix import SuffixDrafter
 from specscope.core.engine.pair import ModelPair
 from specscope.core.engine.speculative import DecodeOptions, Decoder
-from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.events import ALPHA_WINDOW, ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.adaptive import CostModelKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
 from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
 from specscope.core.measure.busy import BusyDetector
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.run import Run
 from specscope.core.measure.schedule import (
     BASELINE_EARLY_BUDGET,
     BASELINE_MAX_GAP,
@@ -44,7 +46,6 @@ from specscope.core.measure.schedule import (
     BaselineSchedule,
     VerifyExploration,
 )
-from specscope.core.measure.snapshot import Estimate
 from specscope.core.memory.bandwidth import device_bandwidth
 from specscope.core.memory.detector import PagingDetector, is_streaming_flag
 from specscope.core.memory.drill import DrillError, DrillSpec, PagingDrill, drill_target
@@ -53,8 +54,6 @@ from specscope.core.memory.offload_meter import OffloadMeter
 from specscope.core.memory.residency import model_residency
 from specscope.core.memory.sampler import MemorySampler
 from specscope.core.records import SPECULATIVE_MODE, DrillEvent, IterationRecord, RunResult
-
-Sink = Callable[[Event, Estimate | None], None]
 
 
 @dataclass
@@ -76,7 +75,7 @@ class SessionOptions:
     # it); at most one in ``explore_every`` speculative iterations, within ``measurement_budget``, after the
     # measured speed-up exists where baselines run. 0 = never.
     explore_every: int = 16
-    alpha_window: int = 32
+    alpha_window: int = ALPHA_WINDOW  # recorded in RunStarted: the run's measurement uses it from there
     memory_period_s: float = 0.25  # 0 disables the sampler
     paging_factor: float = 3.0
     drill: DrillSpec | None = None  # a scheduled drill: from iteration drill.start until before drill.end
@@ -90,18 +89,18 @@ class SessionOptions:
 
 class Session:
     def __init__(self, pair: ModelPair, controls: Controls | None = None, options: SessionOptions | None = None,
-                 sinks: list[Sink] | None = None):
+                 run: Run | None = None):
         self.pair = pair
         self.controls = controls or Controls()
         self.options = options or SessionOptions()
-        self.sinks: list[Sink] = list(sinks or [])
-        self.measurement = Measurement(window=self.options.alpha_window)
+        # the run this session feeds (its consumer's, with the consumer's sinks); a run of its own without one
+        self.measured = run if run is not None else Run(alpha_window=self.options.alpha_window)
         # prompt lookup and suffix decoding find a whole continuation for free: their adaptive k trims what
         # was found (lookup's per match size, suffix decoding's by the draft's own count ratios)
         self.k_policy: CostModelKPolicy | LookupLengthPolicy = (
-            SuffixLengthPolicy(self.measurement, pair.drafter) if isinstance(pair.drafter, SuffixDrafter)
-            else LookupLengthPolicy(self.measurement) if pair.drafter_kind == "lookup"
-            else CostModelKPolicy(self.measurement))
+            SuffixLengthPolicy(self.measured, pair.drafter) if isinstance(pair.drafter, SuffixDrafter)
+            else LookupLengthPolicy(self.measured) if pair.drafter_kind == "lookup"
+            else CostModelKPolicy(self.measured))
         choose_one_token_kernels(pair)  # at this run's thread count, if the load's differed (timed once per count)
         self.busy = BusyDetector.for_device(pair.target.device, torch.get_num_threads())
         self.detector = PagingDetector(factor=self.options.paging_factor)
@@ -128,7 +127,6 @@ class Session:
             k_policy=self.k_policy,
         )
         self.records: list[IterationRecord] = []
-        self.events: list[Event] = []  # the whole stream, in order
         self.drill_events: list[DrillEvent] = []
         self.started: RunStarted | None = None
         self.finished: RunFinished | None = None
@@ -156,7 +154,7 @@ class Session:
 
     def decode_options(self) -> DecodeOptions:
         o = self.options
-        schedule = (BaselineSchedule(self.measurement, max(1, o.baseline_steps), min_gap=o.baseline_every,
+        schedule = (BaselineSchedule(self.measured, max(1, o.baseline_steps), min_gap=o.baseline_every,
                                      max_gap=max(o.baseline_every, BASELINE_MAX_GAP), budget=o.measurement_budget,
                                      early_budget=max(o.measurement_budget, BASELINE_EARLY_BUDGET))
                     if o.baseline_every > 0 else None)
@@ -164,7 +162,7 @@ class Session:
         # times its own plain step, a match before any length-1 pass proposes nothing)
         first = (self.controls.values.adaptive_k and not o.plain
                  and isinstance(self.k_policy, CostModelKPolicy))
-        explore = (VerifyExploration(self.measurement, K_MAX, every=o.explore_every, budget=o.measurement_budget,
+        explore = (VerifyExploration(self.measured, K_MAX, every=o.explore_every, budget=o.measurement_budget,
                                      after_measured=schedule is not None) if o.explore_every > 0 else None)
         return DecodeOptions(
             max_new_tokens=o.max_new_tokens,
@@ -202,14 +200,12 @@ class Session:
             description=str(getattr(pair, "description", "") or ""), prompt=o.prompt_text,
             prompt_tokens=len(prompt_ids), controls=self.controls.values, max_new_tokens=o.max_new_tokens,
             plain=o.plain, seed=o.seed, options=options, machine=machine, t_s=time.monotonic(),
+            alpha_window=o.alpha_window,
         )
 
     def _emit(self, event: Event) -> None:
-        """Feed the one owner, keep the event, hand it with the snapshot after it to every sink."""
-        snapshot = self.measurement.feed(event)
-        self.events.append(event)
-        for sink in self.sinks:
-            sink(event, snapshot)
+        """Feed the run (it keeps the event and hands it with the snapshot after it to its sinks)."""
+        self.measured.feed(event)
 
     # ---- drill and evidence -----------------------------------------------------------------------------
     def _profile_models(self) -> None:

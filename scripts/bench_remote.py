@@ -43,17 +43,17 @@ CLIENT = textwrap.dedent("""
     import json, sys, time
     from specscope.core.records import ControlValues
     from specscope.core.remote.client import WorkerClient
-    from specscope.core.remote.received import ReceivedRun
+    from specscope.core.measure.run import Run
     from specscope.core.remote.url import parse_worker_url
 
     client = WorkerClient.connect(parse_worker_url(sys.argv[1]))
     for line in sys.stdin:
         ask = json.loads(line)
-        run = ReceivedRun()
+        run = Run()
         cpu0 = time.process_time()
         for event in client.start(ask["prompt"], ControlValues(k=ask["k"]), ask["options"]):
             run.feed(event)
-        cost = run.measurement.estimate().cost
+        cost = run.estimate().cost
         print(json.dumps({"span_ms": cost.wall_ms, "tokens": client.result["token_ids"],
                           "events": len(run.events), "client_cpu_ms": 1000.0 * (time.process_time() - cpu0)}),
               flush=True)
@@ -85,7 +85,7 @@ def _local_run(pair: Any, k: int, max_new: int) -> dict[str, Any]:
     ids = pair.encode_prompt(PROMPT)
     session = Session(pair, Controls(ControlValues(k=k)), SessionOptions(**_options(max_new)))
     result = session.run(ids)
-    cost = session.measurement.estimate().cost  # type: ignore[union-attr]
+    cost = session.measured.estimate().cost  # type: ignore[union-attr]
     return {"span_ms": cost.wall_ms, "tokens": result.token_ids}
 
 

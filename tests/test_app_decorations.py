@@ -70,7 +70,7 @@ def test_control_changes_are_numbered_badges_that_are_not_cut_and_do_not_overlap
 
 def test_acceptance_labels_fit_at_k8_and_few_samples_are_pale(qtbot, tmp_path):
     from specscope.app.widgets.acceptance_bars import MIN_SAMPLES
-    from specscope.core.measure.measurement import replay
+    from specscope.core.measure.run import replay
 
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)
@@ -186,7 +186,7 @@ def test_the_k_advisors_title_stays_within_the_plot_with_the_rest_on_hover(qtbot
     """Adaptive k's explanation under the k advisor's title ran past the plot's right edge at 1280x720; and
     there its three lines left the curve ~20 px with its axis labels overlapping."""
     from specscope.app.widgets.k_advisor import DATA_MIN_PX
-    from specscope.core.measure.measurement import replay
+    from specscope.core.measure.run import replay
 
     w = make_window(qtbot, tmp_path)
     w.resize(1280, 720)

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.core.measure.measurement import feed_all
+from specscope.core.measure.run import feed_all
 from specscope.core.trace.files import write_trace
 
 from .app_helpers import (

@@ -20,7 +20,7 @@ from specscope.app.run_data import RunData
 from specscope.core.controls import switched_drafter_controls
 from specscope.core.drafter_catalogue import DEFAULT_K, DEMO_DRAFTER, default_k
 from specscope.core.events import describe_change
-from specscope.core.measure.measurement import feed_all, replay
+from specscope.core.measure.run import feed_all, replay
 from specscope.core.records import ControlValues
 
 from .app_helpers import make_window, qt_binding_broken, synthetic_records, synthetic_stream

@@ -30,7 +30,7 @@ from specscope.core.engine.drafters.model import ModelDrafter
 from specscope.core.engine.pair import LoadedModel, ModelPair
 from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.busy import BUSY_PREFIX, BusyDetector
-from specscope.core.measure.measurement import feed_all, replay
+from specscope.core.measure.run import Run, feed_all, replay
 from specscope.core.measure.snapshot import Estimate
 from specscope.core.measure.summary import run_summary
 from specscope.core.records import ControlValues, DrillEvent, IterationRecord
@@ -85,7 +85,7 @@ def recorded(tmp_path_factory) -> tuple[list[tuple[Event, Estimate | None]], Pat
     options = SessionOptions(max_new_tokens=220, seed=3, memory_period_s=0, baseline_every=3, baseline_steps=2,
                              explore_every=8, drill=DrillSpec("draft", None, 20, 30), drill_folder=str(root),
                              measure_bandwidth=False, prompt_text="contract prompt")
-    session = Session(pair, controls, options, sinks=[recorder, user])
+    session = Session(pair, controls, options, run=Run(sinks=[recorder, user]))
     session.busy = ScriptedBusy(50, 62)
     session.run([3, 14, 15, 9, 26])
     recorder.close()
@@ -188,10 +188,12 @@ def test_the_bench_reads_the_same_alpha(recorded) -> None:
 
     live, _ = recorded
     records = [e for e, _ in live if isinstance(e, IterationRecord)]
-    row = bench_runs.RunRow(round=0, method="k=3", prompt_id="p", prompt_kind="prose", tokens=0, seconds=1.0)
-    bench_runs.fill_acceptance(row, records)  # what bench_runs.run_specscope fills its row with
     final = live[-1][1]
-    assert final is not None and row.alpha == final.alpha
+    # the snapshot the bench's run ended on (run_specscope keeps it on the row), then what it fills the row with
+    row = bench_runs.RunRow(round=0, method="k=3", prompt_id="p", prompt_kind="prose", tokens=0, seconds=1.0,
+                            snapshot=final)
+    bench_runs.fill_acceptance(row, records)
+    assert final is not None and row.alpha == final.alpha and row.alpha is not None
 
 
 @pytest.fixture(scope="module")

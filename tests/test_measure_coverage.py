@@ -78,7 +78,7 @@ def test_a_replayed_trace_gives_the_same_interval_free_plain_samples_included(tm
     """The trace is the event stream: written to the event log and read back, a run whose plain samples are
     iterations that proposed nothing (no baseline at all) replays to the same snapshot."""
     from specscope.core.events import RunStarted
-    from specscope.core.measure.measurement import replay
+    from specscope.core.measure.run import replay
     from specscope.core.records import ControlValues
     from specscope.core.trace.event_log import read_events, write_events
 

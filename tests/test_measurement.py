@@ -455,7 +455,7 @@ def test_a_run_beside_cpu_hogs_is_flagged_busy_and_not_paging():
     busy = [r for r in session.records if any(f.startswith(BUSY_PREFIX) for f in r.flags)]
     assert len(busy) >= len(session.records) // 2
     assert not any("paging" in f or "memory" in f for r in session.records for f in r.flags)
-    assert session.measurement.estimate() is not None and session.measurement.estimate().busy
+    assert session.measured.estimate() is not None and session.measured.estimate().busy
 
 
 # ---- predicted vs measured on the controlled pair ---------------------------------------------------

@@ -85,7 +85,7 @@ def test_percentile_interpolates():
 
 
 def test_run_summary_is_json_ready(four):
-    from specscope.core.measure.measurement import replay
+    from specscope.core.measure.run import replay
     from specscope.core.measure.summary import run_summary
 
     s = run_summary(four, prefill_ms=3.0, estimate=replay(four).estimate())

@@ -228,11 +228,11 @@ def test_an_iteration_that_proposed_nothing_counts_as_a_baseline_for_the_schedul
     for i in range(8):
         m.feed(_lookup_rec(i, 0 if i % 2 == 0 else 3, 3, 12.0))  # every other iteration proposes nothing
     schedule = BaselineSchedule(m, min_gap=6)
-    assert m.iterations_since_plain_sample() == 1
+    assert m.estimate().since_plain_sample == 1
     assert not schedule.due(8, 1000)  # 8 iterations since the last baseline (none), 1 since a plain sample
     for i in range(8, 40):
         m.feed(_lookup_rec(i, 3, 3, 12.0))  # copying from here on: 4 tokens in 12 ms
-    assert m.iterations_since_plain_sample() == 33 and schedule.due(40, 1000)
+    assert m.estimate().since_plain_sample == 33 and schedule.due(40, 1000)
 
 
 def test_a_plain_step_dearer_than_a_short_pass_prices_the_baselines_as_timed() -> None:
@@ -245,7 +245,7 @@ def test_a_plain_step_dearer_than_a_short_pass_prices_the_baselines_as_timed() -
         r.verify_ms = 8.0
         m.feed(r)
     assert m.fit.points[1] < 10.0  # pooled with the cheaper 4-token passes
-    assert m.provisional_speedup() == pytest.approx(3 / 9.0 * 10.0)
+    assert m.estimate().provisional_speedup == pytest.approx(3 / 9.0 * 10.0)
 
 
 def _one_plain_step(speedup: float) -> Measurement:
@@ -263,7 +263,7 @@ def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_ru
     m = _one_plain_step(1.5)
     est = m.estimate()
     assert est is not None and est.plain_samples == 1 and est.measured is None
-    assert m.provisional_speedup() == pytest.approx(1.5)
+    assert m.estimate().provisional_speedup == pytest.approx(1.5)
     schedule = BaselineSchedule(m, min_gap=2, budget=0.03, early_budget=0.045)
     # x1.5 at 2 tokens an iteration (1.33 plain-step times): a plain step costs 1/3 of a step more than
     # speculation, so the 3% budget allows one every (0.33 / 0.03 - 1) / 1.33 = 7.6 iterations, 4.5% every 4.8
@@ -280,7 +280,7 @@ def test_until_the_interval_exists_baselines_are_spread_to_give_it_within_the_ru
     # asked as the iterations come, with 12 tokens left: due halfway through what is left since the baseline
     for i in range(8, 12):
         m.feed(_rec(i, "speculative", 2 * 10.0 / 1.5, 2))
-    assert m.iterations_since_plain_sample() == 5 and not schedule.due(5, 12)  # 11 iterations: 5.5 -> 6
+    assert m.estimate().since_plain_sample == 5 and not schedule.due(5, 12)  # 11 iterations: 5.5 -> 6
     m.feed(_rec(12, "speculative", 2 * 10.0 / 1.5, 2))
     assert schedule.due(6, 12)
 
@@ -340,7 +340,7 @@ def test_after_the_early_baselines_the_next_waits_until_the_run_has_paid_for_the
         m.feed(r)
     est = m.estimate()
     assert est is not None and est.run_measured is not None and est.cost is not None
-    s = m.provisional_speedup()
+    s = m.estimate().provisional_speedup
     assert s == pytest.approx(3 / 10.7 * 10.0)
     spent = 2 * (10.0 - 10.7 / 3)  # each plain step beyond what speculation takes for its token
     assert est.cost.iterations_ms == pytest.approx(spent)

@@ -17,10 +17,10 @@ import pytest
 from specscope.core.commands.pair_arguments import spec_from_args
 from specscope.core.engine.models import load_pair
 from specscope.core.events import ControlChange, RunFinished, RunStarted
+from specscope.core.measure.run import Run
 from specscope.core.records import ControlValues, IterationRecord
 from specscope.core.remote import protocol
 from specscope.core.remote.client import WorkerClient, WorkerLost, WorkerRefused
-from specscope.core.remote.received import ReceivedRun
 from specscope.core.remote.server import WorkerServer
 from specscope.core.remote.url import WorkerAddress
 from tests.cli_helpers import cli, one_sentence, sessions
@@ -101,23 +101,24 @@ def test_remote_summary_text_is_a_local_runs(worker, capsys) -> None:
 
 
 def test_received_run_feeds_the_one_owner(worker) -> None:
-    """The client's numbers are its own measurement's, fed the events: the same as a replay of them."""
-    from specscope.core.measure.measurement import replay
+    """The client's numbers are its own run's, fed the events: the same as a replay of them, measured over the
+    recent window the worker's run recorded (not the default)."""
+    from specscope.core.measure.run import replay
 
     seen: list[Any] = []
-    run = ReceivedRun(sinks=[lambda e, s: seen.append((e, s))])
+    run = Run(sinks=[lambda e, s: seen.append((e, s))])
     with WorkerClient.connect(worker.address) as client:
-        for event in client.start("w5 w6 w7", ControlValues(k=2), {"max_new_tokens": 20}, chat=False):
+        options = {"max_new_tokens": 20, "alpha_window": 3}
+        for event in client.start("w5 w6 w7", ControlValues(k=2), options, chat=False):
             run.feed(event)
         assert client.result is not None and client.result["token_ids"] == run.token_ids()
     assert isinstance(run.started, RunStarted) and run.started.source == "remote"
+    assert run.started.alpha_window == 3 and run.alpha_window == 3
     assert isinstance(run.finished, RunFinished) and run.finished.tokens == 20
-    assert [e for e, _ in seen] == run.events and seen[-1][1] == run.snapshot
+    assert seen == run.observed()
     again = replay(run.events).estimate()
-    mine = run.measurement.estimate()
-    assert again is not None and mine is not None
-    assert (again.alpha, again.judged, again.tokens_per_iteration) == (mine.alpha, mine.judged,
-                                                                       mine.tokens_per_iteration)
+    mine = run.estimate()
+    assert mine is not None and mine.window == 3 and again == mine
 
 
 def test_the_alternatives_arrive_with_their_texts(worker, pair) -> None:
@@ -507,7 +508,7 @@ def test_the_client_side_imports_no_torch() -> None:
     import sys
 
     code = ("import sys\n"
-            "import specscope.core.remote.client, specscope.core.remote.received, specscope.core.remote.spawn\n"
+            "import specscope.core.remote.client, specscope.core.measure.run, specscope.core.remote.spawn\n"
             "import specscope.core.remote.url, specscope.core.remote.protocol\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

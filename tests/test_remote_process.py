@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from specscope.core.events import RunFinished
+from specscope.core.measure.run import Run
 from specscope.core.records import IterationRecord
-from specscope.core.remote.received import ReceivedRun
 from specscope.core.remote.spawn import WorkerStartError, start_local_worker
 from tests.cli_helpers import cli, one_sentence, sessions
 from tests.remote_helpers import pair_args, tiny_pair_dirs
@@ -29,7 +29,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 def _feed_then(monkeypatch, after_iterations: int, action) -> None:
     """Do ``action`` once the client has received ``after_iterations`` iterations (mid-run, deterministically)."""
-    feed = ReceivedRun.feed
+    feed = Run.feed
     count = {"n": 0}
 
     def feed_and_act(self, event):
@@ -40,7 +40,7 @@ def _feed_then(monkeypatch, after_iterations: int, action) -> None:
                 action()
         return snapshot
 
-    monkeypatch.setattr(ReceivedRun, "feed", feed_and_act)
+    monkeypatch.setattr(Run, "feed", feed_and_act)
 
 
 def test_the_worker_killed_mid_run_keeps_what_arrived(dirs, tmp_path, capsys, monkeypatch) -> None:

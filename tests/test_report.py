@@ -12,7 +12,7 @@ import pytest
 
 from specscope.core.commands.cli import main
 from specscope.core.events import RunFinished, RunStarted
-from specscope.core.measure.measurement import feed_all
+from specscope.core.measure.run import feed_all
 from specscope.core.records import ControlValues, IterationRecord, TokenRecord, TokenStatus
 from specscope.core.trace.files import write_trace
 

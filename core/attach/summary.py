@@ -22,8 +22,8 @@ from typing import Any
 
 from specscope.core.attach.chunks import Chunk
 from specscope.core.attach.passes import PROMPT_PASS_FLAG, chunk_token_counts
-from specscope.core.measure import measurement
 from specscope.core.measure.metrics import percentile
+from specscope.core.measure.run import replay
 from specscope.core.measure.summary import run_summary
 from specscope.core.records import IterationRecord
 
@@ -42,7 +42,7 @@ def summarize_attached(records: Sequence[IterationRecord]) -> dict[str, Any]:
     """The measurement's run summary over the decode passes, limited to what an engine lets us know
     (no draft/verify split, no cost fit); ``tokens`` counts the prompt pass's token too."""
     decode = decode_records(records)
-    full = run_summary(decode, estimate=measurement.replay(decode).estimate())
+    full = run_summary(decode, estimate=replay(decode).estimate())
     out = {key: full[key] for key in ATTACHED_KEYS}
     out["passes"] = len(decode)
     out["tokens"] = sum(r.n_emitted for r in records)

@@ -22,8 +22,9 @@ from specscope.core.engine.speculative import DecodeOptions, Decoder, KPolicy, s
 from specscope.core.measure.adaptive import CostModelKPolicy, HeuristicKPolicy
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
 from specscope.core.measure.adaptive_suffix import SuffixLengthPolicy
-from specscope.core.measure.measurement import Estimate, Measurement, replay
+from specscope.core.measure.run import Run
 from specscope.core.measure.schedule import VerifyExploration
+from specscope.core.measure.snapshot import Estimate
 from specscope.core.measure.summary import run_summary
 from specscope.core.records import ControlValues, IterationRecord
 
@@ -178,14 +179,15 @@ def default_methods(ks: Sequence[int], pair: ModelPair, adaptive: bool = True, h
     return methods
 
 
-def _policy(method: Method, drafter_kind: str, drafter: Drafter) -> KPolicy | None:
+def _policy(method: Method, drafter_kind: str, drafter: Drafter, run: Run) -> KPolicy | None:
+    """The method's k policy, reading ``run``'s snapshots (None: a fixed k or plain decoding)."""
     if method.kind == "adaptive":
         # a lookup or suffix proposal is found whole at once: its policy trims it (suffix decoding's by the
         # draft's own count ratios, lookup's by acceptance measured per match length)
         if method.lookup is None and isinstance(drafter, SuffixDrafter):
-            return SuffixLengthPolicy(Measurement(), drafter)
+            return SuffixLengthPolicy(run, drafter)
         matching = method.lookup is not None or drafter_kind == "lookup"
-        return LookupLengthPolicy(Measurement()) if matching else CostModelKPolicy(Measurement())
+        return LookupLengthPolicy(run) if matching else CostModelKPolicy(run)
     if method.kind == "heuristic":
         return HeuristicKPolicy()
     return None
@@ -205,7 +207,9 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
         v = method.lookup
         drafter = PromptLookupDrafter(max_ngram=v.max_ngram, min_ngram=v.min_ngram, match=v.match,
                                       num_tokens=getattr(pair.drafter, "num_tokens", 10))
-    policy = _policy(method, pair.drafter_kind, drafter)
+    # this runner is the session here: one run fed the loop's events, for the policy's numbers and the row's own
+    run = Run(keep_snapshots=False)  # the row keeps the last one
+    policy = _policy(method, pair.drafter_kind, drafter, run)
     # plain decoding gets no drafter: its prefill must not pay for the draft's
     decoder = Decoder(pair.target.model, pair.vocab_size, drafter=None if plain else drafter,
                       token_text=pair.token_text, k_policy=policy)
@@ -215,15 +219,13 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     # then, and an occasional iteration at an unmeasured length, all of them real (they commit their tokens, and
     # their time counts). Lookup's policy measures both from its own passes: no baselines.
     measured = method.kind == "adaptive" and not isinstance(policy, LookupLengthPolicy)
-    # this runner is the session here: the measurement's one feeder, for the policy's numbers and the row's own
-    measurement: Measurement = getattr(policy, "measurement", None) or Measurement()
     opts = DecodeOptions(
         max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids, record_tokens=False,
         baseline_every=32 if measured else 0, baseline_steps=1, baseline_first=measured,
-        explore_k=VerifyExploration(measurement, min(8, K_MAX)) if measured else None,
+        explore_k=VerifyExploration(run, min(8, K_MAX)) if measured else None,
     )
     for event in decoder.stream(prompt.ids, controls, opts, plain=plain):
-        measurement.feed(event)
+        run.feed(event)
     result = decoder.result
     assert result is not None
     records = result.iterations
@@ -231,7 +233,7 @@ def run_specscope(pair: ModelPair, prompt: BenchPrompt, method: Method, max_new_
     row = RunRow(round=0, method=method.name, prompt_id=prompt.id, prompt_kind=prompt.kind,
                  tokens=len(result.token_ids), seconds=(decoder.prefill_ms + decode_ms) / 1000.0,
                  token_ids=list(result.token_ids), target_passes=len(records), decode_ms=decode_ms,
-                 records=list(records), snapshot=measurement.estimate())
+                 records=list(records), snapshot=run.estimate())
     if not plain:
         fill_acceptance(row, records)
     return row
@@ -253,8 +255,9 @@ def fresh_suffix_drafter(like: Drafter, earlier: Sequence[Sequence[int]]) -> Dra
 
 
 def fill_acceptance(row: RunRow, records: Sequence[IterationRecord]) -> None:
-    """α, acceptance rate and mean k of a run, from the measurement's run summary (as the CLI prints them)."""
-    summary = run_summary(records, estimate=replay(records).estimate())
+    """α, acceptance rate and mean k of a run, from the run summary of its records and the snapshot its run
+    ended on (``row.snapshot``), as the CLI prints them: the records are not fed again."""
+    summary = run_summary(records, estimate=row.snapshot)
     row.alpha, row.acceptance_rate, row.mean_k = summary["alpha"], summary["acceptance_rate"], summary["mean_k"]
 
 
@@ -386,13 +389,15 @@ def estimate_against(plain: Sequence[IterationRecord],
     """The measurement's estimate after a speculative run, its plain step taken from the adjacent plain run
     (each plain step is a verify pass of length 1 in the one cost fit), and the run's typical k: the number of
     proposals most of its iterations drafted (the larger on a tie). Not the mean: the last iterations draft
-    fewer when the token budget runs out, which would round a fixed k = 6 down to 5."""
-    m = Measurement()
+    fewer when the token budget runs out, which would round a fixed k = 6 down to 5. A stream of its own (the
+    plain run's steps, then the speculative run's iterations), not the speculative run's: its plain step is
+    another run's."""
+    joined = Run()
     for r in plain:
-        m.feed(r)
+        joined.feed(r)
     est = None
     for r in speculative:
-        est = m.feed(r)
+        est = joined.feed(r)
     if est is None:
         return None
     counts = Counter(r.n_drafted for r in speculative if r.mode == "speculative" and r.n_drafted)

@@ -36,7 +36,7 @@ from specscope.core.commands.cli_checks import (
     terminate_raises,
     whole_number,
 )
-from specscope.core.commands.run import _Run, cmd_run
+from specscope.core.commands.run import cmd_run
 from specscope.core.drafter_catalogue import (
     DEFAULT_K,
     DEFAULT_K_BY_DRAFTER,
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _import_engine(args)
     finally:
         starting_done()
-    _Run.session_folder = None
+    args.session_folder = None  # a run's autosave folder, once it has one (commands.run.start_autosave)
     where = ""
     try:
         with terminate_raises():
@@ -154,15 +154,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         if isinstance(exc, StdoutError):  # e.g. --json > /dev/full, or a closed pipe
             silence_stdout()
-            if _Run.session_folder is not None:
-                where = f"; the run is saved in {_Run.session_folder}"
+            if args.session_folder is not None:
+                where = f"; the run is saved in {args.session_folder}"
         print_error(f"{exc}{where}")
         rc = exc.exit_code
     except Interrupted as exc:  # SIGTERM outside a decode loop (terminate_raises): loading a model, connecting
-        if args.command == "run" and _Run.session_folder is None:
+        if args.command == "run" and args.session_folder is None:
             print_error(f"{exc.signal_name} received before decoding began; nothing was decoded")
         elif args.command == "run":
-            print_error(f"{exc.signal_name} received; the run is saved in {_Run.session_folder}")
+            print_error(f"{exc.signal_name} received; the run is saved in {args.session_folder}")
         else:
             print_error(f"{exc.signal_name} received; {args.command} stopped before it finished")
         rc = exc.exit_code

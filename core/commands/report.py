@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from specscope.core.commands.run_report import RunOutcome, report_run
     from specscope.core.events import RunFinished, RunStarted
-    from specscope.core.measure.measurement import feed_all
+    from specscope.core.measure.run import feed_all
     from specscope.core.records import DrillEvent
     from specscope.core.trace.errors import TraceError
     from specscope.core.trace.files import read_trace

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from specscope.core.commands.cli_checks import (
@@ -27,7 +26,7 @@ from specscope.core.drafter_catalogue import (
 )
 
 
-def _prompt_text(args: argparse.Namespace) -> str:
+def prompt_text_from_args(args: argparse.Namespace) -> str:
     if args.prompt_file is not None:
         return checked_prompt(read_text_file(args.prompt_file, "prompt file"), f"prompt file {args.prompt_file}")
     if args.prompt is not None:
@@ -42,7 +41,7 @@ def _prompt_text(args: argparse.Namespace) -> str:
     raise CliError("give a prompt with --prompt TEXT or --prompt-file FILE")
 
 
-def _controls(args: argparse.Namespace) -> Any:
+def controls_from_args(args: argparse.Namespace) -> Any:
     from specscope.core.controls import Controls, InvalidControl
     from specscope.core.records import ControlValues
 
@@ -53,7 +52,7 @@ def _controls(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _drill(args: argparse.Namespace) -> Any:
+def drill_from_args(args: argparse.Namespace) -> Any:
     from specscope.core.memory.drill import DrillError, parse_drill
 
     if getattr(args, "drill", None) is None:
@@ -67,7 +66,7 @@ def _drill(args: argparse.Namespace) -> Any:
     return spec
 
 
-def _progress(quiet: bool):
+def load_progress(quiet: bool):
     def report(message: str, fraction: float) -> None:
         if not quiet:
             progress_line(f"[{fraction * 100:5.1f}%] {message}")
@@ -96,7 +95,7 @@ def session_description(args: argparse.Namespace, pair: Any) -> dict[str, Any]:
     }
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """``--quiet`` / ``--json``: no progress bars or notices from transformers and the hub while loading."""
     import os
 
@@ -107,25 +106,21 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
-def _start_recorder(description: dict[str, Any], quiet: bool) -> Any:
-    """The app's autosave recorder, for the CLI too; a run goes on without it when it cannot start."""
+def start_autosave(args: argparse.Namespace, description: dict[str, Any], quiet: bool) -> Any:
+    """The app's autosave recorder, for the CLI too; a run goes on without it when it cannot start. Its folder
+    is kept on ``args.session_folder``: what the error path says when the run ends badly (None: no autosave)."""
     from specscope.core.trace.autosave import default_sessions_dir, start_recorder
 
     # A writer thread does the writing, as in the app: a signal is handled on this thread, so it can never land
     # in the middle of a line being written (and write it twice, or half).
     recorder, problem = start_recorder(default_sessions_dir(), description)
+    args.session_folder = recorder.folder if recorder is not None else None
     if recorder is None:
         print(f"specscope: warning: {problem}", file=sys.stderr)
         return None
     if not quiet:
         print(f"autosave: {recorder.folder}", file=sys.stderr)
     return recorder
-
-
-class _Run:
-    """What the error path needs to say where a run's work went."""
-
-    session_folder: Path | None = None
 
 
 def _check_context(pair: Any, n_prompt: int, max_new_tokens: int, quiet: bool) -> None:
@@ -157,28 +152,29 @@ def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
         check_writable(args.chrome_trace, "--chrome-trace")
     quiet = bool(args.quiet or args.json)
     if quiet:
-        _quiet_libraries()
+        quiet_libraries()
     return quiet
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     resolve_drafter_defaults(args)
-    controls = _controls(args)
-    drill = _drill(args)
-    text = _prompt_text(args)
+    controls = controls_from_args(args)
+    drill = drill_from_args(args)
+    text = prompt_text_from_args(args)
     quiet = check_outputs_and_quiet(args)
 
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.engine.models import load_pair
     from specscope.core.engine.pair_spec import ModelLoadError
     from specscope.core.gc_freeze import loaded_objects_frozen
+    from specscope.core.measure.run import Run
     from specscope.core.session import Session, SessionOptions
 
     if args.plain and not args.draft and args.drafter in (None, "model", "eagle"):
         args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
     try:
         spec = spec_from_args(args)
-        pair = load_pair(spec, progress=_progress(quiet))
+        pair = load_pair(spec, progress=load_progress(quiet))
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     prompt_ids = pair.encode_prompt(text, chat=False if args.no_chat_template else None)
@@ -186,14 +182,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     description = session_description(args, pair)
     # what the app's crash recovery offers the run by (its prompt and pair, not only a date)
     description.update(prompt=text, pair_description=str(getattr(pair, "description", "") or ""))
-    recorder = _start_recorder(description, quiet)
-    _Run.session_folder = recorder.folder if recorder is not None else None
-    # the recorder is a sink of the session: it records on this thread, in the stream's order
+    recorder = start_autosave(args, description, quiet)
+    # the recorder is a sink of the run the session feeds: it records on this thread, in the stream's order
+    exported = args.trace is not None or args.chrome_trace is not None  # else the latest snapshot is enough
+    run = Run(sinks=[recorder] if recorder is not None else [], keep_snapshots=exported)
     session = Session(pair, controls, SessionOptions(
         max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
         baseline_every=args.baseline_every, explore_every=args.explore_every, drill=drill, prompt_text=text,
         source="local",
-    ), sinks=[recorder] if recorder is not None else [])
+    ), run=run)
 
     with SignalGuard(controls).installed() as guard, loaded_objects_frozen():  # no full collection in a step
         return _decode_and_report(args, pair, session, prompt_ids, description, recorder, guard)
@@ -211,7 +208,7 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
     stream = session.stream(prompt_ids)
     warned = False
     try:
-        for _event in stream:  # the session's sinks (autosave) see every event; the summary reads the snapshot
+        for _event in stream:  # the run's sinks (autosave) see every event; the summary reads its snapshot
             if recorder is not None and recorder.error is not None and not warned:
                 # said at once: the user should know the crash-safety net is off while the run goes on
                 warned = True
@@ -242,8 +239,8 @@ def _decode_and_report(args: argparse.Namespace, pair: Any, session: Any, prompt
         token_ids=result.token_ids, text=pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
         # how the run ended is the stream's RunFinished (a stop by signal says interrupted or terminated)
         finish_reason=session.finished.reason if session.finished is not None else result.finish_reason,
-        records=session.records, events=session.events, drill_events=session.drill_events,
-        prefill_ms=session.decoder.prefill_ms, estimate=session.measurement.estimate(),
+        records=session.records, events=session.measured.events, drill_events=session.drill_events,
+        prefill_ms=session.decoder.prefill_ms, estimate=session.measured.estimate(), run=session.measured,
         drafter_kind=pair.drafter_kind, residency=residency)
     return report_run(args, outcome, description, recorder, error=error, stopped=stopped, late=guard.late)
 

@@ -30,6 +30,7 @@ class RunOutcome:
     estimate: Any  # the measurement's snapshot (snapshot.Estimate) or None
     drafter_kind: str
     residency: dict[str, Any] = field(default_factory=dict)  # name -> memory.residency.Residency
+    run: Any = None  # the measure.run.Run that was fed the stream: the traces write its snapshots (None: replayed)
 
 
 def _fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
@@ -50,7 +51,8 @@ def report_run(args: argparse.Namespace, outcome: RunOutcome, description: dict[
 
     trace_error: str | None = None
     if args.trace is not None or args.chrome_trace is not None:
-        trace_error = write_traces(args, outcome.events, description, recorder)
+        trace_error = write_traces(args, outcome.run if outcome.run is not None else outcome.events, description,
+                                   recorder)
 
     if args.json:
         out = {
@@ -93,9 +95,10 @@ def nothing_decoded(stopped: Interrupted) -> CliError:
                     exit_code=stopped.exit_code)
 
 
-def write_traces(args: argparse.Namespace, events: list[Any], session: dict[str, Any],
+def write_traces(args: argparse.Namespace, events: Any, session: dict[str, Any],
                  recorder: Any) -> str | None:
-    """Write ``--trace`` and ``--chrome-trace``; when one fails this late (disk full), say where the run is:
+    """Write ``--trace`` and ``--chrome-trace`` from a run (its own snapshots) or a bare stream; when one fails
+    this late (disk full), say where the run is:
     the autosaved session folder holds the whole trace, and a chrome trace is saved there instead."""
     from specscope.core.trace.chrome_trace import write_chrome_trace
     from specscope.core.trace.errors import TraceError

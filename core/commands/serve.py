@@ -3,7 +3,7 @@
 ``serve`` loads the pair (the model options of ``run``), prints one line, the worker's URL with its token, and
 serves until SIGINT or SIGTERM (or, with ``--exit-with-parent``, until its standard input closes: the program
 that spawned it ended; ``core.remote.parent``). ``run --remote`` decodes on that worker and prints and writes
-exactly what a local run does: the received events feed the client's own measurement (``received.ReceivedRun``),
+exactly what a local run does: the received events feed the client's own run (``core.measure.run.Run``),
 the autosave recorder is a sink of that path as it is of a local session, and ``--trace`` writes the same
 stream. Exit 2 for what the user can fix (a bad URL, a wrong or missing token, a busy worker, a start it
 refused), 1 when the worker is lost mid-run (what arrived is kept), 128+N after a signal (the run on the worker
@@ -59,13 +59,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from specscope.core.commands.pair_arguments import spec_from_args
-    from specscope.core.commands.run import _progress, _quiet_libraries
+    from specscope.core.commands.run import load_progress, quiet_libraries
     from specscope.core.engine.models import load_pair
     from specscope.core.engine.pair_spec import ModelLoadError
     from specscope.core.remote.server import WorkerServer, listen
 
     if args.quiet:
-        _quiet_libraries()
+        quiet_libraries()
     if args.exit_with_parent:  # before the load, which can take minutes: a parent gone meanwhile ends it too
         from specscope.core.remote.parent import exit_with_parent, stdin_is_a_pipe
 
@@ -81,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     try:
         spec = spec_from_args(args)
-        pair = load_pair(spec, progress=_progress(args.quiet))
+        pair = load_pair(spec, progress=load_progress(args.quiet))
     except ModelLoadError as exc:
         listener.close()
         raise CliError(str(exc)) from None
@@ -188,7 +188,12 @@ def remote_description(args: argparse.Namespace, client: WorkerClient) -> dict[s
 
 
 def cmd_run_remote(args: argparse.Namespace) -> int:
-    from specscope.core.commands.run import _controls, _drill, _prompt_text, check_outputs_and_quiet
+    from specscope.core.commands.run import (
+        check_outputs_and_quiet,
+        controls_from_args,
+        drill_from_args,
+        prompt_text_from_args,
+    )
     from specscope.core.drafter_catalogue import adaptive_k_default, default_k
     from specscope.core.session import SessionOptions
 
@@ -211,9 +216,9 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
             args.adaptive_k = adaptive_k_default(drafter)
         if args.k is None:
             args.k = default_k(drafter)
-        controls = _controls(args)
-        drill = _drill(args)
-        text = _prompt_text(args)
+        controls = controls_from_args(args)
+        drill = drill_from_args(args)
+        text = prompt_text_from_args(args)
         options = session_options_to_data(SessionOptions(
             max_new_tokens=args.max_new_tokens, seed=args.seed, plain=args.plain,
             baseline_every=args.baseline_every, explore_every=args.explore_every, drill=drill))
@@ -233,7 +238,8 @@ class _LazyRecorder:
     """The autosave recorder, started when the run's first event arrives (a start the worker refuses leaves
     no empty session folder behind); a sink of the received run, as the recorder is of a local session."""
 
-    def __init__(self, description: dict[str, Any], quiet: bool):
+    def __init__(self, args: argparse.Namespace, description: dict[str, Any], quiet: bool):
+        self.args = args
         self.description = description
         self.quiet = quiet
         self.recorder: Any = None
@@ -241,11 +247,10 @@ class _LazyRecorder:
 
     def __call__(self, event: Any, snapshot: object = None) -> None:
         if not self.started:
-            from specscope.core.commands.run import _Run, _start_recorder
+            from specscope.core.commands.run import start_autosave
 
             self.started = True
-            self.recorder = _start_recorder(self.description, self.quiet)
-            _Run.session_folder = self.recorder.folder if self.recorder is not None else None
+            self.recorder = start_autosave(self.args, self.description, self.quiet)
         if self.recorder is not None:
             self.recorder(event, snapshot)
 
@@ -256,10 +261,10 @@ def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls
     from specscope.core.commands.run import warn_autosave_off
     from specscope.core.commands.run_report import RunOutcome, nothing_decoded, report_run
     from specscope.core.events import RunStarted
-    from specscope.core.remote.received import ReceivedRun  # the measurement (numpy): not for --help
+    from specscope.core.measure.run import Run  # the measurement (numpy): not for --help
 
-    lazy = _LazyRecorder(description, quiet)
-    received = ReceivedRun(sinks=[lazy])
+    lazy = _LazyRecorder(args, description, quiet)
+    received = Run(sinks=[lazy], keep_snapshots=args.trace is not None or args.chrome_trace is not None)
     error: str | None = None
     stopped: Interrupted | None = None
     warned = False
@@ -307,7 +312,7 @@ def _receive_and_report(args: argparse.Namespace, client: WorkerClient, controls
         token_ids=token_ids, text=out_text,
         finish_reason=received.finished.reason if received.finished is not None else "error",
         records=received.records, events=received.events, drill_events=received.drill_events,
-        prefill_ms=received.prefill_ms, estimate=received.measurement.estimate(),
+        prefill_ms=received.prefill_ms, estimate=received.estimate(), run=received,
         drafter_kind=str(args.drafter), residency=residency_from_data(result.get("residency")))
     return report_run(args, outcome, description, lazy.recorder, error=error, stopped=stopped,
                       late=guard.late)

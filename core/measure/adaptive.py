@@ -8,7 +8,7 @@ explore, probe and switch. ``HeuristicKPolicy`` is transformers' schedule, for c
 
 from __future__ import annotations
 
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.snapshot import SnapshotSource
 from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 
@@ -40,7 +40,7 @@ class CostModelKPolicy:
 
     def __init__(
         self,
-        measurement: Measurement,
+        measurement: SnapshotSource,
         k_min: int = 0,
         k_max: int = 16,
         initial_k: int = 2,

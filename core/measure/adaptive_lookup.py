@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from specscope.core.controls import K_MAX
 from specscope.core.measure.estimators import KeyedPositionCounts
-from specscope.core.measure.measurement import TRUSTED_PASSES, Measurement
+from specscope.core.measure.measurement import TRUSTED_PASSES
+from specscope.core.measure.snapshot import SnapshotSource
 from specscope.core.records import SPECULATIVE_MODE, IterationRecord
 
 
 class LookupLengthPolicy:
-    def __init__(self, measurement: Measurement, k_max: int = K_MAX, prior: float = 0.5, probe_every: int = 8,
+    def __init__(self, measurement: SnapshotSource, k_max: int = K_MAX, prior: float = 0.5, probe_every: int = 8,
                  reach: int = 1):
         if k_max < 1 or not 0.0 < prior < 1.0 or probe_every < 0 or reach < 1:
             raise ValueError("need k_max >= 1, 0 < prior < 1, probe_every >= 0 and reach >= 1")

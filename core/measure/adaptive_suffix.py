@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from specscope.core.controls import K_MAX
 from specscope.core.measure.adaptive_lookup import LookupLengthPolicy
-from specscope.core.measure.measurement import Measurement
+from specscope.core.measure.snapshot import SnapshotSource
 
 
 class CountedDrafter(Protocol):
@@ -35,7 +35,7 @@ class CountedDrafter(Protocol):
 
 
 class SuffixLengthPolicy(LookupLengthPolicy):
-    def __init__(self, measurement: Measurement, drafter: CountedDrafter, k_max: int = K_MAX, probe_every: int = 8):
+    def __init__(self, measurement: SnapshotSource, drafter: CountedDrafter, k_max: int = K_MAX, probe_every: int = 8):
         super().__init__(measurement, k_max=k_max, probe_every=probe_every)
         self.drafter = drafter
 

@@ -2,10 +2,11 @@
 verify-cost fit, measured speed-up with its interval, predicted speed-up, the speed-up-vs-k curve, best k, the
 verdict and what measuring costs the run.
 
-It is fed the run's event stream (``core.events``) through :meth:`Measurement.feed`, by the session live and by
-replay for a trace, and hands out one immutable snapshot (``core.measure.snapshot.Estimate``) after each event. Every
-consumer — the CLI's text and ``--json``, the flat CSV export, the app's status bar, panels and plots, adaptive
-k and ``specscope bench`` — displays a snapshot; none computes its own.
+It is fed the run's event stream (``core.events``) through :meth:`Measurement.feed` by a ``Run``
+(``core.measure.run``, the only place one is built: live, received from a worker, attached, or replayed),
+and hands out one immutable snapshot (``core.measure.snapshot.Estimate``) after each event. Every consumer —
+the CLI's text and ``--json``, the flat CSV export, the app's status bar, panels and plots, adaptive k and
+``specscope bench`` — displays a snapshot; none computes its own.
 
 Definitions (docs/cost-model.md has the derivations):
 - α (the headline) = accepted / judged proposals over the whole run, where judged = accepted + the first
@@ -52,7 +53,7 @@ from statistics import median
 
 from specscope.core.controls import K_MAX
 from specscope.core.drafter_catalogue import draft_cost_per_token
-from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.events import ALPHA_WINDOW, ControlChange, Event, RunFinished, RunStarted
 from specscope.core.measure.busy import BUSY_PREFIX
 from specscope.core.measure.estimators import POSITION_DECAY, PositionCounts, VerifyCostFit
 from specscope.core.measure.metrics import (
@@ -88,12 +89,11 @@ from specscope.core.records import (
 __all__ = [
     "CONFIDENCE", "NOT_ENOUGH", "Costs", "CurvePoint", "Estimate", "Measurement",
     "MeasurementCost", "PositionCounts", "PositionStat", "RatioInterval", "Segment", "VerifyCostFit",
-    "feed_all", "replay",
 ]
 
 SPEEDUP_REFRESH = 32  # see the module docstring: the measured speed-up's recomputation cadence
 SPEEDUP_MIN_REFRESH = 4
-WINDOW = 32  # iterations in the recent window (α window, step costs)
+WINDOW = ALPHA_WINDOW  # iterations in the recent window (α window, step costs), unless the run says otherwise
 ATTACHED_REASON = ("attached to an engine: its passes are not bracketed by plain steps (specscope attach "
                    "--plain-url or --plain-model measures plain requests beside them)")
 TRUSTED_PASSES = 3  # passes of one length before an optimistic score takes its cost as known
@@ -134,7 +134,7 @@ class Measurement:
     def reset(self) -> None:
         self.fit = VerifyCostFit()
         self.counts = PositionCounts(POSITION_DECAY)  # the curve's acceptance: since the last sampling change
-        self._positions_since = 0  # the iteration ``counts`` start from
+        self._positions_since = 0  # the iteration ``counts`` start from (0: the run's start)
         self._recent: deque[IterationRecord] = deque(maxlen=self.window)
         self._window_accepted = self._window_judged = 0  # over ``_recent``, kept as it slides
         self._window_version = 0  # changes whenever ``_recent`` does (what the cost and curve caches key on)
@@ -306,25 +306,17 @@ class Measurement:
         with self._lock:
             return self._estimate
 
-    def provisional_speedup(self) -> float | None:
+    def _provisional_speedup_locked(self) -> float | None:
         """Speculation's rate over the recent window (tokens / ms of its speculative iterations) times the plain
         step (the median of the recent length-1 passes as timed): a rough figure for what a plain step costs
         right now, to space baselines before and beside the measured speed-up (a run whose answer starts in
         prose and then copies changes its speed-up mid-run); never shown. None before a length-1 pass was
         timed."""
-        with self._lock:
-            spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
-            plain = self._costs_locked(spec[-1].drafter if spec else "").plain_step_ms  # the cost model's figure
-            ms = sum(r.iteration_ms for r in spec)
-            tokens = sum(r.n_emitted for r in spec)
-            return tokens / ms * plain if plain and ms > 0 and tokens else None
-
-    def iterations_since_plain_sample(self) -> int | None:
-        """Speculative iterations since the last plain sample (a baseline's plain step, or an iteration that
-        proposed nothing); None before any. Where the drafter's own iterations give plain samples, a baseline
-        adds nothing they do not."""
-        with self._lock:
-            return self._since_plain
+        spec = [r for r in self._recent if r.mode == SPECULATIVE_MODE]
+        plain = self._costs_locked(spec[-1].drafter if spec else "").plain_step_ms  # the cost model's figure
+        ms = sum(r.iteration_ms for r in spec)
+        tokens = sum(r.n_emitted for r in spec)
+        return tokens / ms * plain if plain and ms > 0 and tokens else None
 
     def window_records(self) -> list[IterationRecord]:
         with self._lock:
@@ -458,23 +450,7 @@ class Measurement:
             exploring_k=last.controls.k if last.explore else None,
             exploring_note=last.k_note if last.explore else "",
             measured_withheld=withheld, positions_since=self._positions_since,
+            provisional_speedup=self._provisional_speedup_locked(), since_plain_sample=self._since_plain,
         )
         return with_verdict(est, self._samples.busy_records, self._samples.quiet_records)
-
-
-def feed_all(events: Iterable[Event],
-             measurement: Measurement | None = None) -> Iterable[tuple[Event, Estimate | None]]:
-    """Each event with the snapshot after it: what a live session hands its consumers, for a recorded stream."""
-    m = measurement or Measurement()
-    for e in events:
-        yield e, m.feed(e)
-
-
-def replay(events: Iterable[Event], window: int = WINDOW) -> Measurement:
-    """A measurement fed a recorded stream (a replayed trace): the same owner, the same numbers as live."""
-    m = Measurement(window=window)
-    for e in events:
-        m.feed(e)
-    return m
-
 

@@ -47,8 +47,7 @@ two together**: ``MEASUREMENT_BUDGET`` of the run's wall time. The measured spee
 
 from __future__ import annotations
 
-from specscope.core.measure.measurement import Measurement
-from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD, Costs, Estimate
+from specscope.core.measure.snapshot import VERDICT_MAX_SPREAD, Costs, Estimate, SnapshotSource
 from specscope.core.measure.speedup import MIN_PLAIN_SAMPLES
 
 BASELINE_MIN_GAP = 6
@@ -75,7 +74,7 @@ def budget_wait(budget: float, steps: int, speedup: float, iteration_cost: float
 
 
 class BaselineSchedule:
-    def __init__(self, measurement: Measurement, steps: int = 1, min_gap: int = BASELINE_MIN_GAP,
+    def __init__(self, measurement: SnapshotSource, steps: int = 1, min_gap: int = BASELINE_MIN_GAP,
                  max_gap: int = BASELINE_MAX_GAP, budget: float = MEASUREMENT_BUDGET,
                  early_budget: float = BASELINE_EARLY_BUDGET, min_plain: int = MIN_PLAIN_SAMPLES):
         if (min_gap < 1 or max_gap < min_gap or not 0.0 < budget < 1.0 or not budget <= early_budget < 1.0
@@ -92,9 +91,8 @@ class BaselineSchedule:
         est = self.measurement.estimate()
         if est is None:
             return None
-        rough = self.measurement.provisional_speedup()
-        if rough is not None:
-            return rough
+        if est.provisional_speedup is not None:
+            return est.provisional_speedup
         return est.run_measured.value if est.run_measured is not None else None
 
     def next_gap(self, since: int = 0, remaining_tokens: int | None = None) -> int:
@@ -128,13 +126,14 @@ class BaselineSchedule:
     def due(self, since: int, remaining_tokens: int | None = None) -> bool:
         """Whether the baseline runs now, ``since`` speculative iterations after the last one (or the start). An
         iteration that proposed nothing was a plain sample as good as a baseline's: the gap counts from it."""
-        free = self.measurement.iterations_since_plain_sample()
+        est = self.measurement.estimate()
+        free = est.since_plain_sample if est is not None else None
         since = min(since, free) if free is not None else since
         return since >= self.next_gap(since, remaining_tokens)
 
 
 class VerifyExploration:
-    def __init__(self, measurement: Measurement, k_max: int, every: int = EXPLORE_EVERY,
+    def __init__(self, measurement: SnapshotSource, k_max: int, every: int = EXPLORE_EVERY,
                  attempts: int = EXPLORE_ATTEMPTS, budget: float | None = MEASUREMENT_BUDGET,
                  after_measured: bool = False):
         if every < 1 or attempts < 1 or k_max < 1 or (budget is not None and budget <= 0):

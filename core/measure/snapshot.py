@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specscope.core.measure import costmodel
 from specscope.core.records import ControlValues
@@ -250,6 +251,11 @@ class Estimate:
     curve_bound: tuple[CurvePoint, ...] = ()  # each k priced at a lower bound on its verify pass (``price_curve``'s
     # cost_floor_beyond): the most timing that pass could show, what exploration asks before timing one
     positions_since: int = 0  # the iteration acceptance by position counts from (it starts over at a sampling change)
+    # what the baseline schedule spaces plain steps by (never shown): speculation's rate over the recent window
+    # times the plain step (None before a length-1 pass was timed), and the speculative iterations since the
+    # last plain sample (a baseline's plain step or an iteration that proposed nothing; None before any)
+    provisional_speedup: float | None = None
+    since_plain_sample: int | None = None
 
     # ---- the one wording of each number ----------------------------------------------------------------
     @property
@@ -455,3 +461,10 @@ def interpolate(points: dict[int, float], length: int) -> float | None:
     hi = next(n for n in lengths if n > length)
     lo = max(n for n in lengths if n < length)
     return points[lo] + (points[hi] - points[lo]) * (length - lo) / (hi - lo)
+
+
+class SnapshotSource(Protocol):
+    """What reads a run's numbers as it goes (the k policies, the baseline schedule, verify exploration): the
+    latest snapshot, never the owner's mutable state. A ``Run`` (core/measure/run.py) is one."""
+
+    def estimate(self) -> Estimate | None: ...

@@ -3,7 +3,7 @@
 One thread iterates a run's events (:meth:`WorkerClient.start`); any other thread may send controls at the
 same time (:meth:`set_controls`, :meth:`action`): sends are serialized by a lock, and only the iterating thread
 reads. The events are decoded and range-checked as a trace's lines are; nothing derived travels, so whoever
-iterates feeds them to its own measurement (``core.remote.received.ReceivedRun``).
+iterates feeds them to its own measurement (``core.measure.run.Run``).
 
 Every failure is one sentence: :class:`WorkerRefused` before a run could begin (no worker there, a wrong or
 missing token, another client connected, a start the worker refused: the caller's input), :class:`WorkerLost`

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from specscope.core.bounds import MAX_NEW_TOKENS
+from specscope.core.events import MAX_ALPHA_WINDOW
 from specscope.core.remote.protocol import drill_to_data
 
 # name -> (kind, lowest, highest); kind "int", "float", "bool" or "seed" (a whole number or null)
@@ -23,7 +24,7 @@ OPTION_FIELDS: dict[str, tuple[str, float, float]] = {
     "baseline_steps": ("int", 1, 64),
     "measurement_budget": ("float", 0.001, 0.5),  # the schedule needs 0 < budget < its early budget < 1
     "explore_every": ("int", 0, 10_000),
-    "alpha_window": ("int", 1, 1_000_000),
+    "alpha_window": ("int", 1, MAX_ALPHA_WINDOW),
     "memory_period_s": ("float", 0.0, 3600.0),
     "paging_factor": ("float", 1.0, 1000.0),
     "measure_bandwidth": ("bool", 0, 1),

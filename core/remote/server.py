@@ -211,9 +211,9 @@ class _Connection:
         self.send_bytes(protocol.encode_message(message))
 
     def send_event(self, event: Event, snapshot: object = None) -> None:
-        """The session's sink: the event alone, handed to the sender thread as it is emitted. The loop's
-        thread only queues it (as the autosave recorder's sink does): encoding and sending happen beside the
-        next iteration's passes, not between iterations (docs/bench-remote.md)."""
+        """The sink of the run the session feeds: the event alone, handed to the sender thread as it is emitted.
+        The loop's thread only queues it (as the autosave recorder's sink does): encoding and sending happen
+        beside the next iteration's passes, not between iterations (docs/bench-remote.md)."""
         self.outbox.put(event)
 
     def _send_events(self) -> None:
@@ -397,6 +397,7 @@ class _Connection:
         self.send(protocol.pair(info))
 
     def _session(self, message: dict[str, Any]) -> tuple[Any, list[int]]:
+        from specscope.core.measure.run import Run
         from specscope.core.session import Session
 
         pair = self.server.pair
@@ -404,7 +405,9 @@ class _Connection:
         text, prompt_ids = self._prompt(message)
         options = session_options_from_data(message.get("options", {}), pair, prompt_text=text)
         _check_length(pair, prompt_ids, options.max_new_tokens)
-        return Session(pair, controls, options, sinks=[self.send_event]), prompt_ids
+        # the client measures the events for itself: this run only drives the session's policies
+        run = Run(sinks=[self.send_event], keep_snapshots=False)
+        return Session(pair, controls, options, run=run), prompt_ids
 
     def _prompt(self, message: dict[str, Any]) -> tuple[str, list[int]]:
         pair = self.server.pair

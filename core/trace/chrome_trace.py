@@ -10,13 +10,16 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specscope import __version__
 from specscope.core.events import Event
 from specscope.core.records import BaselineRecord, IterationRecord
 from specscope.core.trace.cells import compact_json
 from specscope.core.trace.files import atomic_text_files
+
+if TYPE_CHECKING:
+    from specscope.core.measure.run import Run
 
 CHROME_FORMAT_NAME = "specscope-chrome-trace"
 _PID = 1
@@ -28,26 +31,23 @@ def _us(seconds: float) -> float:
 
 
 def chrome_trace(
-    stream: Iterable[Event],
+    source: Run | Iterable[Event],
     session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A run's event stream as a Trace Event Format object (``{"traceEvents": [...]}``).
 
     Each phase is a complete ("X") event on its own track; the phases of an iteration are laid end to end
     from its t_start_s (the loop times them back to back). Timestamps are µs since the first event.
-    Counters ("C"): alpha, tokens per iteration, k, speed-ups and every memory key. Paging flags are
-    instant ("i") events carrying their sentence.
+    Counters ("C"): alpha, tokens per iteration, k, speed-ups and every memory key, from the snapshots a
+    ``Run`` holds (a bare stream is replayed for them). Paging flags are instant ("i") events carrying their
+    sentence.
     """
-    from specscope.core.measure.measurement import (
-        Measurement,  # the counters are the one owner's snapshot after each iteration
-    )
+    from specscope.core.measure.run import Run, observed_stream  # the counters: the one owner's snapshots
 
-    measurement = Measurement()
     snapshots: dict[int, Any] = {}
     records: list[IterationRecord] = []
     baselines: list[BaselineRecord] = []
-    for e in stream:
-        snapshot = measurement.feed(e)
+    for e, snapshot in observed_stream(source if isinstance(source, Run) else list(source)):
         if isinstance(e, IterationRecord):
             records.append(e)
             snapshots[id(e)] = snapshot
@@ -133,12 +133,12 @@ def _finite(obj: Any) -> Any:
 
 def write_chrome_trace(
     path: Path,
-    stream: Iterable[Event],
+    source: Run | Iterable[Event],
     session: dict[str, Any] | None = None,
 ) -> Path:
     """Write the Chrome/Perfetto trace JSON atomically; raises TraceWriteError."""
     path = Path(path)
-    obj = chrome_trace(stream, session)
+    obj = chrome_trace(source, session)
     try:
         text = json.dumps(obj, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # a NaN somewhere: the slow path that nulls them

@@ -38,7 +38,7 @@ from specscope.core.bounds import (
     TOP_P_MIN,
     memory_key_problem,
 )
-from specscope.core.events import ControlChange, Event, RunFinished, RunStarted
+from specscope.core.events import ALPHA_WINDOW, MAX_ALPHA_WINDOW, ControlChange, Event, RunFinished, RunStarted
 from specscope.core.records import (
     ATTACHED_MODE,
     PLAIN_MODE,
@@ -414,6 +414,8 @@ def _started(d: dict[str, Any]) -> RunStarted:
         max_new_tokens=_int(d, "max_new_tokens", 0, 2**31), plain=_get(d, "plain", bool, False),
         seed=_int(d, "seed", -(2**63), 2**64, default=None), options=options, machine=machine,
         t_s=_num(d, "t_s", 0.0, default=0.0),
+        # absent in traces written before RunStarted recorded it: those runs used the default
+        alpha_window=_int(d, "alpha_window", 1, MAX_ALPHA_WINDOW, default=ALPHA_WINDOW),
     )
 
 

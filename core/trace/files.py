@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from specscope import __version__
 from specscope.core.events import Event, RunFinished
@@ -59,6 +59,9 @@ from specscope.core.trace.schema import (
     column_specs,
 )
 from specscope.core.user_files import check_output_target
+
+if TYPE_CHECKING:
+    from specscope.core.measure.run import Run
 
 
 def new_csv_writer(f: IO[str]) -> Any:
@@ -215,14 +218,15 @@ class TraceAppender:
 
 def write_trace(
     path: Path,
-    events: Iterable[Event],
+    source: Run | Iterable[Event],
     session: dict[str, Any] | None = None,
     warnings: list[str] | None = None,
 ) -> TracePaths:
-    """Write a trace: the event stream (``<stem>.events.jsonl``, what replay reads) and, from the same stream,
-    the flat export for spreadsheets — the iteration CSV at ``path`` with the measurement's numbers after each
-    iteration (the last row: after the whole stream, the run's end included), its tokens, legacy baselines and
-    session files beside it.
+    """Write a trace: the event stream (``<stem>.events.jsonl``, what replay reads) and, beside it, the flat
+    export for spreadsheets — the iteration CSV at ``path`` with the measurement's numbers after each iteration
+    (the last row: after the whole stream, the run's end included), its tokens, legacy baselines and session
+    files. Given a ``Run`` the rows are the snapshots it holds, the ones the run showed live; given a bare
+    stream, the snapshots of its replay.
 
     All files are written to temporary names first and renamed into place, so a failed export leaves no
     half-written trace. Raises TraceWriteError (path + OS reason); the events are not modified. A field the
@@ -231,13 +235,12 @@ def write_trace(
     """
     from dataclasses import replace
 
-    from specscope.core.measure.measurement import (
-        Measurement,  # the derived columns are the one owner's, fed this stream
-    )
+    from specscope.core.measure.run import Run, replay  # the derived columns are the one owner's
 
     repairs = Repairs()
-    kept: list[Event] = []
-    for event in events:
+    given = source.observed() if isinstance(source, Run) else [(e, None) for e in source]
+    kept: list[tuple[Event, Any]] = []
+    for event, snapshot in given:
         event, notes = repaired(event)
         if isinstance(event, IterationRecord) and any(k in _ITERATION_FIXED for k in event.memory):
             clash = sorted(k for k in event.memory if k in _ITERATION_FIXED)
@@ -245,8 +248,10 @@ def write_trace(
                              "left out"]
             event = replace(event, memory={k: v for k, v in event.memory.items() if k not in _ITERATION_FIXED})
         repairs.note(notes)
-        kept.append(event)
-    events = kept
+        kept.append((event, snapshot))
+    if not isinstance(source, Run):  # a bare stream: the numbers its replay (as written) gives
+        kept = replay(e for e, _ in kept).observed()
+    events = [e for e, _ in kept]
     paths = trace_paths(Path(path))
     records = [e for e in events if isinstance(e, IterationRecord)]
     memory_keys = sorted({k for r in records for k in r.memory})
@@ -261,14 +266,12 @@ def write_trace(
     if not n_baselines:  # only a stream converted from an old trace holds baseline records
         del meta["files"]["baselines"]
     targets = paths.all() if n_baselines else (paths.iterations, paths.tokens, paths.session, paths.events)
-    measurement = Measurement()
     with atomic_text_files(targets) as files:
         f_it, f_tok, f_base = files[0], files[1], files[2] if n_baselines else None
         f_meta, f_events = files[-2], files[-1]
         appender = TraceAppender(f_it, f_tok, f_base, memory_keys)
         snapshot = None
-        for e in events:
-            snapshot = measurement.feed(e)
+        for e, snapshot in kept:
             if isinstance(e, IterationRecord) and e is not records[-1]:
                 appender.append(e, snapshot)
             elif isinstance(e, BaselineRecord):
