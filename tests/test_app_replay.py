@@ -167,7 +167,9 @@ def test_every_surface_shows_the_snapshots_alpha_and_speedup_live_and_in_replay(
     with qtbot.waitSignal(w.run_ended, timeout=60_000):
         w.stop_run()
     end = w.data.estimate
-    assert end is not None and end.measured is not None and end.segments > 1
+    # a figure, or its interval withheld as too wide to be one (the tiny pair's speed-up moves a lot): either
+    # way the snapshot's words, on every surface
+    assert end is not None and (end.measured or end.measured_withheld) is not None and end.segments > 1
     _assert_surfaces_show(w, end)
     # the autosaved session folder, replayed: the same snapshot, the same words everywhere
     folders = list((w.data_dir / "sessions").iterdir())

@@ -72,8 +72,10 @@ def remote_link(drafter: str = "model") -> WorkerLink:
 def test_a_remote_worker_keeps_its_own_drafter_and_says_how_to_switch_it_there():
     source = RemoteWorker(remote_link("model"))
     assert source.drafter_started("lookup") == "model"  # Start runs what the worker loaded, not the window's box
-    refusal = source.drafter_switch_refusal("lookup", "model")
-    assert refusal is not None and "gpu-box:7001" in refusal and "specscope serve --drafter lookup" in refusal
+    # a drafter that needs weights of its own: one sentence naming the worker and how to get it there
+    refusal = source.drafter_switch_refusal("eagle", "model")
+    assert refusal is not None and "gpu-box:7001" in refusal and "specscope serve --drafter eagle" in refusal
+    assert source.drafter_switch_refusal("lookup", "model") is None  # swapped on that worker, target kept
     assert source.description == "Qwen 7B + 0.5B (worker at gpu-box:7001)"
     assert source.device == "cuda:0" and source.pair is None and source.on_worker
     assert source.failure_is_connection and source.restart_label == "Reconnect"

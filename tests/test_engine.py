@@ -373,14 +373,14 @@ def _consume_with_interrupt_at(decoder: Decoder, prompt: list[int], at: int | No
     return seen, caught
 
 
-def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
-    """A signal handler raises at whatever line runs when the signal comes. Wherever that is (the loop, a step,
-    the grad-mode wrapper around it, the consumer), closing the stream leaves what was decoded in ``result``."""
+def _interrupt_sweep(target, points: int) -> int:
+    """Interrupt a decode at ``points`` lines spread over every line it runs; asserts the result is kept at each
+    one that landed, and returns how many landed."""
     drafter = ModelDrafter(perturbed(target, 0.03), V)
     total, caught = _consume_with_interrupt_at(Decoder(target, V, drafter=drafter), [1, 2, 3], None)
     assert caught is None and total > 100
     landed = 0
-    for at in np.linspace(1, total - 1, 120).astype(int):
+    for at in np.linspace(1, total - 1, points).astype(int):
         # An interrupt inside torch's inference-mode entry leaves its C++ guard in the held traceback's frames;
         # the guard restores the grad mode when it is collected, which without this would be at some allocation
         # in the next run (a frame of that run then runs with grad on). Collect it between runs, as a process
@@ -395,4 +395,17 @@ def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
         result = decoder.result
         assert result is not None, f"the result was lost when the interrupt landed at line {at} of {total}"
         assert result.token_ids == [t.token_id for r in result.iterations for t in r.tokens if t.status.committed]
-    assert landed > 100
+    return landed
+
+
+def test_an_interrupt_at_lines_spread_over_the_loop_keeps_the_result(target) -> None:
+    """A signal handler raises at whatever line runs when the signal comes. Wherever that is (the loop, a step,
+    the grad-mode wrapper around it, the consumer), closing the stream leaves what was decoded in ``result``.
+    The fast tier's sweep: 24 lines spread over the run (each traced run costs seconds)."""
+    assert _interrupt_sweep(target, 24) > 18
+
+
+@pytest.mark.slow
+def test_an_interrupt_anywhere_in_the_loop_keeps_the_result(target) -> None:
+    """The same at 120 lines spread over the run (about 2-3 minutes of traced decoding: the full tier's)."""
+    assert _interrupt_sweep(target, 120) > 100

@@ -210,10 +210,11 @@ def eagle_head_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("field", "value", "sentence"), [
     ("hidden_size", None, "the EAGLE-3 config lacks hidden_size"),
-    ("hidden_size", "big", "the EAGLE-3 config's hidden_size must be a whole number from 1 to 1,048,576, got 'big'"),
+    # fields every architecture shares are checked when the folder is read (core.model_config), before EAGLE's own
+    ("hidden_size", "big", '"hidden_size" is "big", not a whole number'),
     ("draft_vocab_size", -5, "the EAGLE-3 config's draft_vocab_size must be a whole number from 1 to 64, got -5"),
     ("num_key_value_heads", 3, "num_attention_heads (4) is not a multiple of its num_key_value_heads (3)"),
-    ("rms_norm_eps", "NaN", "the EAGLE-3 config's rms_norm_eps must be a finite number above 0, got 'NaN'"),
+    ("rms_norm_eps", "NaN", '"rms_norm_eps" is "NaN", not a number'),
     ("eagle_config", "x", "the EAGLE-3 config's eagle_config must be an object, got 'x'"),
 ])
 def test_bad_eagle_config_field_is_named(target, capsys, tmp_path, field, value, sentence) -> None:
@@ -252,7 +253,7 @@ def test_eagle_config_that_is_a_named_pipe_does_not_hang(tmp_path) -> None:
 def test_ctrl_c_while_loading_is_one_line_and_exit_130(target, capsys, monkeypatch) -> None:
     """A real SIGINT, delivered when the loader says it is loading the weights, through Python's own
     handler (the one a terminal's Ctrl-C reaches before any decoding installs specscope's)."""
-    real_progress = run_module._progress
+    real_progress = run_module.load_progress
 
     def progress(quiet: bool):
         report = real_progress(quiet)
@@ -264,7 +265,7 @@ def test_ctrl_c_while_loading_is_one_line_and_exit_130(target, capsys, monkeypat
 
         return interrupting
 
-    monkeypatch.setattr(run_module, "_progress", progress)
+    monkeypatch.setattr(run_module, "load_progress", progress)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
         before = sessions()
