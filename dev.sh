@@ -127,7 +127,7 @@ case "$cmd" in
             fi
             # The last full tier took 22.4 min of tests on the shared development machine and 1,639 s on CI
             # (docs/setup-and-tests.md); the 9-10 min this line said before were measured on an earlier suite.
-            echo "[test] then every test: about 25 min on 2 cores (the last full tier took 22.4 min of tests; CI 27 min)"
+            echo "[test] then every test: about 40 min on 2 cores (the last full tier took 37.2 min of tests, 1,434 tests; CI took 27 min for 1,384)"
             # SPECSCOPE_WHEEL_CHECK=1: also build the wheel, install it into a fresh venv and run the demo from it.
             QT_QPA_PLATFORM=offscreen SPECSCOPE_WHEEL_CHECK=${SPECSCOPE_WHEEL_CHECK:-1} SPECSCOPE_NO_SERVER_BUILD=1 \
                 "$VENV/bin/python" -m pytest "$@"
