@@ -198,15 +198,7 @@ class WorkerClient:
         if self._running:
             raise RuntimeError("ping between runs; during a run its events say it is alive")
         self._send({"type": "ping"})
-        try:
-            message = self._read()
-        except ProtocolError as exc:
-            self._say_bye(str(exc))
-            raise WorkerLost(f"The worker broke the protocol: {exc}.") from None
-        if message is None:
-            raise WorkerLost("The worker closed the connection.")
-        if message["type"] == "bye":
-            raise WorkerLost(protocol.reason_of(message, "The worker ended the connection."))
+        message = self._answer_between_runs()
         if message["type"] != "pong":
             self._say_bye(f"the worker sent {message['type']!r} out of order")
             raise WorkerLost(f"The worker answered a ping with {message['type']!r}.")
@@ -218,24 +210,29 @@ class WorkerClient:
             raise RuntimeError("a drafter swap between runs; stop the run first")
         self._send(protocol.drafter(kind))
         while True:
-            try:
-                message = self._read()
-            except ProtocolError as exc:
-                self._say_bye(str(exc))
-                raise WorkerLost(f"The worker broke the protocol: {exc}.") from None
-            if message is None:
-                raise WorkerLost("The worker closed the connection.")
+            message = self._answer_between_runs()
             kind_said = message["type"]
             if kind_said == "pair" and isinstance(message.get("pair"), dict):
                 self.worker_info = {**self.worker_info, "pair": message["pair"]}
                 return dict(message["pair"])
             if kind_said == "error":
                 raise WorkerRefused(protocol.reason_of(message, "The worker refused the drafter."))
-            if kind_said == "bye":
-                raise WorkerLost(protocol.reason_of(message, "The worker ended the connection."))
             if kind_said != "pong":
                 self._say_bye(f"the worker sent {kind_said!r} out of order")
                 raise WorkerLost(f"The worker answered a drafter swap with {kind_said!r}.")
+
+    def _answer_between_runs(self) -> dict[str, Any]:
+        """The worker's next message between runs; WorkerLost when it broke the protocol, closed or said bye."""
+        try:
+            message = self._read()
+        except ProtocolError as exc:
+            self._say_bye(str(exc))
+            raise WorkerLost(f"The worker broke the protocol: {exc}.") from None
+        if message is None:
+            raise WorkerLost("The worker closed the connection.")
+        if message["type"] == "bye":
+            raise WorkerLost(protocol.reason_of(message, "The worker ended the connection."))
+        return message
 
     # ---- closing ------------------------------------------------------------------------------------------
     def _say_bye(self, reason: str) -> None:
