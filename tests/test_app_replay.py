@@ -136,8 +136,13 @@ def _assert_surfaces_show(w, est) -> None:
     shown = _surfaces(w)
     for name in ("status bar", "run panel k line", "alpha plot", "k advisor"):
         assert est.alpha_text() in shown[name], (name, shown[name], est.alpha_text())
-    for name in ("status bar", "run panel k line", "speed-up plot", "k advisor"):
+    for name in ("run panel k line", "speed-up plot", "k advisor"):
         assert est.speedup_text() in shown[name], (name, shown[name], est.speedup_text())
+    # the status bar is one line: the snapshot's brief form (a withheld interval without its reason), the whole
+    # sentence on hover
+    assert est.speedup_brief() in shown["status bar"], (shown["status bar"], est.speedup_brief())
+    if est.measured is None:
+        assert est.measured_reason in w.status.metrics.toolTip()
     # the measurement's own cost, from the same snapshot (issue 25: the run panel says what measuring costs)
     assert est.cost is not None and est.cost.text() in shown["run panel k line"], shown["run panel k line"]
 
