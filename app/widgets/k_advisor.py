@@ -36,16 +36,27 @@ DATA_MIN_PX = 80  # under the title: the bottom axis (~35 px) and a data area of
 TITLE = "Predicted speed-up vs k (cost model)"
 HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
 TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
-K_SHOWN_MIN = 8  # the k axis spans at least 0..8, and two past the k in use and the best k
+K_SHOWN_MIN = 4  # the k axis spans at least 0..4, and two past the k in use and the best k
 K_MARGIN = 2
 
 
 def k_span(est: Estimate | None) -> int:
-    """The largest k the axis shows: explorations price verify lengths up to 16, and an axis stretched to them
-    squeezed the k that matter (in use, best) into its left third; the rest is a pan away."""
+    """The largest k the axis shows: two past the k in use and the best k (the k the advice is between). A fixed
+    0..8 left k = 3 in the left third; explorations price verify lengths up to 16, and an axis stretched to
+    them squeezed the k that matter the same way; the rest is a pan away."""
     if est is None:
         return K_SHOWN_MIN
     return max(K_SHOWN_MIN, est.k + K_MARGIN, (est.best_k or 0) + K_MARGIN)
+
+
+def next_k_span(shown: int, est: Estimate | None, k_before: int | None) -> int:
+    """The span to show now, given the one ``shown``: it grows at once when the k in use or the best k needs
+    more, and shrinks only when the k in use changed (a control change, adaptive k's step) or the run is over,
+    so a best k that moves between two values between frames does not make the axis jump."""
+    wanted = k_span(est)
+    if est is None or shown < 0 or wanted >= shown or est.k != k_before:
+        return wanted
+    return shown
 
 
 def k_ticks(k_max: int) -> list[list[tuple[float, str]]]:
@@ -93,6 +104,7 @@ class KAdvisorPlot(pg.PlotWidget):
         self._k_max = -1
         self._show_k_range(K_SHOWN_MIN)
         self.estimate: Estimate | None = None
+        self._k_in_use: int | None = None  # the k the axis was last fitted to
         self._lines: list[list[Span]] = [[Span(TITLE)]]
         self._stale_tip = ""  # which costs are stale and why, on hover over the title
         self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
@@ -118,7 +130,8 @@ class KAdvisorPlot(pg.PlotWidget):
             return  # unchanged: redrawing costs a full repaint
         self.estimate = est
         pi = self.getPlotItem()
-        self._show_k_range(k_span(est))
+        self._show_k_range(next_k_span(self._k_max, est, self._k_in_use))
+        self._k_in_use = est.k if est is not None else None
         known = [p for p in est.curve if p.speedup is not None] if est is not None else []
         self.note.setVisible(not known)
         if est is None or not known:
