@@ -15,13 +15,15 @@ from PySide6.QtCore import QObject, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QResizeEvent, QScreen
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-__all__ = ["BESIDE_MIN_WIDTH", "MIN_PLOT_COLUMN_PX", "Arrangement", "fitted", "full_screen_keys"]
+__all__ = ["BESIDE_MIN_WIDTH", "MIN_PLOT_COLUMN_PX", "Arrangement", "first_size_for", "fitted", "full_screen_keys"]
 
 MIN_PLOT_COLUMN_PX = 340  # below this the plots' ticks run into each other
 MIN_TOKEN_COLUMN_PX = 300
 BESIDE_MIN_WIDTH = 2 * MIN_PLOT_COLUMN_PX + MIN_TOKEN_COLUMN_PX + 12  # two plot columns, tokens, the handle
 FIRST_SHARE = 0.92  # a first start fills most of the screen: six plots and the token stream want the room
 FIRST_SIZE_MAX = QSize(2400, 1500)  # ...but not a whole 4K screen, where 92% is more than the plots can use
+SMALL_SCREEN = QSize(1440, 900)  # below this a first start takes all the room: at 1280x720, 92% made the
+# controls scroll and left the token view five lines
 FRAME_ALLOWANCE = QSize(8, 32)  # the window manager's title bar and borders, not yet known before the first show
 
 
@@ -165,13 +167,9 @@ class Arrangement(QObject):
         return self._beside_wanted, self.splitter.sizes() if keep else []
 
     def first_size(self) -> QSize:
-        """Most of the available screen (:data:`FIRST_SHARE`, at most :data:`FIRST_SIZE_MAX`)."""
+        """:func:`first_size_for` the window's screen."""
         screen = self._screen()
-        if screen is None:
-            return QSize(1400, 900)
-        room = screen.availableGeometry().size()
-        return QSize(min(FIRST_SIZE_MAX.width(), int(room.width() * FIRST_SHARE)),
-                     min(FIRST_SIZE_MAX.height(), int(room.height() * FIRST_SHARE)))
+        return first_size_for(screen.availableGeometry().size()) if screen is not None else QSize(1400, 900)
 
     def place_first(self) -> None:
         """A first start: :meth:`first_size`, centred on the screen."""
@@ -208,6 +206,15 @@ class Arrangement(QObject):
         else:
             self._window.showFullScreen()
         self.full_screen_action.setChecked(self._window.isFullScreen())
+
+
+def first_size_for(room: QSize) -> QSize:
+    """A first start's size on a screen with ``room`` available: most of it (:data:`FIRST_SHARE`, at most
+    :data:`FIRST_SIZE_MAX`), all of it less the window's frame on a small screen (:data:`SMALL_SCREEN`)."""
+    if room.width() < SMALL_SCREEN.width() or room.height() < SMALL_SCREEN.height():
+        return QSize(room.width() - FRAME_ALLOWANCE.width(), room.height() - FRAME_ALLOWANCE.height())
+    return QSize(min(FIRST_SIZE_MAX.width(), int(room.width() * FIRST_SHARE)),
+                 min(FIRST_SIZE_MAX.height(), int(room.height() * FIRST_SHARE)))
 
 
 def fitted(window: QRect, room: QRect) -> QRect:

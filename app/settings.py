@@ -44,7 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "window/geometry": QByteArray(),
     "window/state": QByteArray(),
     "window/screen": [],  # the available screen size [width, height] the geometry was saved on; empty: unknown
-    "window/tokens": {"beside": False, "sizes": []},  # sizes: empty = the default split
+    # sizes: empty = the default split; kept only where "dragged" says the user chose them (a file written before
+    # the flag holds sizes the window's own layout made, and reads as the default split)
+    "window/tokens": {"beside": False, "sizes": [], "dragged": False},
 }
 
 
@@ -215,10 +217,11 @@ class AppSettings:
         """(tokens beside the plots?, splitter sizes; empty = the default split)."""
         d = self.get("window/tokens", dict)
         sizes: list[int] = d["sizes"]
-        return d["beside"], sizes if len(sizes) == 2 and min(sizes) > 0 else []
+        return d["beside"], sizes if d["dragged"] and len(sizes) == 2 and min(sizes) > 0 else []
 
     def set_token_layout(self, beside: bool, sizes: list[int]) -> None:
-        self.put("window/tokens", {"beside": beside, "sizes": list(sizes)})
+        """The wish, and the sizes of a split the user dragged (empty: none)."""
+        self.put("window/tokens", {"beside": beside, "sizes": list(sizes), "dragged": bool(sizes)})
 
     def sync(self) -> None:
         self.qs.sync()

@@ -17,12 +17,17 @@ pytestmark = [pytest.mark.gui,
 
 
 def test_a_first_start_fills_most_of_the_screen(qtbot, tmp_path):
-    from specscope.app.arrangement import FIRST_SHARE
+    from PySide6.QtCore import QSize
 
+    from specscope.app.arrangement import first_size_for
+
+    assert first_size_for(QSize(1600, 1000)) == QSize(1472, 920)  # 92%
+    assert first_size_for(QSize(3840, 2160)) == QSize(2400, 1500)  # not a whole 4K screen
+    small = first_size_for(QSize(1280, 720))  # all of a small screen but the window manager's frame
+    assert 1260 <= small.width() < 1280 and 680 <= small.height() < 720
     w = make_window(qtbot, tmp_path)
     room = w.screen().availableGeometry()
-    assert w.width() == int(room.width() * FIRST_SHARE) and w.height() == int(room.height() * FIRST_SHARE)
-    assert room.contains(w.geometry())
+    assert w.size() == first_size_for(room.size()) and room.contains(w.geometry())
 
 
 def test_a_geometry_restored_on_its_own_screen_is_kept_and_clamped_to_it(qtbot, tmp_path):
@@ -42,7 +47,7 @@ def test_a_geometry_restored_on_its_own_screen_is_kept_and_clamped_to_it(qtbot, 
 
 
 def test_a_geometry_saved_on_a_screen_of_another_size_opens_as_a_first_start(qtbot, tmp_path):
-    from specscope.app.arrangement import FIRST_SHARE
+    from specscope.app.arrangement import first_size_for
 
     w = make_window(qtbot, tmp_path)
     room = w.screen().availableGeometry()
@@ -53,7 +58,7 @@ def test_a_geometry_saved_on_a_screen_of_another_size_opens_as_a_first_start(qtb
     w.settings.put("window/screen", [room.width() + 320, room.height() + 280])  # saved on a 1600x1000 screen
     w.settings.sync()
     again = make_window(qtbot, tmp_path)
-    assert again.width() == int(room.width() * FIRST_SHARE)
+    assert again.size() == first_size_for(room.size())
 
 
 def test_fitted_shrinks_and_moves_a_window_onto_the_room():
