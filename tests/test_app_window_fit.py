@@ -155,3 +155,21 @@ def left_axis_right(plot) -> int:
     geometry, not its bounding rect (which spans the grid lines across the view)."""
     item = plot.getPlotItem()
     return int(plot.mapFromScene(item.mapRectToScene(item.getAxis("left").geometry())).boundingRect().right())
+
+
+def test_k_in_use_is_written_away_from_the_curve(qtbot, tmp_path):
+    from specscope.app.widgets.k_advisor import label_at_top
+    from specscope.core.measure.snapshot import CurvePoint
+
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_stream(synthetic_records(60, k=3, baseline_every=10)))
+    advisor = w.plots.k_advisor
+    est = advisor.estimate
+    assert est is not None
+    rising = replace(est, k=3, curve=tuple(CurvePoint(k, 1.0 + 0.5 * k) for k in range(5)))
+    falling = replace(est, k=3, curve=tuple(CurvePoint(k, 2.0 - 0.3 * k) for k in range(5)))
+    assert not label_at_top(rising) and label_at_top(falling)  # the curve is high at k = 3: the label goes low
+    advisor.show_estimate(rising)
+    assert advisor.current.label.orthoPos < 0.5
+    advisor.show_estimate(falling)
+    assert advisor.current.label.orthoPos > 0.5

@@ -59,6 +59,20 @@ def next_k_span(shown: int, est: Estimate | None, k_before: int | None) -> int:
     return shown
 
 
+K_LABEL_TOP = 0.97  # where "k in use" sits along its line (0 = the bottom of the view)
+
+
+def label_at_top(est: Estimate) -> bool:
+    """Whether "k in use" goes at the top of its line: yes unless the curve at that k is in the view's upper
+    half (the view spans the curve and the 1.0 line)."""
+    values = [p.speedup for p in est.curve if p.speedup is not None]
+    at_k = next((p.speedup for p in est.curve if p.k == est.k), None)
+    if at_k is None or not values:
+        return True
+    low, high = min([*values, 1.0]), max([*values, 1.0])
+    return high <= low or (at_k - low) / (high - low) <= 0.5
+
+
 def k_ticks(k_max: int) -> list[list[tuple[float, str]]]:
     """Whole k only (an empty axis read 0.1 … 0.9)."""
     return [[(float(k), str(k)) for k in range(0, k_max + 1)], []]
@@ -93,9 +107,10 @@ class KAdvisorPlot(pg.PlotWidget):
         self.current = pg.InfiniteLine(pos=0, angle=90, movable=False,
                                        pen=pg.mkPen(PLOT_COLOURS["marker"], style=Qt.PenStyle.DotLine),
                                        label="k in use",
-                                       # at the top, right of the line, on white: the curve fell through it
-                                       labelOpts={"position": 0.97, "color": "#555", "fill": (255, 255, 255, 220),
-                                                  "anchors": [(0, 0), (0, 0)]})
+                                       # right of the line, on white, at the top or the bottom, away from
+                                       # the curve (_label_away_from_curve): the curve fell through it
+                                       labelOpts={"position": K_LABEL_TOP, "color": "#555",
+                                                  "fill": (255, 255, 255, 220), "anchors": [(0, 0), (0, 0)]})
         self.current.setVisible(False)
         pi.addItem(self.current)
         pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)  # three lines once there is data: best k, α, measured
@@ -155,8 +170,20 @@ class KAdvisorPlot(pg.PlotWidget):
             self.best.setToolTip(f"best {best}: ×{est.best_speedup:.2f}")
         self.current.setPos(est.k)
         self.current.setVisible(True)
+        self._label_away_from_curve(est)
         self.show_title(est)
         settle(pi.vb)
+
+    def _label_away_from_curve(self, est: Estimate) -> None:
+        """"k in use" at the top of its line, or at the bottom where the curve is high at that k: at the top
+        it was written across the curve (and the star) when the k in use was the best."""
+        label = self.current.label
+        at_top = label_at_top(est)
+        if (label.orthoPos > 0.5) == at_top:
+            return
+        anchor = (0, 0) if at_top else (0, 1)  # hanging below the top, or standing on the bottom
+        label.anchors = [anchor, anchor]
+        label.setPosition(K_LABEL_TOP if at_top else 1.0 - K_LABEL_TOP)
 
     def show_title(self, est: Estimate | None) -> None:
         """The snapshot's words (every frame: cheap when unchanged, so the title agrees with the status bar while
