@@ -190,7 +190,9 @@ class EmptyNote(QLabel):
         area = data_area(parent)
         width = min(max(160, area.width() - 2 * self.SIDE_GAP_PX), 420)
         self.setFixedWidth(width)
-        self.adjustSize()
+        # the height its lines take at that width (adjustSize kept the one-line height of a wider note, and a
+        # narrow data area's three lines were cut top and bottom)
+        self.setFixedHeight(max(self.heightForWidth(width), self.minimumSizeHint().height()))
         x = area.x() + (area.width() - self.width()) // 2
         y = area.y() + (area.height() - self.height()) // 2
         # where the data area is narrower or shorter than the sentence, it stays on the plot
