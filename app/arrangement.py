@@ -11,16 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QResizeEvent
+from PySide6.QtCore import QObject, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QResizeEvent, QScreen
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-__all__ = ["BESIDE_MIN_WIDTH", "MIN_PLOT_COLUMN_PX", "Arrangement", "full_screen_keys"]
+__all__ = ["BESIDE_MIN_WIDTH", "MIN_PLOT_COLUMN_PX", "Arrangement", "first_size_for", "fitted", "full_screen_keys"]
 
 MIN_PLOT_COLUMN_PX = 340  # below this the plots' ticks run into each other
 MIN_TOKEN_COLUMN_PX = 300
 BESIDE_MIN_WIDTH = 2 * MIN_PLOT_COLUMN_PX + MIN_TOKEN_COLUMN_PX + 12  # two plot columns, tokens, the handle
-FIRST_SIZE = QSize(1400, 900)
+FIRST_SHARE = 0.92  # a first start fills most of the screen: six plots and the token stream want the room
+FIRST_SIZE_MAX = QSize(2400, 1500)  # ...but not a whole 4K screen, where 92% is more than the plots can use
+SMALL_SCREEN = QSize(1440, 900)  # below this a first start takes all the room: at 1280x720, 92% made the
+# controls scroll and left the token view five lines
+FRAME_ALLOWANCE = QSize(8, 32)  # the window manager's title bar and borders, not yet known before the first show
 
 
 class CentralArea(QWidget):
@@ -52,6 +56,7 @@ class Arrangement(QObject):
         self._dock = controls_dock
         self._say = say
         self._beside_wanted = False
+        self._dragged = False  # the user moved the splitter's handle: only then are its sizes theirs to keep
         # Watching the prompt decode is the first thing users do: the token stream gets a real share of the
         # window (40% below the plots, or a column beside them) and a handle wide enough to find.
         self.splitter = QSplitter(Qt.Orientation.Vertical)
@@ -64,6 +69,7 @@ class Arrangement(QObject):
         self.splitter.addWidget(tokens)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
+        self.splitter.splitterMoved.connect(self._on_handle_dragged)
         central = CentralArea()
         central.resized.connect(self.fit)
         column = QVBoxLayout(central)
@@ -132,27 +138,67 @@ class Arrangement(QObject):
         """Tokens get 40% of the room, 30% when it is short (three rows of plots need ~400 px to read)."""
         total = sum(self.splitter.sizes()) or 1000
         share = 0.4 if total >= 700 or self.shown_beside else 0.3
+        self._dragged = False
         self.splitter.setSizes([int(total * (1 - share)), int(total * share)])
+
+    def _on_handle_dragged(self, *_: object) -> None:
+        self._dragged = True
 
     def restore(self, beside: bool, sizes: list[int]) -> None:
         """The saved wish and sizes (none: the default split)."""
         self.set_beside(beside)
+
+        def split() -> None:
+            if sizes:
+                self.splitter.setSizes(sizes)  # the proportions of the user's drag, at this window's size
+                self._dragged = True
+            else:
+                self.default_split()
+
         # Once the window is laid out: sizes given to a splitter without its final size get rescaled.
-        QTimer.singleShot(0, (lambda: self.splitter.setSizes(sizes)) if sizes else self.default_split)
+        QTimer.singleShot(0, split)
 
     def to_save(self) -> tuple[bool, list[int]]:
-        """The wish, and the sizes when the layout shown is the one wished for (while "beside" waits for room
-        they would not fit it)."""
-        return self._beside_wanted, self.splitter.sizes() if self._beside_wanted == self.shown_beside else []
+        """The wish, and the sizes where the user dragged the handle and the layout shown is the one wished for
+        (while "beside" waits for room they would not fit it). Sizes the window's own layout made are not kept:
+        during a run the run panel's lines take their room from the tokens (app/live_layout.py), and kept
+        from run to run that left the token view a few lines at 1280x720."""
+        keep = self._dragged and self._beside_wanted == self.shown_beside
+        return self._beside_wanted, self.splitter.sizes() if keep else []
 
     def first_size(self) -> QSize:
-        """1400x900, or 95% of a smaller screen (a window larger than the screen hides the status bar)."""
-        screen = self._window.screen() or QGuiApplication.primaryScreen()
-        if screen is None:
-            return FIRST_SIZE
-        room = screen.availableGeometry().size()
-        return QSize(min(FIRST_SIZE.width(), int(room.width() * 0.95)),
-                     min(FIRST_SIZE.height(), int(room.height() * 0.95)))
+        """:func:`first_size_for` the window's screen."""
+        screen = self._screen()
+        return first_size_for(screen.availableGeometry().size()) if screen is not None else QSize(1400, 900)
+
+    def place_first(self) -> None:
+        """A first start: :meth:`first_size`, centred on the screen."""
+        size = self.first_size()
+        self._window.resize(size)
+        screen = self._screen()
+        if screen is not None:
+            room = screen.availableGeometry()
+            self._window.move(room.x() + (room.width() - size.width()) // 2,
+                              room.y() + max(0, (room.height() - size.height() - FRAME_ALLOWANCE.height()) // 2))
+
+    def screen_room(self) -> QSize:
+        """The available size of the window's screen (what the settings keep beside the geometry)."""
+        screen = self._screen()
+        return screen.availableGeometry().size() if screen is not None else QSize()
+
+    def fit_to_screen(self) -> None:
+        """A restored geometry clamped to the screen it opens on: no larger than its room, and wholly on it."""
+        screen = self._screen()
+        if screen is None or self._window.isFullScreen() or self._window.isMaximized():
+            return
+        room = screen.availableGeometry()
+        fitted_rect = fitted(self._window.geometry(), room)
+        if fitted_rect != self._window.geometry():
+            self._window.resize(fitted_rect.size())
+            self._window.move(fitted_rect.topLeft())
+
+    def _screen(self) -> QScreen | None:
+        return self._window.screen() or QGuiApplication.primaryScreen()
 
     def _toggle_full_screen(self) -> None:
         if self._window.isFullScreen():
@@ -160,3 +206,22 @@ class Arrangement(QObject):
         else:
             self._window.showFullScreen()
         self.full_screen_action.setChecked(self._window.isFullScreen())
+
+
+def first_size_for(room: QSize) -> QSize:
+    """A first start's size on a screen with ``room`` available: most of it (:data:`FIRST_SHARE`, at most
+    :data:`FIRST_SIZE_MAX`), all of it less the window's frame on a small screen (:data:`SMALL_SCREEN`)."""
+    if room.width() < SMALL_SCREEN.width() or room.height() < SMALL_SCREEN.height():
+        return QSize(room.width() - FRAME_ALLOWANCE.width(), room.height() - FRAME_ALLOWANCE.height())
+    return QSize(min(FIRST_SIZE_MAX.width(), int(room.width() * FIRST_SHARE)),
+                 min(FIRST_SIZE_MAX.height(), int(room.height() * FIRST_SHARE)))
+
+
+def fitted(window: QRect, room: QRect) -> QRect:
+    """``window`` (its client area) shrunk to fit ``room`` with the window manager's frame around it, and moved
+    onto it where it lay partly off it."""
+    width = min(window.width(), room.width() - FRAME_ALLOWANCE.width())
+    height = min(window.height(), room.height() - FRAME_ALLOWANCE.height())
+    x = min(max(window.x(), room.x()), room.right() + 1 - width - FRAME_ALLOWANCE.width() // 2)
+    y = min(max(window.y(), room.y()), room.bottom() + 1 - height - FRAME_ALLOWANCE.height())
+    return QRect(max(x, room.x()), max(y, room.y()), width, height)

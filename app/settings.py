@@ -31,7 +31,7 @@ _CONTROLS = ControlValues()
 
 # One default per setting, and its type: what a missing or unreadable stored value reads as. A dict is a group
 # stored as one JSON object, its fields typed by their defaults; an empty dict is kept as stored (the pair:
-# PairChoice reads its own fields); the one list (splitter sizes) holds whole numbers.
+# PairChoice reads its own fields); the lists (splitter sizes, the screen's size) hold whole numbers.
 DEFAULTS: dict[str, Any] = {
     "pair": {},
     "controls": {"k": _CONTROLS.k, "temperature": _CONTROLS.temperature, "top_k": _CONTROLS.top_k,
@@ -43,7 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "last_dir": "",
     "window/geometry": QByteArray(),
     "window/state": QByteArray(),
-    "window/tokens": {"beside": False, "sizes": []},  # sizes: empty = the default split
+    "window/screen": [],  # the available screen size [width, height] the geometry was saved on; empty: unknown
+    # sizes: empty = the default split; kept only where "dragged" says the user chose them (a file written before
+    # the flag holds sizes the window's own layout made, and reads as the default split)
+    "window/tokens": {"beside": False, "sizes": [], "dragged": False},
 }
 
 
@@ -200,18 +203,25 @@ class AppSettings:
     def state(self) -> QByteArray | None:
         return self.get("window/state", QByteArray) or None
 
-    def set_layout(self, geometry: QByteArray, state: QByteArray) -> None:
+    def screen_room(self) -> list[int]:
+        """[width, height] of the screen room the geometry was saved on; empty when not known (an older file)."""
+        room = self.get("window/screen", list)
+        return room if len(room) == 2 and min(room) > 0 else []
+
+    def set_layout(self, geometry: QByteArray, state: QByteArray, screen_room: list[int] | None = None) -> None:
         self.put("window/geometry", geometry)
         self.put("window/state", state)
+        self.put("window/screen", list(screen_room or []))
 
     def token_layout(self) -> tuple[bool, list[int]]:
         """(tokens beside the plots?, splitter sizes; empty = the default split)."""
         d = self.get("window/tokens", dict)
         sizes: list[int] = d["sizes"]
-        return d["beside"], sizes if len(sizes) == 2 and min(sizes) > 0 else []
+        return d["beside"], sizes if d["dragged"] and len(sizes) == 2 and min(sizes) > 0 else []
 
     def set_token_layout(self, beside: bool, sizes: list[int]) -> None:
-        self.put("window/tokens", {"beside": beside, "sizes": list(sizes)})
+        """The wish, and the sizes of a split the user dragged (empty: none)."""
+        self.put("window/tokens", {"beside": beside, "sizes": list(sizes), "dragged": bool(sizes)})
 
     def sync(self) -> None:
         self.qs.sync()

@@ -55,10 +55,14 @@ class SettingsKeeper:
         panel.max_new.setValue(max_new)
         panel.seed.setValue(seed)
         geometry, state = s.geometry(), s.state()
-        if geometry is not None:
+        room = self._arrangement.screen_room()
+        # A geometry saved on a screen of another size (a laptop docked, another Xvfb size) is not this
+        # screen's: the window opens as on a first start, filling most of it, rather than at a stale size.
+        if geometry is not None and s.screen_room() == [room.width(), room.height()]:
             w.restoreGeometry(geometry)
+            self._arrangement.fit_to_screen()
         else:
-            w.resize(self._arrangement.first_size())
+            self._arrangement.place_first()
         if state is not None:
             w.restoreState(state)
         self._arrangement.restore(*s.token_layout())
@@ -74,6 +78,7 @@ class SettingsKeeper:
         s.set_prompt(panel.prompt_edit.toPlainText())
         s.set_run_options(panel.max_new.value(), panel.seed.value())
         s.set_pair_choice(self._pair_choice())
-        s.set_layout(w.saveGeometry(), w.saveState())
+        room = self._arrangement.screen_room()
+        s.set_layout(w.saveGeometry(), w.saveState(), [room.width(), room.height()])
         s.set_token_layout(*self._arrangement.to_save())
         s.sync()

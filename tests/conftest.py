@@ -20,6 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # The CLI autosaves every run, as the app does: into a throwaway data folder, never the user's.
 os.environ.setdefault("SPECSCOPE_DATA_DIR", tempfile.mkdtemp(prefix="specscope-test-data-"))
+# Every window a test starts (in-process or as a `specscope` process) keeps its settings in a throwaway file,
+# never the user's ~/.config/specscope/specscope.ini: a saved geometry or split leaked from one run into the next.
+os.environ.setdefault("SPECSCOPE_SETTINGS_FILE",
+                      str(Path(tempfile.mkdtemp(prefix="specscope-test-settings-")) / "settings.ini"))
 # The converted demo (and the unpacked demo draft) go to one cache per test session, never the user's: every
 # demo test shares it, and the conversion itself is tested once (the ``demo_target`` fixture).
 os.environ.setdefault("SPECSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="specscope-test-cache-"))

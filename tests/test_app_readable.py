@@ -62,6 +62,7 @@ def test_token_view_has_a_real_share_and_the_layout_choice_is_remembered(qtbot, 
     w.arrangement.beside_action.trigger()
     qtbot.waitUntil(lambda: w.splitter.orientation() == Qt.Orientation.Horizontal)
     w.splitter.setSizes([760, 400])
+    w.splitter.moveSplitter(700, 1)  # a drag of the handle: the split the user chose is kept
     w.close()
     beside, saved = w.settings.token_layout()
     assert beside and saved == w.splitter.sizes()

@@ -48,7 +48,7 @@ def test_what_is_stored_is_read_back_after_a_relaunch(tmp_path) -> None:
     s.set_last_dir("/tmp/somewhere")
     s.set_pair_choice(PairChoice(target="demo", drafter="lookup"))
     s.set_controls(ControlValues(k=9, temperature=0.8, top_k=5, top_p=0.9, adaptive_k=True))
-    s.set_layout(QByteArray(b"geometry bytes"), QByteArray(b"state bytes"))
+    s.set_layout(QByteArray(b"geometry bytes"), QByteArray(b"state bytes"), [1600, 1000])
     s.set_token_layout(True, [300, 500])
     s.sync()
     again = settings_at(path)
@@ -58,7 +58,17 @@ def test_what_is_stored_is_read_back_after_a_relaunch(tmp_path) -> None:
     assert again.pair_choice() == PairChoice(target="demo", drafter="lookup")
     assert again.controls("model") == ControlValues(k=9, temperature=0.8, top_k=5, top_p=0.9, adaptive_k=True)
     assert again.geometry() == QByteArray(b"geometry bytes") and again.state() == QByteArray(b"state bytes")
-    assert again.token_layout() == (True, [300, 500])
+    assert again.token_layout() == (True, [300, 500]) and again.screen_room() == [1600, 1000]
+
+
+def test_a_split_from_a_file_written_before_dragged_splits_were_told_apart_reads_as_the_default(tmp_path) -> None:
+    path = tmp_path / "settings.ini"
+    s = settings_at(path)
+    # what the window wrote before: the sizes after a run at 1280x720, whose lines had taken the tokens' room
+    s.qs.setValue("window/tokens", json.dumps({"beside": False, "sizes": [491, 91]}))
+    s.sync()
+    assert settings_at(path).token_layout() == (False, [])
+    assert settings_at(path).screen_room() == []  # and its geometry's screen is unknown: not restored
 
 
 def test_a_corrupted_file_reads_as_the_defaults(tmp_path) -> None:

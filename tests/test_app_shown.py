@@ -120,6 +120,10 @@ def test_acceptance_bars_have_integer_ticks_and_a_sample_size(qtbot, tmp_path):
     from specscope.app.widgets.acceptance_bars import MIN_SAMPLES
 
     w = make_window(qtbot, tmp_path)
+    # At 1280x720 six columns leave room for any count ("6 n=999"): the n's are written (a narrower window,
+    # whose columns would hold "n=31" but not "n=999", leaves them out from the start rather than at n=100)
+    w.resize(1280, 720)
+    qtbot.waitUntil(lambda: w.plots.positions.width() > 400)
     # Every iteration accepts 3 of 4: positions 1-3 reached 30 times, position 4 reached 30 times, rejected.
     # One iteration at k=6 reaches positions 5 and 6 once (n=1): those bars are hatched and carry no rate.
     events = synthetic_records(30, k=4, accept=lambda i: 3)

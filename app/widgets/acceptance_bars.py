@@ -37,11 +37,22 @@ def title_for(since: int) -> str:
     return TITLE if since == 0 else f"Acceptance by draft position since it. {since} (n = times reached)"
 
 
+def count_text(n: int) -> str:
+    """A sample size in at most three characters ("41", "999", "12k"), so a tick's width does not grow with it."""
+    return str(n) if n < 1000 else f"{n // 1000}k"
+
+
+# The widest tick the sample sizes can make at a given number of positions: whether the sizes fit under the
+# bars is decided on this, not on the counts so far, so they do not vanish when a count reaches 100 (at k = 8 in
+# a 1280-px window they did, mid-run) and come back when a column widens.
+WIDEST_COUNT = "999"
+
+
 def position_ticks(n: int, reached: list[int] | None = None) -> list[list[tuple[int, str]]]:
     """Integer ticks 1..n under the bars (pyqtgraph would put them at halves), each with its sample size
     ("3 n=41") when ``reached`` is given."""
     step = 1 if n <= 16 else 2
-    return [[(i, f"{i} n={reached[i - 1]}" if reached else str(i)) for i in range(1, n + 1, step)], []]
+    return [[(i, f"{i} n={count_text(reached[i - 1])}" if reached else str(i)) for i in range(1, n + 1, step)], []]
 
 
 class AcceptanceBars(pg.PlotWidget):
@@ -102,7 +113,7 @@ class AcceptanceBars(pg.PlotWidget):
         return float(vb.width()) / max(1e-9, span[1] - span[0])
 
     def _fits(self, text: str, font: QFont | None = None) -> bool:
-        return QFontMetricsF(font or self.font()).horizontalAdvance(text) + 8 <= self._column_px()
+        return QFontMetricsF(font or self.font()).horizontalAdvance(text) + 6 <= self._column_px()
 
     def _fit_labels(self) -> None:
         """The y range's top: a full bar (1.0) plus its one-line label at the view's height now."""
@@ -144,11 +155,11 @@ class AcceptanceBars(pg.PlotWidget):
 
     def _place_text(self) -> None:
         """Ticks and rate labels for the view's size now: the sample sizes go under the bars, in the ticks,
-        where there is room for them (k up to 8 at 1280x720); the axis re-renders only when a tick's text
-        changes. A rate from fewer than MIN_SAMPLES is not written: the pale bar and its n say so."""
+        where there is room for any count (k up to 8 at 1280x720: see WIDEST_COUNT); the axis re-renders only
+        when a tick's text changes. A rate from fewer than MIN_SAMPLES is not written: the pale bar and its n say so."""
         rates, reached = self._rates, self._reached
         counts = [int(n) for n in reached]
-        widest = f"{len(counts)} n={max(counts, default=0)}"
+        widest = f"{len(counts)} n={WIDEST_COUNT}"
         ticks = position_ticks(len(counts), counts if counts and self._fits(widest, self.tick_font) else None)
         if ticks != self._ticks:
             self._ticks = ticks

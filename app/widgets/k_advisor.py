@@ -36,16 +36,41 @@ DATA_MIN_PX = 80  # under the title: the bottom axis (~35 px) and a data area of
 TITLE = "Predicted speed-up vs k (cost model)"
 HEADLINE_PT, LINE_PT = 9, 8  # the title's first line, and the two under it
 TITLE_MARGIN_PX = 24  # the title row's padding and the view's border, beside the axes
-K_SHOWN_MIN = 8  # the k axis spans at least 0..8, and two past the k in use and the best k
+K_SHOWN_MIN = 4  # the k axis spans at least 0..4, and two past the k in use and the best k
 K_MARGIN = 2
 
 
 def k_span(est: Estimate | None) -> int:
-    """The largest k the axis shows: explorations price verify lengths up to 16, and an axis stretched to them
-    squeezed the k that matter (in use, best) into its left third; the rest is a pan away."""
+    """The largest k the axis shows: two past the k in use and the best k (the k the advice is between). A fixed
+    0..8 left k = 3 in the left third; explorations price verify lengths up to 16, and an axis stretched to
+    them squeezed the k that matter the same way; the rest is a pan away."""
     if est is None:
         return K_SHOWN_MIN
     return max(K_SHOWN_MIN, est.k + K_MARGIN, (est.best_k or 0) + K_MARGIN)
+
+
+def next_k_span(shown: int, est: Estimate | None, k_before: int | None) -> int:
+    """The span to show now, given the one ``shown``: it grows at once when the k in use or the best k needs
+    more, and shrinks only when the k in use changed (a control change, adaptive k's step) or the run is over,
+    so a best k that moves between two values between frames does not make the axis jump."""
+    wanted = k_span(est)
+    if est is None or shown < 0 or wanted >= shown or est.k != k_before:
+        return wanted
+    return shown
+
+
+K_LABEL_TOP = 0.97  # where "k in use" sits along its line (0 = the bottom of the view)
+
+
+def label_at_top(est: Estimate) -> bool:
+    """Whether "k in use" goes at the top of its line: yes unless the curve at that k is in the view's upper
+    half (the view spans the curve and the 1.0 line)."""
+    values = [p.speedup for p in est.curve if p.speedup is not None]
+    at_k = next((p.speedup for p in est.curve if p.k == est.k), None)
+    if at_k is None or not values:
+        return True
+    low, high = min([*values, 1.0]), max([*values, 1.0])
+    return high <= low or (at_k - low) / (high - low) <= 0.5
 
 
 def k_ticks(k_max: int) -> list[list[tuple[float, str]]]:
@@ -82,9 +107,10 @@ class KAdvisorPlot(pg.PlotWidget):
         self.current = pg.InfiniteLine(pos=0, angle=90, movable=False,
                                        pen=pg.mkPen(PLOT_COLOURS["marker"], style=Qt.PenStyle.DotLine),
                                        label="k in use",
-                                       # at the top, right of the line, on white: the curve fell through it
-                                       labelOpts={"position": 0.97, "color": "#555", "fill": (255, 255, 255, 220),
-                                                  "anchors": [(0, 0), (0, 0)]})
+                                       # right of the line, on white, at the top or the bottom, away from
+                                       # the curve (_label_away_from_curve): the curve fell through it
+                                       labelOpts={"position": K_LABEL_TOP, "color": "#555",
+                                                  "fill": (255, 255, 255, 220), "anchors": [(0, 0), (0, 0)]})
         self.current.setVisible(False)
         pi.addItem(self.current)
         pi.titleLabel.setMaximumHeight(TITLE_HEIGHT)  # three lines once there is data: best k, α, measured
@@ -93,6 +119,7 @@ class KAdvisorPlot(pg.PlotWidget):
         self._k_max = -1
         self._show_k_range(K_SHOWN_MIN)
         self.estimate: Estimate | None = None
+        self._k_in_use: int | None = None  # the k the axis was last fitted to
         self._lines: list[list[Span]] = [[Span(TITLE)]]
         self._stale_tip = ""  # which costs are stale and why, on hover over the title
         self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
@@ -118,7 +145,8 @@ class KAdvisorPlot(pg.PlotWidget):
             return  # unchanged: redrawing costs a full repaint
         self.estimate = est
         pi = self.getPlotItem()
-        self._show_k_range(k_span(est))
+        self._show_k_range(next_k_span(self._k_max, est, self._k_in_use))
+        self._k_in_use = est.k if est is not None else None
         known = [p for p in est.curve if p.speedup is not None] if est is not None else []
         self.note.setVisible(not known)
         if est is None or not known:
@@ -142,8 +170,20 @@ class KAdvisorPlot(pg.PlotWidget):
             self.best.setToolTip(f"best {best}: ×{est.best_speedup:.2f}")
         self.current.setPos(est.k)
         self.current.setVisible(True)
+        self._label_away_from_curve(est)
         self.show_title(est)
         settle(pi.vb)
+
+    def _label_away_from_curve(self, est: Estimate) -> None:
+        """"k in use" at the top of its line, or at the bottom where the curve is high at that k: at the top
+        it was written across the curve (and the star) when the k in use was the best."""
+        label = self.current.label
+        at_top = label_at_top(est)
+        if (label.orthoPos > 0.5) == at_top:
+            return
+        anchor = (0, 0) if at_top else (0, 1)  # hanging below the top, or standing on the bottom
+        label.anchors = [anchor, anchor]
+        label.setPosition(K_LABEL_TOP if at_top else 1.0 - K_LABEL_TOP)
 
     def show_title(self, est: Estimate | None) -> None:
         """The snapshot's words (every frame: cheap when unchanged, so the title agrees with the status bar while

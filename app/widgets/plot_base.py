@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRect, QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
@@ -161,9 +161,11 @@ class EmptyNote(QLabel):
     """A readable sentence over the middle of an empty plot ("no data yet"), in place of bare axes.
 
     A widget on top of the plot, not a scene item, so it stays centred and unclipped whatever the view range
-    and ignores the mouse."""
+    and ignores the mouse. It is centred on the data area, between the axes: centred on the whole plot it
+    covered the left axis' tick labels ("0.█")."""
 
-    STYLE = "color:#555; background:rgba(255,255,255,215); padding:6px 10px; border:1px solid #ccc;"
+    STYLE = "color:#555; background:rgba(255,255,255,215); padding:4px 10px; border:1px solid #ccc;"
+    SIDE_GAP_PX = 6  # between the note and the data area's edges
 
     def __init__(self, plot: QWidget, text: str) -> None:
         super().__init__(text, plot)
@@ -185,10 +187,28 @@ class EmptyNote(QLabel):
         parent = self.parentWidget()
         if parent is None:
             return
-        width = min(max(160, parent.width() - 40), 420)
+        area = data_area(parent)
+        width = min(max(160, area.width() - 2 * self.SIDE_GAP_PX), 420)
         self.setFixedWidth(width)
-        self.adjustSize()
-        self.move((parent.width() - self.width()) // 2, (parent.height() - self.height()) // 2)
+        # the height its lines take at that width (adjustSize kept the one-line height of a wider note, and a
+        # narrow data area's three lines were cut top and bottom)
+        self.setFixedHeight(max(self.heightForWidth(width), self.minimumSizeHint().height()))
+        x = area.x() + (area.width() - self.width()) // 2
+        y = area.y() + (area.height() - self.height()) // 2
+        # where the data area is narrower or shorter than the sentence, it stays on the plot
+        self.move(max(0, min(x, parent.width() - self.width())), max(0, min(y, parent.height() - self.height())))
+
+
+def data_area(plot: QWidget) -> QRect:
+    """The data area (the view box, between the axes) of a plot widget, in its coordinates; the whole widget
+    less a margin where it is not a plot or not laid out yet."""
+    if isinstance(plot, pg.PlotWidget):
+        item = plot.getPlotItem()
+        item.layout.activate()  # a resize lays the plot out on the next event: the view box's place now
+        rect = plot.mapFromScene(item.vb.sceneBoundingRect()).boundingRect()
+        if rect.width() > 40 and rect.height() > 10 and plot.rect().contains(rect.center()):
+            return rect
+    return plot.rect().adjusted(20, 0, -20, 0)
 
 
 RIGHT_MARGIN_PX = 12  # half the last tick label ("20", "1.0") past the data area's right edge

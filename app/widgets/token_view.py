@@ -14,7 +14,7 @@ import html
 from collections.abc import Callable, Iterable
 
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QHelpEvent, QTextCharFormat
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.app.theme import STATUS_STYLES, style_for
@@ -22,6 +22,7 @@ from specscope.app.widgets.token_document import TokenDocument, pieces, visible_
 from specscope.core.records import IterationRecord, TokenRecord
 
 STATUS_NAMES = tuple(STATUS_STYLES)
+MIN_LINES = 6  # the token stream is what a user watches: the splitter never squeezes it below this many lines
 
 TokenDecoder = Callable[[int], "str | None"]
 
@@ -96,6 +97,11 @@ class TokenView(QPlainTextEdit):
                            for shown in (True, False)}
         self.show_rejected = True
         self.setDocument(self._shown_document.document)
+        # Not below MIN_LINES, whatever the splitter's saved sizes or the lines a live run adds above the plots
+        # (app/live_layout.py gives those lines' room from the tokens): at 1280x720 it had come down to ~4.
+        margins = self.contentsMargins()
+        self.setMinimumHeight(MIN_LINES * QFontMetrics(font).lineSpacing() + margins.top() + margins.bottom()
+                              + 2 * int(self.document().documentMargin()) + 2)
         self.decode: TokenDecoder | None = None  # set when a pair is loaded (top-5 ids -> text)
         self._seen_text: dict[int, str] = {}  # id -> text of every token shown: names top-5 ids in a replay
         self._matches: dict[int, str] = {}  # iteration -> what its drafter matched (lookup, suffix)
