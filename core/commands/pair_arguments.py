@@ -93,10 +93,11 @@ def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
             "suffix_backoff": args.suffix_backoff}
 
 
-def spec_from_args(args: argparse.Namespace) -> PairSpec:
-    """The pair the options name; ModelLoadError (one sentence) when they name none."""
-    from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
-    from specscope.core.engine.placement import parse_device_map, parse_max_memory
+def check_pair_choice(args: argparse.Namespace) -> str:
+    """The drafter the options choose, once they name a pair and its local config.json files are sound;
+    ModelLoadError (one sentence) otherwise. Needs no torch: the CLI and the worker run it before the engine's
+    imports (seconds), so a wrong option is answered at once."""
+    from specscope.core.engine.pair_spec import ModelLoadError
 
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
@@ -106,8 +107,17 @@ def spec_from_args(args: argparse.Namespace) -> PairSpec:
     for name in (None if args.demo else args.target, args.draft):
         directory = local_directory(name) if name else None
         problem = config_problem(directory) if directory is not None else None
-        if problem is not None:  # before the engine's imports; the loader checks a hub snapshot the same way
+        if problem is not None:  # the loader checks a hub snapshot the same way
             raise ModelLoadError(problem)
+    return drafter
+
+
+def spec_from_args(args: argparse.Namespace) -> PairSpec:
+    """The pair the options name; ModelLoadError (one sentence) when they name none."""
+    from specscope.core.engine.pair_spec import PairSpec
+    from specscope.core.engine.placement import parse_device_map, parse_max_memory
+
+    drafter = check_pair_choice(args)
     return PairSpec(
         target="demo" if args.demo else args.target, draft=args.draft, drafter=drafter,
         target_device=args.device, draft_device=args.draft_device, target_dtype=args.dtype,
