@@ -25,7 +25,8 @@ def _loaded_after(code: str) -> dict[str, object]:
         import json, sys
         print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
     """)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -103,7 +104,8 @@ def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_
 
 def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_path: Path) -> None:
     """A typo costs a second, not the engine's imports (issue 39): a run without a prompt, the model drafter
-    without --draft (run and serve), a target whose config.json is broken and an unwritable --trace are each
+    without --draft (run and serve), a target whose config.json is broken, an unwritable --trace and a worker's
+    --exit-with-parent without a pipe on its stdin are each
     one sentence and exit 2 with neither torch nor transformers loaded."""
     model = tmp_path / "model"
     model.mkdir()
@@ -114,6 +116,7 @@ def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_p
         (["serve", "--target", "/nonexistent/model"], "the model drafter needs --draft"),
         (["run", "--target", str(model), "--drafter", "lookup", "--prompt", "hi"], '"hidden_size" is'),
         (["run", "--demo", "--prompt", "hi", "--trace", str(tmp_path)], "--trace"),
+        (["serve", "--demo", "--exit-with-parent"], "--exit-with-parent needs standard input to be a pipe"),
     ]
     loaded = _loaded_after(f"""
         import contextlib, io

@@ -193,18 +193,15 @@ ENGINE_MODULES = ("specscope.core.engine.speculative", "transformers")
 
 def _check_before_engine(args: argparse.Namespace) -> CheckedRun | None:
     """The refusals of ``run`` and ``serve`` that need no torch (the prompt, the controls, the output paths, the
-    pair's options and config.json files), made before the engine's imports: a typo costs a second, not the ~10 s
-    (30 s on a loaded machine) of importing torch and transformers. The local run's checked options."""
+    pair's options and config.json files, serve's --exit-with-parent stdin), made before the engine's imports:
+    a typo costs a second, not the ~10 s (40 s on a loaded machine) of importing torch and transformers. The
+    local run's checked options."""
     if args.command == "run" and args.remote is None:
         return check_run_arguments(args)
     if args.command == "serve":
-        from specscope.core.commands.pair_arguments import check_pair_choice
-        from specscope.core.engine.pair_spec import ModelLoadError
+        from specscope.core.commands.serve import check_serve_arguments
 
-        try:
-            check_pair_choice(args)
-        except ModelLoadError as exc:
-            raise CliError(str(exc)) from None
+        check_serve_arguments(args)
     return None
 
 
