@@ -93,20 +93,20 @@ def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_
         with contextlib.redirect_stderr(io.StringIO()):
             cli.main(["run", "--target", "/nonexistent/model", "--prompt", "hi"])
             cli.main(["run", "--remote", "specscope://127.0.0.1:9/?token=x", "--prompt", "hi"])
-            cli.main(["run", "--target", "/nonexistent/model", "--drafter", "lookup", "--prompt", "hi"])
+            cli.main(["run", "--target", "no-such-org/no-such-model", "--drafter", "lookup", "--prompt", "hi"])
         print(seen)
     """)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     # a run refused for its options loads no torch; nor does run --remote (it decodes on the worker); a local
-    # run that passes the checks has it before the start ends
+    # run that passes the checks (a hub id, looked up once the engine is loaded) has it before the start ends
     assert done.stdout.strip().splitlines()[-1] == "[False, False, True]"
 
 
 def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_path: Path) -> None:
     """A typo costs a second, not the engine's imports (issue 39): a run without a prompt, the model drafter
-    without --draft (run and serve), a target whose config.json is broken, an unwritable --trace and a worker's
-    --exit-with-parent without a pipe on its stdin are each
-    one sentence and exit 2 with neither torch nor transformers loaded."""
+    without --draft (run and serve), a model path with nothing there or a file, a target whose config.json is
+    broken, an unwritable --trace and a worker's --exit-with-parent without a pipe on its stdin are each one
+    sentence and exit 2 with neither torch nor transformers loaded."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"hidden_size": "big"}')
@@ -114,6 +114,9 @@ def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_p
         (["run", "--target", "/nonexistent/model"], "give a prompt with --prompt TEXT or --prompt-file FILE"),
         (["run", "--target", "/nonexistent/model", "--prompt", "hi"], "the model drafter needs --draft"),
         (["serve", "--target", "/nonexistent/model"], "the model drafter needs --draft"),
+        (["run", "--target", "/nonexistent/model", "--drafter", "lookup", "--prompt", "hi"],
+         "no model directory at /nonexistent/model"),
+        (["serve", "--target", "no-such-org/x", "--draft", str(model / "config.json")], "is a file, not a model"),
         (["run", "--target", str(model), "--drafter", "lookup", "--prompt", "hi"], '"hidden_size" is'),
         (["run", "--demo", "--prompt", "hi", "--trace", str(tmp_path)], "--trace"),
         (["serve", "--demo", "--exit-with-parent"], "--exit-with-parent needs standard input to be a pipe"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from specscope.core.commands.cli_checks import finite_number, whole_number
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from specscope.core.engine.drafters import suffix_defaults
+from specscope.core.engine.model_files import model_path_problem
 from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
 from specscope.core.model_config import config_problem, local_directory
 
@@ -104,10 +105,15 @@ def check_pair_choice(args: argparse.Namespace) -> str:
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
-    for name in (None if args.demo else args.target, args.draft):
-        directory = local_directory(name) if name else None
-        problem = config_problem(directory) if directory is not None else None
-        if problem is not None:  # the loader checks a hub snapshot the same way
+    for name, opened_as_model in ((None if args.demo else args.target, True), (args.draft, drafter == "model")):
+        if not name:
+            continue
+        # a path with nothing there, as the loader says it (an EAGLE head's folder is checked in its own words)
+        problem = model_path_problem(name) if opened_as_model else None
+        directory = local_directory(name)
+        if problem is None and directory is not None:  # the loader checks a hub snapshot the same way
+            problem = config_problem(directory)
+        if problem is not None:
             raise ModelLoadError(problem)
     return drafter
 
