@@ -105,7 +105,9 @@ def check_pair_choice(args: argparse.Namespace) -> str:
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
-    for name, opened_as_model in ((None if args.demo else args.target, True), (args.draft, drafter == "model")):
+    # (the demo refuses any --draft in validate_spec's own words)
+    for name, opened_as_model in ((None if args.demo else args.target, True),
+                                  (args.draft, drafter == "model" and not args.demo)):
         if not name:
             continue
         # a path with nothing there, as the loader says it (an EAGLE head's folder is checked in its own words)
