@@ -200,6 +200,10 @@ def test_a_wrong_token_keeps_the_worker_in_use_and_the_run_on_screen(qtbot, tmp_
     assert run_to_end(qtbot, window, max_new=6) == "finished:max_new_tokens"  # still decoding on the worker
 
 
+# Full tier (13 s: a worker process of its own, loaded, then swapped): the swap on a worker is checked in-process
+# (test_remote.py), the window's refusal for a remote worker without the real process (test_app_sources.py) and
+# a swap through a real worker by this app's own worker test below.
+@pytest.mark.slow
 def test_a_drafter_change_acts_on_the_remote_worker_and_never_moves_decoding_here(qtbot, tmp_path, tiny_dirs):
     from specscope.app.connect_dialog import connect_worker
 

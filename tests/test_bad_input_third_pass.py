@@ -255,8 +255,9 @@ def test_serve_on_a_busy_port_is_said_before_loading(target, capsys) -> None:
 
 
 def test_serve_on_an_address_not_of_this_machine_is_said_before_loading(target, capsys) -> None:
-    rc, _, err = cli(capsys, "serve", "--target", "/nonexistent/model", "--host", "192.0.2.1", "--port", "0")
-    assert rc == 2  # the bind is refused first: the missing model is never reached
+    rc, _, err = cli(capsys, "serve", "--target", str(target), "--drafter", "lookup", "--host", "192.0.2.1",
+                     "--port", "0")
+    assert rc == 2  # the bind is refused before the load: a model that would load is never reached
     assert one_sentence(err) == "specscope: error: cannot listen on 192.0.2.1:0: Cannot assign requested address"
 
 

@@ -25,7 +25,8 @@ def _loaded_after(code: str) -> dict[str, object]:
         import json, sys
         print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
     """)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -78,7 +79,8 @@ def test_reading_a_trace_imports_no_torch() -> None:
 def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_quiet() -> None:
     """run/bench/verify/serve load torch and transformers before ``starting_done``: a Ctrl-C during those
     seconds stays one line (tests/test_cli_interrupt.py), as when the parser imported them; ``run --remote``,
-    which decodes on a worker, loads none of it."""
+    which decodes on a worker, loads none of it, and neither does a run its options already refuse (no draft
+    for the model drafter: answered before the imports)."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import contextlib, io, sys
         import specscope.core.commands.cli as cli
@@ -89,10 +91,44 @@ def test_a_command_that_decodes_here_imports_the_engine_while_signals_are_still_
             real()
         cli.starting_done = spy
         with contextlib.redirect_stderr(io.StringIO()):
-            cli.main(["run", "--remote", "specscope://127.0.0.1:9/?token=x", "--prompt", "hi"])
             cli.main(["run", "--target", "/nonexistent/model", "--prompt", "hi"])
+            cli.main(["run", "--remote", "specscope://127.0.0.1:9/?token=x", "--prompt", "hi"])
+            cli.main(["run", "--target", "no-such-org/no-such-model", "--drafter", "lookup", "--prompt", "hi"])
         print(seen)
     """)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    # run --remote decodes on the worker: no torch here; a local run has it before the start ends
-    assert done.stdout.strip().splitlines()[-1] == "[False, True]"
+    # a run refused for its options loads no torch; nor does run --remote (it decodes on the worker); a local
+    # run that passes the checks (a hub id, looked up once the engine is loaded) has it before the start ends
+    assert done.stdout.strip().splitlines()[-1] == "[False, False, True]"
+
+
+def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_path: Path) -> None:
+    """A typo costs a second, not the engine's imports (issue 39): a run without a prompt, the model drafter
+    without --draft (run and serve), a model path with nothing there or a file, a target whose config.json is
+    broken, an unwritable --trace and a worker's --exit-with-parent without a pipe on its stdin are each one
+    sentence and exit 2 with neither torch nor transformers loaded."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": "big"}')
+    cases = [
+        (["run", "--target", "/nonexistent/model"], "give a prompt with --prompt TEXT or --prompt-file FILE"),
+        (["run", "--target", "/nonexistent/model", "--prompt", "hi"], "the model drafter needs --draft"),
+        (["serve", "--target", "/nonexistent/model"], "the model drafter needs --draft"),
+        (["run", "--target", "/nonexistent/model", "--drafter", "lookup", "--prompt", "hi"],
+         "no model directory at /nonexistent/model"),
+        (["serve", "--target", "no-such-org/x", "--draft", str(model / "config.json")], "is a file, not a model"),
+        (["run", "--target", str(model), "--drafter", "lookup", "--prompt", "hi"], '"hidden_size" is'),
+        (["run", "--demo", "--prompt", "hi", "--trace", str(tmp_path)], "--trace"),
+        (["serve", "--demo", "--exit-with-parent"], "--exit-with-parent needs standard input to be a pipe"),
+    ]
+    loaded = _loaded_after(f"""
+        import contextlib, io
+        from specscope.core.commands.cli import main
+        for argv, said in {cases!r}:
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                rc = main(argv)
+            lines = err.getvalue().splitlines()
+            assert rc == 2 and len(lines) == 1 and lines[0].startswith("specscope: error: "), (argv, lines)
+            assert said in lines[0], (argv, lines)
+    """)
+    assert loaded["heavy"] == []

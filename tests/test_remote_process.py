@@ -70,6 +70,9 @@ def test_the_worker_killed_mid_run_keeps_what_arrived(dirs, tmp_path, capsys, mo
     assert len(autosaved) == len(lines)  # the autosave holds the same stream
 
 
+# Full tier (13 s: a worker loaded in a process of its own): stopping a remote run is checked in-process
+# (test_remote.py) and a worker process ending mid-run by the tests kept in this module.
+@pytest.mark.slow
 def test_ctrl_c_stops_the_remote_run_and_sigterm_the_worker(dirs, capsys, monkeypatch) -> None:
     worker = start_local_worker(pair_args(dirs))
     try:
@@ -190,6 +193,9 @@ def test_a_worker_ends_when_the_process_that_spawned_it_is_killed(dirs) -> None:
             os.kill(worker_pid, signal.SIGKILL)
 
 
+# Full tier (11 s: a worker loaded in a process of its own): the other side of --exit-with-parent, whose own
+# check (a worker ends with the process that spawned it) stays in the fast tier.
+@pytest.mark.slow
 def test_serve_without_exit_with_parent_never_reads_its_stdin(dirs) -> None:
     """`specscope serve` run by a person is not tied to its stdin: closed before the load ended (when a watching
     worker would stop at once), the worker still comes up and decodes."""

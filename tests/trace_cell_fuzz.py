@@ -35,9 +35,14 @@ def _rows(path: Path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
-def fuzz_cases(mains: Sequence[Path], work: Path) -> Iterator[FuzzCase]:
+def fuzz_cases(mains: Sequence[Path], work: Path, every: int = 1) -> Iterator[FuzzCase]:
     """For each trace (its iteration CSV in ``mains``), each of its CSVs, each column and each hostile value:
-    the trace copied to ``work`` with that one cell replaced. The copy is rewritten for each case."""
+    the trace copied to ``work`` with that one cell replaced. The copy is rewritten for each case.
+
+    ``every``: keep one case in ``every`` (counted over all of them). A count prime to the number of hostile
+    values moves the kept value along by one column each time, so every column still meets a few values and
+    every value a few columns."""
+    index = -1
     for main in mains:
         paths = trace_paths(main)
         for csv_path in (paths.iterations, paths.tokens, paths.baselines):
@@ -47,6 +52,9 @@ def fuzz_cases(mains: Sequence[Path], work: Path) -> Iterator[FuzzCase]:
             middle = max(1, (len(rows) - 1) // 2)
             for column in range(len(rows[0])):
                 for value in HOSTILE_CELLS:
+                    index += 1
+                    if index % every:
+                        continue
                     shutil.rmtree(work, ignore_errors=True)
                     shutil.copytree(main.parent, work)
                     changed = [list(r) for r in rows]

@@ -36,7 +36,7 @@ from specscope.core.commands.cli_checks import (
     terminate_raises,
     whole_number,
 )
-from specscope.core.commands.run import cmd_run
+from specscope.core.commands.run import CheckedRun, check_run_arguments, cmd_run
 from specscope.core.drafter_catalogue import (
     DEFAULT_K,
     DEFAULT_K_BY_DRAFTER,
@@ -137,17 +137,26 @@ def _parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     hold_closed_standard_descriptors()
     quiet_signals_while_starting()  # the launcher installs them earlier still; a direct call starts here
+    refusal: CliError | None = None
+    checked: CheckedRun | None = None
     try:
         parser = build_parser()  # no torch: --help answers at once, attach and run --remote never load it
         args = _parse(parser, argv)
-        _import_engine(args)
+        args.session_folder = None  # a run's autosave folder, once it has one (commands.run.start_autosave)
+        try:
+            checked = _check_before_engine(args)
+        except CliError as exc:  # said below, with every other refusal; the engine is not needed to say it
+            refusal = exc
+        else:
+            _import_engine(args)
     finally:
         starting_done()
-    args.session_folder = None  # a run's autosave folder, once it has one (commands.run.start_autosave)
     where = ""
     try:
         with terminate_raises():
-            rc = _dispatch(args)
+            if refusal is not None:
+                raise refusal
+            rc = _dispatch(args, checked)
         failed = stdout_failed()
         if failed is not None:  # buffered output that could not be written at exit
             raise StdoutError(failed)
@@ -182,19 +191,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 ENGINE_MODULES = ("specscope.core.engine.speculative", "transformers")
 
 
+def _check_before_engine(args: argparse.Namespace) -> CheckedRun | None:
+    """The refusals of ``run`` and ``serve`` that need no torch (the prompt, the controls, the output paths, the
+    pair's options and config.json files, serve's --exit-with-parent stdin), made before the engine's imports:
+    a typo costs a second, not the ~10 s (40 s on a loaded machine) of importing torch and transformers. The
+    local run's checked options."""
+    if args.command == "run" and args.remote is None:
+        return check_run_arguments(args)
+    if args.command == "serve":
+        from specscope.core.commands.serve import check_serve_arguments
+
+        check_serve_arguments(args)
+    return None
+
+
 def _import_engine(args: argparse.Namespace) -> None:
     if args.command in ("run", "serve", "bench", "verify") and getattr(args, "remote", None) is None:
         for name in ENGINE_MODULES:
             importlib.import_module(name)
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, checked: CheckedRun | None = None) -> int:
     if args.command == "run":
         if args.remote is not None:
             from specscope.core.commands.serve import cmd_run_remote
 
             return cmd_run_remote(args)
-        return cmd_run(args)
+        return cmd_run(args, checked)
     if args.command == "serve":
         from specscope.core.commands.serve import cmd_serve
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from specscope.core.commands.cli_checks import finite_number, whole_number
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
 from specscope.core.engine.drafters import suffix_defaults
+from specscope.core.engine.model_files import model_path_problem
 from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
 from specscope.core.model_config import config_problem, local_directory
 
@@ -93,21 +94,38 @@ def suffix_fields(args: argparse.Namespace) -> dict[str, Any]:
             "suffix_backoff": args.suffix_backoff}
 
 
-def spec_from_args(args: argparse.Namespace) -> PairSpec:
-    """The pair the options name; ModelLoadError (one sentence) when they name none."""
-    from specscope.core.engine.pair_spec import ModelLoadError, PairSpec
-    from specscope.core.engine.placement import parse_device_map, parse_max_memory
+def check_pair_choice(args: argparse.Namespace) -> str:
+    """The drafter the options choose, once they name a pair and its local config.json files are sound;
+    ModelLoadError (one sentence) otherwise. Needs no torch: the CLI and the worker run it before the engine's
+    imports (seconds), so a wrong option is answered at once."""
+    from specscope.core.engine.pair_spec import ModelLoadError
 
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
-    for name in (None if args.demo else args.target, args.draft):
-        directory = local_directory(name) if name else None
-        problem = config_problem(directory) if directory is not None else None
-        if problem is not None:  # before the engine's imports; the loader checks a hub snapshot the same way
+    # (the demo refuses any --draft in validate_spec's own words)
+    for name, opened_as_model in ((None if args.demo else args.target, True),
+                                  (args.draft, drafter == "model" and not args.demo)):
+        if not name:
+            continue
+        # a path with nothing there, as the loader says it (an EAGLE head's folder is checked in its own words)
+        problem = model_path_problem(name) if opened_as_model else None
+        directory = local_directory(name)
+        if problem is None and directory is not None:  # the loader checks a hub snapshot the same way
+            problem = config_problem(directory)
+        if problem is not None:
             raise ModelLoadError(problem)
+    return drafter
+
+
+def spec_from_args(args: argparse.Namespace) -> PairSpec:
+    """The pair the options name; ModelLoadError (one sentence) when they name none."""
+    from specscope.core.engine.pair_spec import PairSpec
+    from specscope.core.engine.placement import parse_device_map, parse_max_memory
+
+    drafter = check_pair_choice(args)
     return PairSpec(
         target="demo" if args.demo else args.target, draft=args.draft, drafter=drafter,
         target_device=args.device, draft_device=args.draft_device, target_dtype=args.dtype,

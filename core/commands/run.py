@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from specscope.core.commands.cli_checks import (
@@ -53,10 +54,10 @@ def controls_from_args(args: argparse.Namespace) -> Any:
 
 
 def drill_from_args(args: argparse.Namespace) -> Any:
-    from specscope.core.memory.drill import DrillError, parse_drill
-
     if getattr(args, "drill", None) is None:
         return None
+    from specscope.core.memory.drill import DrillError, parse_drill  # imports torch: only for a drill
+
     try:
         spec = parse_drill(args.drill)
     except DrillError as exc:
@@ -143,25 +144,63 @@ def resolve_drafter_defaults(args: argparse.Namespace) -> None:
         args.k = default_k(drafter)
 
 
-def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
-    """Refuse unwritable ``--trace``/``--chrome-trace`` paths before anything runs; True (and the libraries'
-    progress bars silenced) when the run reports quietly (``--quiet`` or ``--json``)."""
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse unwritable ``--trace``/``--chrome-trace`` paths before anything runs."""
     if args.trace is not None:
         check_writable(args.trace, "--trace", trace=True)
     if args.chrome_trace is not None:
         check_writable(args.chrome_trace, "--chrome-trace")
+
+
+def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
+    """``check_output_paths``; True (and the libraries' progress bars silenced) when the run reports quietly
+    (``--quiet`` or ``--json``)."""
+    check_output_paths(args)
     quiet = bool(args.quiet or args.json)
     if quiet:
         quiet_libraries()
     return quiet
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class CheckedRun:
+    """What ``specscope run`` took from its options once they passed every check that needs no model."""
+
+    controls: Any
+    drill: Any
+    text: str
+
+
+def check_run_arguments(args: argparse.Namespace) -> CheckedRun:
+    """Every refusal of a local run's options that needs neither torch nor a model (the prompt, the controls,
+    the output paths, the pair's options and its config.json files): the CLI runs these before it imports the
+    engine, so a typo is answered in a second, not after ~10 s of imports (or 30 s on a loaded machine)."""
+    from specscope.core.commands.pair_arguments import check_pair_choice
+    from specscope.core.engine.pair_spec import ModelLoadError
+
     resolve_drafter_defaults(args)
     controls = controls_from_args(args)
     drill = drill_from_args(args)
     text = prompt_text_from_args(args)
-    quiet = check_outputs_and_quiet(args)
+    check_output_paths(args)
+    if args.plain and not args.draft and args.drafter in (None, "model", "eagle"):
+        args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
+    try:
+        check_pair_choice(args)
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+    return CheckedRun(controls=controls, drill=drill, text=text)
+
+
+def cmd_run(args: argparse.Namespace, checked: CheckedRun | None = None) -> int:
+    """``checked``: the options as ``check_run_arguments`` already checked them (the CLI checks before it
+    imports the engine); checked here when not given."""
+    if checked is None:
+        checked = check_run_arguments(args)
+    controls, drill, text = checked.controls, checked.drill, checked.text
+    quiet = bool(args.quiet or args.json)
+    if quiet:
+        quiet_libraries()
 
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.engine.models import load_pair
@@ -170,8 +209,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specscope.core.measure.run import Run
     from specscope.core.session import Session, SessionOptions
 
-    if args.plain and not args.draft and args.drafter in (None, "model", "eagle"):
-        args.drafter = "lookup"  # plain decoding never drafts: do not demand a draft model for it
     try:
         spec = spec_from_args(args)
         pair = load_pair(spec, progress=load_progress(quiet))

@@ -57,7 +57,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "(standard input must be a pipe; without this option it is never read)")
 
 
+def check_serve_arguments(args: argparse.Namespace) -> None:
+    """The worker's refusals that need no torch, made before the engine's imports (a wrong option, or a stdin
+    that --exit-with-parent cannot watch, is said in a second): the pair's options and config.json files."""
+    from specscope.core.commands.pair_arguments import check_pair_choice
+    from specscope.core.engine.pair_spec import ModelLoadError
+
+    if args.exit_with_parent:
+        from specscope.core.remote.parent import stdin_is_a_pipe
+
+        if not stdin_is_a_pipe():
+            raise CliError("--exit-with-parent needs standard input to be a pipe from the program that started the "
+                           "worker (the worker stops when that pipe closes)")
+    try:
+        check_pair_choice(args)
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``specscope serve``, its options already checked by ``check_serve_arguments`` (cli.main, before the
+    engine's imports)."""
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.commands.run import load_progress, quiet_libraries
     from specscope.core.engine.models import load_pair
@@ -67,11 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.quiet:
         quiet_libraries()
     if args.exit_with_parent:  # before the load, which can take minutes: a parent gone meanwhile ends it too
-        from specscope.core.remote.parent import exit_with_parent, stdin_is_a_pipe
+        from specscope.core.remote.parent import exit_with_parent
 
-        if not stdin_is_a_pipe():
-            raise CliError("--exit-with-parent needs standard input to be a pipe from the program that started the "
-                           "worker (the worker stops when that pipe closes)")
         exit_with_parent((lambda _m: None) if args.quiet else _log)
     try:  # bound before the load (seconds to minutes): a busy port or a wrong --host is said at once
         listener = listen(args.host, args.port)

@@ -41,17 +41,28 @@ def hf_hub_cache_dir() -> Path:
     return Path(xdg).expanduser() / "huggingface" / "hub"
 
 
+def model_path_problem(name: str) -> str | None:
+    """Why ``name`` can name no model (a file, or a path with nothing there, or no hub id either), or None when
+    it is a folder or may be a hub id. Reads no model and needs no torch: the CLI and the worker ask it before
+    the engine's imports."""
+    path = Path(name).expanduser()
+    if path.exists():
+        return None if path.is_dir() else f"{name} is a file, not a model directory"
+    looks_like_path = name.startswith((".", "/", "~")) or os.sep + os.sep in name or name.count("/") > 1
+    if looks_like_path or not _HUB_ID.match(name):
+        return f"no model directory at {name}"
+    return None
+
+
 def resolve_model_dir(name: str, local_files_only: bool = True, allow_pickle: bool = False,
                       trust_remote_code: bool = False) -> Path:
     """A local model directory for ``name``: an existing path, or a hub id found in the local HF cache."""
+    problem = model_path_problem(name)
+    if problem is not None:
+        raise ModelLoadError(problem)
     path = Path(name).expanduser()
     if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{name} is a file, not a model directory")
         return path.resolve()
-    looks_like_path = name.startswith((".", "/", "~")) or os.sep + os.sep in name or name.count("/") > 1
-    if looks_like_path or not _HUB_ID.match(name):
-        raise ModelLoadError(f"no model directory at {name}")
     from huggingface_hub import snapshot_download
 
     cache = hf_hub_cache_dir()
