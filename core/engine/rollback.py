@@ -195,7 +195,11 @@ class CacheRollback:
                     DynamicSlidingWindowLayer.crop(layer, -drop)
                 elif isinstance(layer, DynamicLayer):
                     DynamicLayer.crop(layer, -drop)
-                if recording and drop == 0:  # a hybrid sliding layer records its conv states too
+                if recording:
+                    # A hybrid sliding layer records its linear part too: conv columns, and since transformers 5.25
+                    # a copy of the recurrent state per pass. crop(0) drops both (after a rejection the restore
+                    # that follows sets conv and recurrent states from the mark); without it a draft, which only
+                    # ever restores, would keep every copy.
                     LinearAttentionLayer.crop(layer, 0)
             else:
                 layer.crop(-drop)  # type: ignore[union-attr]  # every layer type listed above has crop
