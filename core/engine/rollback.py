@@ -13,7 +13,9 @@ must hold exactly the committed prefix again. What that takes depends on the lay
 * linear attention and SSM state (``LinearAttentionLayer``: Gated DeltaNet, Mamba, short convolutions; and the
   hybrid layers holding such a state next to attention): a recurrent state folds every token in and cannot be
   cropped. The rollback takes a copy of the conv and recurrent states at each rollback point (they are a few
-  fixed-size tensors per layer) and restores it. A draft model, fed one token at a time, marks a point after
+  fixed-size tensors per layer), and of the layer's own token count where it keeps one (transformers 5.25 and
+  later: ``cumulative_length_linear``, which ``get_seq_length`` reads and so sets the next pass's positions),
+  and restores them. A draft model, fed one token at a time, marks a point after
   every step, so its rollback is a restore. The target marks one point before its verify pass; after a
   rejection it restores that point and runs the accepted tokens through the model again (one extra pass of
   1 + accepted tokens, none when every proposal was accepted): cheaper than copying per-token states out of
@@ -91,10 +93,23 @@ class _LinearState:
     conv: dict[int, torch.Tensor | None]
     recurrent: dict[int, torch.Tensor | None]
     has_previous: dict[int, bool]
+    # the layer's token count (transformers >= 5.25; None before, when only attention layers counted tokens)
+    length: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(_tensor_bytes(t) for t in (*self.conv.values(), *self.recurrent.values()))
+
+
+def _token_count(layer: LinearAttentionCacheLayerMixin) -> torch.Tensor | None:
+    """The tokens a linear-attention layer has folded in, as the 0-d tensor its ``get_seq_length`` returns
+    (transformers >= 5.25), or None where the layer keeps no count (5.24: attention layers alone counted).
+
+    transformers' own way back, ``crop(-n)`` under past recording, lowers this count and takes each recurrent
+    state from a history the model fills only for the last ``recurrent_states_to_keep`` tokens of a pass (a
+    5.25 addition); the copies here work on every version, so the count is restored with them."""
+    count = getattr(layer, "cumulative_length_linear", None)
+    return count if isinstance(count, torch.Tensor) else None
 
 
 def linear_state_bytes(cache: Cache) -> int:
@@ -180,7 +195,11 @@ class CacheRollback:
                     DynamicSlidingWindowLayer.crop(layer, -drop)
                 elif isinstance(layer, DynamicLayer):
                     DynamicLayer.crop(layer, -drop)
-                if recording and drop == 0:  # a hybrid sliding layer records its conv states too
+                if recording:
+                    # A hybrid sliding layer records its linear part too: conv columns, and since transformers 5.25
+                    # a copy of the recurrent state per pass. crop(0) drops both (after a rejection the restore
+                    # that follows sets conv and recurrent states from the mark); without it a draft, which only
+                    # ever restores, would keep every copy.
                     LinearAttentionLayer.crop(layer, 0)
             else:
                 layer.crop(-drop)  # type: ignore[union-attr]  # every layer type listed above has crop
@@ -195,8 +214,10 @@ class CacheRollback:
                     else None for i, t in layer.conv_states.items()}
         else:
             conv = clone(layer.conv_states)
+        length = _token_count(layer)
         return _LinearState(conv=conv, recurrent=clone(layer.recurrent_states),
-                            has_previous=dict(layer.has_previous_state))
+                            has_previous=dict(layer.has_previous_state),
+                            length=None if length is None else length.clone())
 
     def _restore(self, states: list[_LinearState]) -> None:
         for layer, state in zip(self._linear, states, strict=True):
@@ -208,6 +229,9 @@ class CacheRollback:
                     elif current is not None:  # initialised after the mark: back to "no previous state"
                         current.zero_()
             layer.has_previous_state.update(state.has_previous)
+            count = _token_count(layer)
+            if count is not None and state.length is not None:
+                count.copy_(state.length)  # in place: transformers marks the tensor's address static
 
     def _recorded_bytes(self) -> int:
         """Bytes of rows past recording holds beyond what the layers keep between passes."""
