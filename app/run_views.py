@@ -155,9 +155,9 @@ class RunViews:
             self._legend.set_counts(self._token_view.counts)
 
     def on_frame(self, time_left: bool) -> None:
-        """End of a controller tick. While a run is live: tokens, status and titles every
-        ``LIVE_VIEW_PERIOD_S``, and on the next tick one plot in turn when that tick left time for it;
-        otherwise everything now."""
+        """End of a controller tick. While a run is live: the tokens every ``LIVE_VIEW_PERIOD_S``, and on the
+        next tick one plot in turn (when that tick left time for it) with the status and titles; otherwise
+        everything now."""
         c, plots = self._controller, self._plots
         data = c.data
         if c.state.active:
@@ -167,15 +167,18 @@ class RunViews:
                 self._plot_due = False
                 if time_left and plots.stale(data):
                     plots.refresh_one(data)
-                    # the plot just drawn read the latest snapshot: the titles and numbers show it too, so no
-                    # frame has the k advisor's α at one iteration and the status bar's at the one before
-                    plots.refresh_titles(data)
-                    self.render_numbers()
+                # The period's titles and numbers, once, with the plot just drawn: it read the latest snapshot,
+                # so no frame has the k advisor's α at one iteration and the status bar's at the one before.
+                # (Rendered on the text tick too, every title whose number moved repainted its plot twice a
+                # period: docs/bench-gui.md, issue 40's latency.)
+                plots.refresh_titles(data)
+                self.render_numbers()
                 return
             if time.monotonic() - self._shown_at < LIVE_VIEW_PERIOD_S:
                 return
             self.show_tokens()
             self._plot_due = True
+            return
         else:
             self._plot_due = False
             self.show_tokens()
