@@ -65,6 +65,7 @@ class RunViews:
         self._unshown: list[IterationRecord] = []  # ingested, not in the token view yet (see show_tokens)
         self._shown_at = -1e9
         self._plot_due = False  # the period's plot, drawn on the tick after its text
+        self._words_due = False  # the period's titles, numbers and bars, drawn on the tick after its plot
 
     # ---- the state -------------------------------------------------------------------------------------
     def render_state(self, state: RunState) -> None:
@@ -155,29 +156,36 @@ class RunViews:
             self._legend.set_counts(self._token_view.counts)
 
     def on_frame(self, time_left: bool) -> None:
-        """End of a controller tick. While a run is live: tokens, status and titles every
-        ``LIVE_VIEW_PERIOD_S``, and on the next tick one plot in turn when that tick left time for it;
-        otherwise everything now."""
+        """End of a controller tick. While a run is live: the tokens every ``LIVE_VIEW_PERIOD_S``, on the next
+        tick one plot in turn (when that tick left time for it), and on the one after the status, titles and
+        bars; otherwise everything now."""
         c, plots = self._controller, self._plots
         data = c.data
         if c.state.active:
             # The text and the plot of one period go on two ticks, not one: together they were the GUI
             # thread's longest stretch while a fast pair decodes (docs/bench-gui.md).
+            # The period's words go on a third tick: titles, numbers and bars, all of the latest snapshot, so
+            # no frame has the k advisor's α at one iteration and the status bar's at the one before. Drawn
+            # with the plot (as before), every plot whose title moved repainted in the plot's frame, the
+            # longest stretch beside a CPU hog (issue 40's latency); drawn on the text tick too, twice a period.
             if self._plot_due:
                 self._plot_due = False
                 if time_left and plots.stale(data):
                     plots.refresh_one(data)
-                    # the plot just drawn read the latest snapshot: the titles and numbers show it too, so no
-                    # frame has the k advisor's α at one iteration and the status bar's at the one before
-                    plots.refresh_titles(data)
-                    self.render_numbers()
+                self._words_due = True
+                return
+            if self._words_due:
+                self._words_due = False
+                plots.refresh_words(data)
+                self.render_numbers()
                 return
             if time.monotonic() - self._shown_at < LIVE_VIEW_PERIOD_S:
                 return
             self.show_tokens()
             self._plot_due = True
+            return
         else:
-            self._plot_due = False
+            self._plot_due = self._words_due = False
             self.show_tokens()
             if plots.stale(data):
                 plots.refresh(data)

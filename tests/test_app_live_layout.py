@@ -122,7 +122,16 @@ def test_memory_curves_made_ahead_take_their_series_style_and_axis(qtbot, tmp_pa
     colours = {k: item.opts["pen"].color().name() for k, item in memory.series.items()}
     assert colours["target_kv_bytes"] != colours["host_rss_bytes"] != colours["pcie0_rx_bytes_per_s"]
     assert len(memory.series) < SPARE_SERIES
-    assert all(len(item.getData()[0]) for item in memory.series.values())
+    drawn = {k: item for k, item in memory.series.items() if item.isVisible()}
+    assert set(drawn) == set(counters) - {"host_rss_bytes"}  # the machine's totals are drawn on request
+    assert all(len(item.getData()[0]) for item in drawn.values())
+    # a hidden total gets no setData at each turn (issue 40's latency): its points reach its curve when shown
+    hidden = memory.series["host_rss_bytes"]
+    assert not hidden.isVisible() and hidden.getData()[0] is None
+    memory.set_show_totals(True)
+    x, y = hidden.getData()
+    assert hidden.isVisible() and x[-1] == w.data.records[-1].iteration
+    assert y[-1] == pytest.approx(w.data.memory["host_rss_bytes"].view()[-1] / 2**30)
 
 
 def test_the_window_freezes_its_objects_at_its_first_tick_and_as_a_run_grows(qtbot, tmp_path, monkeypatch):

@@ -55,6 +55,13 @@ def position_ticks(n: int, reached: list[int] | None = None) -> list[list[tuple[
     return [[(i, f"{i} n={count_text(reached[i - 1])}" if reached else str(i)) for i in range(1, n + 1, step)], []]
 
 
+def set_label(label: pg.TextItem, text: str) -> None:
+    """A bar's label, set only when its text changes: setText lays the text out and repaints the plot even when
+    the text is the same, and the bars redraw at every plot turn."""
+    if label.toPlainText() != text:
+        label.setText(text)
+
+
 class AcceptanceBars(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -144,8 +151,10 @@ class AcceptanceBars(pg.PlotWidget):
         ok = ~np.isnan(rates)
         solid = ok & (reached >= MIN_SAMPLES)
         thin = ok & (reached < MIN_SAMPLES)
-        self.bars.setOpts(x=x[solid], height=rates[solid], width=BAR_WIDTH)
-        self.thin_bars.setOpts(x=x[thin], height=rates[thin], width=BAR_WIDTH)
+        if not (np.array_equal(rates, self._rates, equal_nan=True) and np.array_equal(reached, self._reached)):
+            # the bars' rectangles only when a rate or its sample size moved: each setOpts repaints the plot
+            self.bars.setOpts(x=x[solid], height=rates[solid], width=BAR_WIDTH)
+            self.thin_bars.setOpts(x=x[thin], height=rates[thin], width=BAR_WIDTH)
         if len(x) and len(x) != self._positions:
             self._positions = len(x)
             self.getPlotItem().setXRange(0.4, len(x) + 0.6, padding=0)
@@ -169,12 +178,14 @@ class AcceptanceBars(pg.PlotWidget):
         for i, rate in enumerate(rates):
             label = self._label(i)
             if np.isnan(rate) or reached[i] < MIN_SAMPLES or not rates_fit:
-                label.setText("")
+                set_label(label, "")
                 continue
-            label.setText(f"{rate:.2f}")
-            label.setPos(float(i + 1), float(rate) + 0.01)
+            set_label(label, f"{rate:.2f}")
+            position = (float(i + 1), float(rate) + 0.01)
+            if (label.pos().x(), label.pos().y()) != position:
+                label.setPos(*position)
         for label in self.labels[len(rates):]:
-            label.setText("")
+            set_label(label, "")
 
     def reset(self) -> None:
         if self.title != TITLE:

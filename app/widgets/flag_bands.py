@@ -121,7 +121,7 @@ class FlagBandsItem(pg.GraphicsObject):
         growing), so a live run's repaint does not rebuild hundreds of bands."""
         shown = self.bands
         same = 0
-        while same < min(len(shown), len(bands)) and shown[same] == bands[same]:
+        while same < min(len(shown), len(bands)) and (shown[same] is bands[same] or shown[same] == bands[same]):
             same += 1
         if same == len(shown) == len(bands):
             return
@@ -171,11 +171,19 @@ class FlagLanes:
         return [self.paging, self.busy, self.drill]
 
     def sync(self, data: RunData) -> None:
-        self.paging.show([ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b)) for b in data.paging_bands])
-        self.busy.show([ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b)) for b in data.busy_bands])
         last = int(data.records[-1].iteration) if data.records else 0
-        self.drill.show([ShadedBand(d.start - 0.5, (d.end if d.end is not None else last) + 0.5,
-                                    drill_tooltip(d, last)) for d in data.drills])
+        for item, spans, shade in (
+                (self.paging, data.paging_bands, lambda b: ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))),
+                (self.busy, data.busy_bands, lambda b: ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))),
+                (self.drill, data.drills, lambda d: ShadedBand(d.start - 0.5, (d.end if d.end is not None else last)
+                                                               + 0.5, drill_tooltip(d, last)))):
+            # A run's bands only grow at its end (a new band, or the last one longer): the shaded bands before
+            # the last one drawn are kept, not rebuilt with their tooltips at every redraw of a noisy run.
+            shown = item.bands
+            kept = len(shown) - 1 if 0 < len(shown) <= len(spans) else 0
+            if kept and shown[kept - 1].start != spans[kept - 1].start - 0.5:
+                kept = 0  # another run's bands (a view not cleared): all of them anew
+            item.show(shown[:kept] + [shade(s) for s in spans[kept:]])
 
     def clear(self) -> None:
         for item in self.items:

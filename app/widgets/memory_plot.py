@@ -137,6 +137,7 @@ class MemoryPlot(LivePlot):
             item.setVisible(shown)
             points = self._points.get(key)
             if shown and points is not None:
+                item.setData(points.x, points.y, connect="finite")  # hidden, its curve was not kept up to date
                 (self.right_follower if is_rate(key) else self.follower).include(points.y)
         self._sync_keys()
         self._version = -1  # the next frame redraws: the empty note and ranges follow what is drawn now
@@ -205,8 +206,11 @@ class MemoryPlot(LivePlot):
             if points is None:
                 points = self._points[key] = TurningPoints(MIB if is_rate(key) else GIB)
             added = points.update(column, x)
-            self._series(key).setData(points.x, points.y, connect="finite")
-            if self._drawn_series(key):
+            item = self._series(key)
+            if not self._drawn_series(key):
+                continue  # a hidden total: its points are kept, and handed to its curve when it is shown
+            if len(added):  # a turn that added no record to this series leaves its curve as drawn
+                item.setData(points.x, points.y, connect="finite")
                 (self.right_follower if is_rate(key) else self.follower).include(added)
         if len(self._entries) != n_entries:  # new series: their key, laid out once for all of them
             self._sync_keys()

@@ -511,11 +511,14 @@ class LivePlot(pg.PlotWidget):
         self.follower.reset()
         self.show_empty(None)
 
-    def refresh(self, data: RunData) -> None:
+    def refresh(self, data: RunData, title: bool = True) -> None:
+        """Redraw from ``data``; ``title=False`` leaves the title to the next ``refresh_title`` (a live plot
+        turn: the titles follow with the status bar's numbers, all of one snapshot)."""
         if data.version == self._version:
             return
         self._version = data.version
-        self.refresh_title(data)
+        if title:
+            self.refresh_title(data)
         self.update_from(data)
         self.show_empty(data)
         self.sync_markers(data.markers)

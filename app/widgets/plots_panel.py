@@ -47,6 +47,7 @@ class PlotsPanel(QWidget):
         for row, stretch in enumerate((3, 3, 2)):
             grid.setRowStretch(row, stretch)
         self._turn = 0
+        self._advisor_due = False  # the k advisor's turn came: drawn with the next words
 
     @property
     def live_plots(self) -> list[LivePlot]:
@@ -58,17 +59,27 @@ class PlotsPanel(QWidget):
             p._version != data.version for p in self.live_plots)
 
     def refresh_one(self, data: RunData) -> None:
-        """Redraw the next plot in turn (the k advisor counts as one turn). The acceptance bars, a handful of
-        rectangles, redraw at every turn: they show the snapshot the numbers beside them show, not one several
-        turns old."""
+        """Redraw the curves of the next plot in turn, not its title (the k advisor counts as one turn: its
+        curve, star and title are drawn together by ``refresh_words``, as its title names the best k its star
+        marks)."""
         turn = self._turn % 5
         self._turn += 1
+        if turn < 4:
+            self.live_plots[turn].refresh(data, title=False)
+        else:
+            self._advisor_due = True
+
+    def refresh_words(self, data: RunData) -> None:
+        """The live period's words, all of one snapshot: the change list, the acceptance bars (a handful of
+        rectangles: they show the snapshot the numbers beside them show, not one several turns old), the k
+        advisor when its turn came, and every title. On a tick of their own, after the plot's: together, every
+        plot whose title moved repainted in the same frame as the plot drawn (docs/bench-gui.md)."""
         self.change_list.show_changes(data.markers)
         self.positions.refresh(data)
-        if turn < 4:
-            self.live_plots[turn].refresh(data)
-        else:
+        if self._advisor_due:
+            self._advisor_due = False
             self.k_advisor.show_estimate(data.estimate)
+        self.refresh_titles(data)
 
     def refresh(self, data: RunData) -> None:
         self.change_list.show_changes(data.markers)
