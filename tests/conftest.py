@@ -110,6 +110,18 @@ def demo_target() -> tuple[Path, list[tuple[str, float]]]:
     return target_dir, reports
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real_gc_freeze: a window test that checks the window's own gc freezes")
+
+
+_REAL_GC_FREEZE = gc.freeze
+_REAL_GC_UNFREEZE = gc.unfreeze
+
+
+def _no_gc_freeze() -> None:
+    """gc.freeze and gc.unfreeze inside a window test (see ``_no_dangling_qt_threads_or_timers``)."""
+
+
 @pytest.fixture(autouse=True)
 def _no_dangling_qt_threads_or_timers(request, monkeypatch):
     """Fail a Qt test that leaves a QThread running or a QTimer active once its widgets are closed (as
@@ -133,15 +145,28 @@ def _no_dangling_qt_threads_or_timers(request, monkeypatch):
         return thread_start(self, *args)
 
     monkeypatch.setattr(QThread, "start", start_thread)
+    # What is alive before the test (the imports, the QApplication, earlier tests' survivors) is frozen, so the
+    # collection after the test walks only what the test made: a full walk of the ~420,000 objects torch, Qt
+    # and pyqtgraph leave cost 0.4 s quiet (2 s loaded) per window test, a quarter of the fast tier. The
+    # collection first keeps garbage out of the frozen set; it is short unless something unfroze everything
+    # since (an in-process CLI run does). The window's own freezes (core/gc_freeze.py) would freeze the
+    # test's objects too; they are no-ops here, except in a test that checks them (``real_gc_freeze``).
+    gc.collect()
+    _REAL_GC_FREEZE()
+    real_freezes = request.node.get_closest_marker("real_gc_freeze") is not None
+    if not real_freezes:
+        monkeypatch.setattr(gc, "freeze", _no_gc_freeze)
+        monkeypatch.setattr(gc, "unfreeze", _no_gc_freeze)
     yield
     QCoreApplication.processEvents()  # let the last queued signals run
     # Finish the deletions pytest-qt queued (deleteLater) before looking at widgets: walking the children of a
     # widget half way through its deletion crashes the process.
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     # Collect this test's Qt wrappers now, between tests: collected later, inside another test's paint or
-    # resize event, their C++ destructors deadlock or crash PySide6 6.11. A loaded pair froze what was alive
-    # (core/gc_freeze.py): give it back first, or its wrappers would be collected in a later test's load.
-    gc.unfreeze()
+    # resize event, their C++ destructors deadlock or crash PySide6 6.11. A test whose window froze what was
+    # alive gives it back first, or its wrappers would be collected in a later test's load.
+    if real_freezes:
+        _REAL_GC_UNFREEZE()
     gc.collect()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     running, active = [], []

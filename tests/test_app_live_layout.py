@@ -134,6 +134,7 @@ def test_memory_curves_made_ahead_take_their_series_style_and_axis(qtbot, tmp_pa
     assert y[-1] == pytest.approx(w.data.memory["host_rss_bytes"].view()[-1] / 2**30)
 
 
+@pytest.mark.real_gc_freeze  # the window's own freezes, not the suite's no-op (conftest.py)
 def test_the_window_freezes_its_objects_at_its_first_tick_and_as_a_run_grows(qtbot, tmp_path, monkeypatch):
     """A full collection on the GUI thread walks only what was made since the last freeze: the start-up
     objects (Qt, pyqtgraph, the widgets) at the first tick, then a run's records every so many iterations."""
