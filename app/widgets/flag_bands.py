@@ -13,7 +13,9 @@ band under the mouse."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -172,11 +174,16 @@ class FlagLanes:
 
     def sync(self, data: RunData) -> None:
         last = int(data.records[-1].iteration) if data.records else 0
-        for item, spans, shade in (
-                (self.paging, data.paging_bands, lambda b: ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))),
-                (self.busy, data.busy_bands, lambda b: ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))),
-                (self.drill, data.drills, lambda d: ShadedBand(d.start - 0.5, (d.end if d.end is not None else last)
-                                                               + 0.5, drill_tooltip(d, last)))):
+        def flag_band(b: FlagBand) -> ShadedBand:
+            return ShadedBand(b.start - 0.5, b.end + 0.5, band_tooltip(b))
+
+        def drill_band(d: DrillSpan) -> ShadedBand:
+            return ShadedBand(d.start - 0.5, (d.end if d.end is not None else last) + 0.5, drill_tooltip(d, last))
+
+        shades: tuple[tuple[FlagBandsItem, Sequence[Any], Callable[[Any], ShadedBand]], ...] = (
+            (self.paging, data.paging_bands, flag_band), (self.busy, data.busy_bands, flag_band),
+            (self.drill, data.drills, drill_band))
+        for item, spans, shade in shades:
             # A run's bands only grow at its end (a new band, or the last one longer): the shaded bands before
             # the last one drawn are kept, not rebuilt with their tooltips at every redraw of a noisy run.
             shown = item.bands

@@ -152,14 +152,18 @@ def check_output_paths(args: argparse.Namespace) -> None:
         check_writable(args.chrome_trace, "--chrome-trace")
 
 
-def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
-    """``check_output_paths``; True (and the libraries' progress bars silenced) when the run reports quietly
-    (``--quiet`` or ``--json``)."""
-    check_output_paths(args)
+def quiet_from_args(args: argparse.Namespace) -> bool:
+    """True (and the libraries' progress bars silenced) when the run reports quietly (``--quiet`` or ``--json``)."""
     quiet = bool(args.quiet or args.json)
     if quiet:
         quiet_libraries()
     return quiet
+
+
+def check_outputs_and_quiet(args: argparse.Namespace) -> bool:
+    """``check_output_paths``, then ``quiet_from_args``."""
+    check_output_paths(args)
+    return quiet_from_args(args)
 
 
 @dataclass(frozen=True)
@@ -198,9 +202,7 @@ def cmd_run(args: argparse.Namespace, checked: CheckedRun | None = None) -> int:
     if checked is None:
         checked = check_run_arguments(args)
     controls, drill, text = checked.controls, checked.drill, checked.text
-    quiet = bool(args.quiet or args.json)
-    if quiet:
-        quiet_libraries()
+    quiet = quiet_from_args(args)
 
     from specscope.core.commands.pair_arguments import spec_from_args
     from specscope.core.engine.models import load_pair
