@@ -77,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_error(problem)
             return EXIT_USAGE
 
+    from specscope.app.display_check import display_problem
+
+    no_screen = display_problem()
+    if no_screen is not None:  # said before Qt, which would abort the process with a misleading message
+        print_error(no_screen)
+        return 1
     from specscope.app.qt_check import binding_problem
 
     problem = binding_problem()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS
+from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, NO_DRAFT_NEEDED
 from specscope.core.model_config import config_problem, local_directory
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class PairChoice:
         if self.drafter not in DRAFTER_KINDS:
             return f"unknown drafter {self.drafter!r} (choose {', '.join(DRAFTER_KINDS)})"
         if self.drafter == "model" and self.target != "demo" and not self.draft.strip():
-            return "the model drafter needs a draft model (or choose the lookup or early-exit drafter)"
+            return f"the model drafter needs a draft model (or choose the {NO_DRAFT_NEEDED} drafter)"
         draft = self.draft if self.drafter in ("model", "eagle") else ""  # the drafters that read a folder
         for role, name in (("target", self.target), ("draft", draft)):
             directory = local_directory(name.strip()) if name.strip() and name != "demo" else None

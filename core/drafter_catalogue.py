@@ -14,6 +14,8 @@ DEFAULT_DRAFTER = "model"
 # Drafters that need no weights beyond the target's (the context, or the target's own layers and MTP heads):
 # a loaded pair switches to one of them in place, without loading the target again.
 IN_PLACE_DRAFTERS: frozenset[str] = frozenset({"lookup", "suffix", "early-exit", "mtp"})
+# The drafters a user can pick when they have no draft model, as the refusals name them.
+NO_DRAFT_NEEDED = "lookup, suffix, early-exit or mtp"
 DEMO_DRAFTER = "eagle"  # the embedded demo's default: its EAGLE-3 head (resources/demo_eagle)
 
 

@@ -106,20 +106,32 @@ def test_options_a_run_or_a_worker_refuses_are_answered_before_torch_loads(tmp_p
     """A typo costs a second, not the engine's imports (issue 39): a run without a prompt, the model drafter
     without --draft (run and serve), a model path with nothing there or a file, a target whose config.json is
     broken, an unwritable --trace and a worker's --exit-with-parent without a pipe on its stdin are each one
-    sentence and exit 2 with neither torch nor transformers loaded."""
+    sentence and exit 2 with neither torch nor transformers loaded; so are bench's and verify's pair options. A
+    missing target is said before what the drafter needs."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"hidden_size": "big"}')
+    sound = tmp_path / "sound"
+    sound.mkdir()
+    (sound / "config.json").write_text('{"model_type": "llama", "hidden_size": 32}')
     cases = [
         (["run", "--target", "/nonexistent/model"], "give a prompt with --prompt TEXT or --prompt-file FILE"),
-        (["run", "--target", "/nonexistent/model", "--prompt", "hi"], "the model drafter needs --draft"),
-        (["serve", "--target", "/nonexistent/model"], "the model drafter needs --draft"),
+        # the target's absence is said before what the drafter needs
+        (["run", "--target", "/nonexistent/model", "--prompt", "hi"], "no model directory at /nonexistent/model"),
+        (["serve", "--target", str(sound)],
+         "the model drafter needs --draft (or choose --drafter lookup, suffix, early-exit or mtp)"),
         (["run", "--target", "/nonexistent/model", "--drafter", "lookup", "--prompt", "hi"],
          "no model directory at /nonexistent/model"),
         (["serve", "--target", "no-such-org/x", "--draft", str(model / "config.json")], "is a file, not a model"),
         (["run", "--target", str(model), "--drafter", "lookup", "--prompt", "hi"], '"hidden_size" is'),
         (["run", "--demo", "--prompt", "hi", "--trace", str(tmp_path)], "--trace"),
         (["serve", "--demo", "--exit-with-parent"], "--exit-with-parent needs standard input to be a pipe"),
+        # bench and verify: the pair's options in the loader's words, before the engine too
+        (["bench", "--target", "/nonexistent/model"], "no model directory at /nonexistent/model"),
+        (["bench", "--demo", "--draft", str(sound)], "does not apply to the demo"),
+        (["verify", "--demo", "--drafter", "mtp"], "has no multi-token-prediction layers"),
+        (["verify", "--target", str(sound), "--drafter", "eagle", "--draft", "/nonexistent/head"],
+         "the EAGLE-3 head directory /nonexistent/head does not exist"),
     ]
     loaded = _loaded_after(f"""
         import contextlib, io

@@ -140,7 +140,7 @@ def test_bench_prompts_over_the_size_limit_are_refused_before_loading(target, ca
     big = tmp_path / "prompts.json"
     one = {"id": "x", "title": "x", "text": "w5 " * 1000}
     big.write_text(json.dumps({"kind": "prose", "prompts": [one] * (MAX_PROMPT_FILE_BYTES // 3000 + 1)}))
-    rc, _, err = cli(capsys, "bench", "--target", str(target), "--prompts", str(big))
+    rc, _, err = cli(capsys, "bench", "--target", str(target), "--drafter", "lookup", "--prompts", str(big))
     assert rc == 2 and "is larger than the 4 MiB a prompt file may be" in one_sentence(err)
 
 

@@ -102,7 +102,7 @@ def test_a_worker_that_cannot_load_says_why(tmp_path) -> None:
     """The worker's own ``specscope: error:`` sentence becomes the start error."""
     with pytest.raises(WorkerStartError) as caught:
         start_local_worker(["--target", str(tmp_path / "missing")])
-    assert str(caught.value) == "the model drafter needs --draft (or choose --drafter lookup or early-exit)"
+    assert str(caught.value) == f"no model directory at {tmp_path / 'missing'}"
 
 
 def test_received_run_ends_with_run_finished_when_the_worker_stops_it(dirs) -> None:

@@ -118,6 +118,21 @@ ZAYA = Family("Zaya", "hybrid", {"sliding_window": WINDOW, "head_dim": 8, "num_e
                                  "layer_types": ["hybrid_sliding", "hybrid"]})
 
 
+def test_a_hybrid_sliding_model_is_refused_before_loading_where_transformers_is_too_old(monkeypatch) -> None:
+    """5.24 cannot decode Zaya under past recording: the loader's check says so and names the version to
+    install; on 5.25 and later the same config passes. (One transformers is installed: the older one is the
+    version the check reads, set by hand.)"""
+    import specscope.core.engine.rollback as rollback
+    config = ZAYA.config()
+    monkeypatch.setattr(rollback, "installed_transformers", lambda: "5.24.0")
+    problem = rollback.rollback_problem(config)
+    assert problem is not None
+    assert "LinearAttentionAndSlidingWindowAttentionLayer" in problem
+    assert "transformers 5.25 or later (installed: 5.24.0)" in problem
+    monkeypatch.setattr(rollback, "installed_transformers", lambda: "5.25.0")
+    assert rollback.rollback_problem(config) is None
+
+
 def _recorded_states(cache: DynamicCache) -> int:
     """Recurrent-state copies the cache's layers hold for transformers' own crop (5.25 and later; none before)."""
     return sum(len(states) for layer in cache.layers

@@ -100,6 +100,8 @@ def _variant_list(text: str) -> list[LookupVariant]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="demo", help="target model directory or hub id, or 'demo'")
+    parser.add_argument("--demo", dest="target", action="store_const", const="demo",
+                        help="the embedded demo pair (the default; as `specscope run --demo`)")
     parser.add_argument("--draft", default=None,
                         help="draft model directory or hub id (drafter 'model'), EAGLE-3 head directory ('eagle')")
     parser.add_argument("--drafter", default=None, choices=DRAFTER_KINDS,

@@ -192,17 +192,34 @@ ENGINE_MODULES = ("specscope.core.engine.speculative", "transformers")
 
 
 def _check_before_engine(args: argparse.Namespace) -> CheckedRun | None:
-    """The refusals of ``run`` and ``serve`` that need no torch (the prompt, the controls, the output paths, the
-    pair's options and config.json files, serve's --exit-with-parent stdin), made before the engine's imports:
-    a typo costs a second, not the ~10 s (40 s on a loaded machine) of importing torch and transformers. The
-    local run's checked options."""
+    """The refusals of ``run``, ``serve``, ``bench`` and ``verify`` that need no torch (the prompt, the controls,
+    the output paths, the pair's options and config.json files, serve's --exit-with-parent stdin), made before
+    the engine's imports: a typo costs a second, not the ~10 s (40 s on a loaded machine) of importing torch and
+    transformers. The local run's checked options."""
     if args.command == "run" and args.remote is None:
         return check_run_arguments(args)
     if args.command == "serve":
         from specscope.core.commands.serve import check_serve_arguments
 
         check_serve_arguments(args)
+    if args.command in ("bench", "verify"):
+        check_pair_before_engine(args)
     return None
+
+
+def check_pair_before_engine(args: argparse.Namespace) -> None:
+    """bench's and verify's pair options (a missing target, the model drafter without --draft, a broken
+    config.json), refused in the loader's words before the engine's imports. bench names the demo as
+    ``--target demo``; verify has run's ``--demo``."""
+    from specscope.core.commands.pair_arguments import check_pair_choice
+    from specscope.core.engine.pair_spec import ModelLoadError
+
+    demo = bool(getattr(args, "demo", False)) or args.target == "demo"
+    choice = argparse.Namespace(**{**vars(args), "demo": demo, "target": None if demo else args.target})
+    try:
+        check_pair_choice(choice)
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _import_engine(args: argparse.Namespace) -> None:

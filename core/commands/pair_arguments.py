@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from specscope.core.commands.cli_checks import finite_number, whole_number
-from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, default_drafter
+from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS, NO_DRAFT_NEEDED, default_drafter
 from specscope.core.engine.drafters import suffix_defaults
 from specscope.core.engine.model_files import model_path_problem
 from specscope.core.engine.pair_spec import ONE_TOKEN_KERNELS
@@ -98,26 +98,43 @@ def check_pair_choice(args: argparse.Namespace) -> str:
     """The drafter the options choose, once they name a pair and its local config.json files are sound;
     ModelLoadError (one sentence) otherwise. Needs no torch: the CLI and the worker run it before the engine's
     imports (seconds), so a wrong option is answered at once."""
-    from specscope.core.engine.pair_spec import ModelLoadError
+    from specscope.core.engine.pair_spec import ModelLoadError, PairSpec, validate_spec
 
     if not args.demo and not args.target:
         raise ModelLoadError("choose a target model (--target DIR_OR_HUB_ID) or --demo")
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
+    # The target first: a missing target is the first thing to fix, whatever the drafter needs.
+    if not args.demo:
+        model_file_problem(args.target, opened_as_model=True)
     if not args.demo and drafter == "model" and not args.draft:
-        raise ModelLoadError("the model drafter needs --draft (or choose --drafter lookup or early-exit)")
-    # (the demo refuses any --draft in validate_spec's own words)
-    for name, opened_as_model in ((None if args.demo else args.target, True),
-                                  (args.draft, drafter == "model" and not args.demo)):
-        if not name:
-            continue
-        # a path with nothing there, as the loader says it (an EAGLE head's folder is checked in its own words)
-        problem = model_path_problem(name) if opened_as_model else None
-        directory = local_directory(name)
-        if problem is None and directory is not None:  # the loader checks a hub snapshot the same way
-            problem = config_problem(directory)
-        if problem is not None:
-            raise ModelLoadError(problem)
+        raise ModelLoadError(f"the model drafter needs --draft (or choose --drafter {NO_DRAFT_NEEDED})")
+    if args.draft:
+        model_file_problem(args.draft, opened_as_model=drafter == "model" and not args.demo)
+    # What the loader's validate_spec refuses that needs no file (mtp on the demo, a --draft the drafter or the
+    # demo does not use, an EAGLE head folder missing, suffix settings out of range), said now in its words; the
+    # placement options are checked when the engine parses them.
+    validate_spec(PairSpec(target="demo" if args.demo else args.target, draft=args.draft, drafter=drafter,
+                           **{name: value for name, value in vars(args).items() if name in CHECKED_EARLY}))
     return drafter
+
+
+# PairSpec's fields that check_pair_choice hands validate_spec when the options carry them (bench has no
+# --lookup-* options, for instance).
+CHECKED_EARLY = frozenset({"lookup_max_ngram", "lookup_num_tokens", "early_exit_layers", "suffix_max_tree_depth",
+                           "suffix_max_spec_factor", "suffix_min_token_prob", "suffix_max_cached_requests"})
+
+
+def model_file_problem(name: str, opened_as_model: bool) -> None:
+    """ModelLoadError when a named model has nothing there or an unreadable config.json, in the loader's words
+    (an EAGLE head's folder is checked in its own words, so only its config is read here)."""
+    from specscope.core.engine.pair_spec import ModelLoadError
+
+    problem = model_path_problem(name) if opened_as_model else None
+    directory = local_directory(name)
+    if problem is None and directory is not None:  # the loader checks a hub snapshot the same way
+        problem = config_problem(directory)
+    if problem is not None:
+        raise ModelLoadError(problem)
 
 
 def spec_from_args(args: argparse.Namespace) -> PairSpec:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.core.drafter_catalogue import DRAFTER_KINDS
+from specscope.core.drafter_catalogue import DRAFTER_KINDS, NO_DRAFT_NEEDED
 from specscope.core.engine.drafters import suffix_defaults
 
 
@@ -71,7 +71,7 @@ def validate_spec(spec: PairSpec) -> None:
         raise ModelLoadError(f"unknown drafter {spec.drafter!r}: choose one of {', '.join(DRAFTER_KINDS)}")
     if spec.drafter == "model" and not spec.draft and spec.target != "demo":
         raise ModelLoadError("the model drafter needs a draft model (give --draft, or choose --drafter "
-                             "lookup or early-exit)")
+                             f"{NO_DRAFT_NEEDED})")
     if spec.drafter == "eagle" and not spec.draft and spec.target != "demo":
         raise ModelLoadError("the eagle drafter needs an EAGLE-3 head directory (give --draft DIR with its "
                              "config.json and safetensors)")
@@ -93,10 +93,8 @@ def validate_spec(spec: PairSpec) -> None:
     if spec.early_exit_layers is not None and spec.early_exit_layers < 1:
         raise ModelLoadError("early exit needs at least 1 layer")
     if spec.drafter == "suffix":
-        from specscope.core.engine.drafters.suffix import check_suffix_parameters
-
         try:
-            check_suffix_parameters(spec.suffix_max_tree_depth, spec.suffix_max_spec_factor,
+            suffix_defaults.check_suffix_parameters(spec.suffix_max_tree_depth, spec.suffix_max_spec_factor,
                                     spec.suffix_min_token_prob, spec.suffix_max_cached_requests)
         except ValueError as e:
             raise ModelLoadError(f"suffix decoding: {e}") from None

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import (
     Cache,
@@ -57,9 +59,26 @@ ROLLBACK_LAYER_TYPES: tuple[type, ...] = (
 Refeed = Callable[[int, int], None]
 
 
+# Layers only later transformers decode under the past recording their window needs: 5.24's hybrid sliding layer
+# (Zaya, Inkling) reads every recorded conv column and fails at the first pass after a mark (docs/rollback.md).
+NEWER_TRANSFORMERS_NEEDED: dict[type, str] = {LinearAttentionAndSlidingWindowAttentionLayer: "5.25"}
+
+
+def installed_transformers() -> str:
+    return str(transformers.__version__)
+
+
 def unrollable_layers(cache: Cache) -> list[str]:
-    """Class names of the cache's layers that cannot be returned exactly to a shorter prefix."""
-    return sorted({type(layer).__name__ for layer in cache.layers if type(layer) not in ROLLBACK_LAYER_TYPES})
+    """Class names of the cache's layers that cannot be returned exactly to a shorter prefix (with this
+    transformers)."""
+    return sorted({type(layer).__name__ for layer in cache.layers
+                   if type(layer) not in ROLLBACK_LAYER_TYPES or _needs_newer(type(layer)) is not None})
+
+
+def _needs_newer(layer_type: type) -> str | None:
+    """The transformers version this layer type needs, when the installed one is older; else None."""
+    needed = NEWER_TRANSFORMERS_NEEDED.get(layer_type)
+    return needed if needed is not None and Version(installed_transformers()) < Version(needed) else None
 
 
 def rollback_problem(config: PretrainedConfig) -> str | None:
@@ -78,6 +97,10 @@ def rollback_problem(config: PretrainedConfig) -> str | None:
     names = unrollable_layers(cache)
     if not names:
         return None
+    newer = sorted({needed for layer in cache.layers if (needed := _needs_newer(type(layer))) is not None})
+    if newer:
+        return (f"its cache layers ({', '.join(names)}) decode under speculation only with transformers "
+                f"{newer[-1]} or later (installed: {installed_transformers()}): upgrade transformers")
     return (f"its cache layers ({', '.join(names)}) cannot be returned to a shorter prefix after a rejected "
             "draft, so speculative decoding would not be exact")
 
