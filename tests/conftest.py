@@ -156,6 +156,7 @@ def demo_target() -> tuple[Path, list[tuple[str, float]]]:
     session_cache = Path(os.environ["SPECSCOPE_CACHE_DIR"])
     shared_reports = session_cache / "demo-conversion-reports.json"
     reports: list[tuple[str, float]] = []
+    session_cache.mkdir(parents=True, exist_ok=True)  # a SPECSCOPE_CACHE_DIR of the caller's may not exist yet
     try:
         with exclusive_lock(session_cache / "demo-target.lock"):
             converts_here = not demo._cache_is_valid(demo.demo_target_dir(), demo.demo_gguf_path())
