@@ -3,7 +3,8 @@
 The GGUF is dequantised once into a safetensors directory in the user's cache (minutes of parsing avoided
 on every later start: loading from there takes about a second). The directory is built under a temporary
 name and renamed into place, and it carries a marker naming the GGUF it came from (size, mtime, sha256), so
-a half-written or stale cache is rebuilt rather than trusted.
+a half-written or stale cache is rebuilt rather than trusted. One process converts at a time (a lock in the
+cache): a second one started meanwhile waits and takes the first's result.
 
 The shipped draft (``resources/demo_draft``) holds only its own layers and final norm; its embeddings and
 LM head are the target's own modules (SmolLM2 ties them), shared without a copy. Its weights ship
