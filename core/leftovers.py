@@ -14,7 +14,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 try:
@@ -30,6 +30,27 @@ def lock_fd(fd: int) -> None:
     """Claim an open file (the writer's own temporary file) for this process's lifetime or until closed."""
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``lock`` (created if missing, never removed: a lock file unlinked
+    while another process opens it would let two holders in) for the block, waiting while another process
+    holds it; ``on_wait`` is called first when it must wait. Without ``flock`` (Windows) nothing is held."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

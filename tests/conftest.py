@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -29,6 +30,22 @@ os.environ.setdefault("SPECSCOPE_SETTINGS_FILE",
 # demo test shares it, and the conversion itself is tested once (the ``demo_target`` fixture).
 os.environ.setdefault("SPECSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="specscope-test-cache-"))
 
+# Under pytest-xdist (`-n 2`) each worker is a process started by the controller, which imported this file
+# first: the workers inherit its folders. The demo cache stays shared (the conversion holds a lock in it, so it
+# runs once for all workers); the data folder and the settings file become the worker's own, since tests count
+# the autosaved runs and read back the settings they wrote.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ...; None outside xdist and in its controller
+if XDIST_WORKER:
+    # Two workers on two cores pay only if each computes on one: torch, OpenMP and BLAS would each start a
+    # thread per core (torch and numpy are imported later than this, so the variables still count).
+    for threads_variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(threads_variable, "1")
+    os.environ["SPECSCOPE_DATA_DIR"] = str(Path(os.environ["SPECSCOPE_DATA_DIR"]) / XDIST_WORKER)
+    shared_settings = Path(os.environ["SPECSCOPE_SETTINGS_FILE"])
+    os.environ["SPECSCOPE_SETTINGS_FILE"] = str(shared_settings.parent / XDIST_WORKER / shared_settings.name)
+    for folder in (Path(os.environ["SPECSCOPE_DATA_DIR"]), shared_settings.parent / XDIST_WORKER):
+        folder.mkdir(parents=True, exist_ok=True)
+
 TIER_MARKERS = ("server", "wheel", "slow")
 _left_out: Counter[str] = Counter()
 
@@ -43,10 +60,35 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Runs where the tests are collected: in this process, or under xdist in each worker (the controller
+    collects nothing), whose counts reach the controller through ``pytest_testnodedown``."""
     for item in items:
         marker = next((m for m in TIER_MARKERS if item.get_closest_marker(m)), None)
         if marker is not None:
             _left_out[marker] += 1
+
+
+_xdist_workers: set[str] = set()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # set only in an xdist worker
+    if workeroutput is not None:
+        workeroutput["tier_left_out"] = dict(_left_out)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodeready(node: Any) -> None:
+    _xdist_workers.add(node.gateway.id)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller takes what the tier left out from the first worker that reports it: every worker
+    collects the whole suite and deselects the same tests."""
+    left_out = getattr(node, "workeroutput", {}).get("tier_left_out")
+    if left_out and not _left_out:
+        _left_out.update(left_out)
 
 
 FAST_TIER_BUDGET_S = 300  # the fast tier's goal on 2 quiet cores (docs/setup-and-tests.md): said, never asserted
@@ -78,8 +120,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not seconds:
         return
     total = sum(seconds.values())
-    terminalreporter.write_line(f"fast tier: {len(seconds):,} tests took {total:,.0f} s of test time (the goal is "
-                                f"under {FAST_TIER_BUDGET_S} s on 2 quiet cores); the dearest:")
+    if len(_xdist_workers) > 1:  # the workers' test times add up; the goal is the tier's wall time
+        workers = len(_xdist_workers)
+        spent = f"{total:,.0f} s of test time on {workers} workers, {total / workers:,.0f} s each"
+    else:
+        spent = f"{total:,.0f} s of test time"
+    terminalreporter.write_line(f"fast tier: {len(seconds):,} tests took {spent} (the goal is under "
+                                f"{FAST_TIER_BUDGET_S} s on 2 quiet cores); the dearest:")
     for nodeid, spent in sorted(seconds.items(), key=lambda item: -item[1])[:DEAREST_SHOWN]:
         terminalreporter.write_line(f"  {spent:6.1f} s  {nodeid}")
 
@@ -99,12 +146,28 @@ def warm_python():
 def demo_target() -> tuple[Path, list[tuple[str, float]]]:
     """The demo converted once for the whole session into the session's cache, with its progress reports.
 
-    Every test that loads the demo asks for this first, so the conversion is the one reported here."""
+    Every test that loads the demo asks for this first, so the conversion is the one reported here. Under
+    xdist the workers share the cache and take this fixture one at a time: the worker that converts leaves its
+    reports beside the cache for the others (which find the cache made), and unpacks the demo draft too, so no
+    worker writes a temporary file into the cache while another's test looks at it."""
     from specscope.core.engine import demo
+    from specscope.core.leftovers import exclusive_lock
 
+    session_cache = Path(os.environ["SPECSCOPE_CACHE_DIR"])
+    shared_reports = session_cache / "demo-conversion-reports.json"
     reports: list[tuple[str, float]] = []
+    session_cache.mkdir(parents=True, exist_ok=True)  # a SPECSCOPE_CACHE_DIR of the caller's may not exist yet
     try:
-        target_dir = demo.ensure_demo_target(lambda msg, frac: reports.append((msg, frac)))
+        with exclusive_lock(session_cache / "demo-target.lock"):
+            converts_here = not demo._cache_is_valid(demo.demo_target_dir(), demo.demo_gguf_path())
+            target_dir = demo.ensure_demo_target(lambda msg, frac: reports.append((msg, frac)))
+            packed_draft = demo.demo_draft_dir() / demo.DRAFT_WEIGHTS_XZ
+            if packed_draft.is_file():
+                demo._unpacked_in_cache(packed_draft)
+            if converts_here:
+                shared_reports.write_text(json.dumps(reports))
+            elif XDIST_WORKER and shared_reports.is_file():  # another worker converted
+                reports = [(msg, frac) for msg, frac in json.loads(shared_reports.read_text())]
     except demo.DemoUnavailable as exc:
         pytest.skip(str(exc))
     return target_dir, reports

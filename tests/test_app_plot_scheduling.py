@@ -243,3 +243,23 @@ def test_a_long_curve_is_drawn_from_one_bucket_per_pixel_with_its_extremes(qtbot
     assert max(shown_y) == 9.0 and min(shown_y) == -9.0  # one-point spikes: the line still reaches them
     shown_x, _, _ = thinned_curve(qtbot, (1000, 1100))  # zoomed in: every point in view, none left out
     assert {1000.0, 1050.0, 1100.0} <= set(shown_x)
+
+
+@needs_qt
+def test_a_full_redraw_shows_the_latest_title_on_a_plot_drawn_on_its_live_turn(qtbot, tmp_path):
+    """A live plot turn draws the curves and leaves the title to the words tick; a full redraw in between
+    (redraw_all) found the plot's data version already drawn and kept the older snapshot's words. The
+    every-surface check of test_app_replay failed on it when the machine was loaded."""
+    w = make_window(qtbot, tmp_path)
+    records = synthetic_records(60, k=4, baseline_every=6, accept=lambda i: i % 5 if i < 30 else 4)
+    w.ingest(records[:30])
+    speedup = w.plots.speedup
+    assert speedup._headline == speedup.headline_for(w.data) != ""
+    w.controller.feed(records[30:])  # the estimate moves; nothing redrawn yet
+    moved = speedup.headline_for(w.data)
+    assert moved != speedup._headline
+    w.plots._turn = w.plots.live_plots.index(speedup)
+    w.plots.refresh_one(w.data)  # its live turn: the curves, not the title
+    assert speedup._version == w.data.version and speedup._headline != moved
+    w.views.redraw_all()
+    assert speedup._headline == moved

