@@ -44,6 +44,13 @@ def paint_now(plot) -> None:
     plot.viewport().repaint()
 
 
+def live_turns(w, events) -> None:
+    """Feed ``events`` and draw one live period's worth of plot turns: each live plot once (and the advisor)."""
+    w.controller.feed(events)
+    for _ in range(5):
+        w.plots.refresh_one(w.data)
+
+
 @needs_qt
 def test_a_plot_turn_that_crosses_no_step_keeps_every_axis_picture(qtbot, tmp_path):
     """pyqtgraph re-renders an axis' tick text (its picture) when its range changes or the view is resized (a
@@ -51,7 +58,8 @@ def test_a_plot_turn_that_crosses_no_step_keeps_every_axis_picture(qtbot, tmp_pa
     w = make_window(qtbot, tmp_path)
     w.resize(1600, 1000)  # as the bench: in a small window the titles wrap as their numbers change
     events = synthetic_records(120, k=4)
-    w.ingest(events[:40])
+    live_turns(w, events[:40])
+    w.plots.refresh_titles(w.data)
     for plot in w.plots.live_plots:  # twice: the first paint fits the side axes' width to their tick labels
         paint_now(plot)
         paint_now(plot)
@@ -61,20 +69,38 @@ def test_a_plot_turn_that_crosses_no_step_keeps_every_axis_picture(qtbot, tmp_pa
     bound = x_bound(w.data.col("iteration")[-1])
     n = 40
     while x_bound(w.data.col("iteration")[-1] + 2) == bound:  # turns short of the next step
-        w.ingest(events[n:n + 1])
+        live_turns(w, events[n:n + 1])
+        w.plots.refresh_titles(w.data)
         n += 1
         for plot in w.plots.live_plots:
             paint_now(plot)
             for side in ("bottom", "left"):
                 assert plot.plot_item.getAxis(side).picture is kept[plot][side], (type(plot).__name__, side)
     assert n > 41  # the loop drew some turns
-    w.ingest(events[n:n + 8])  # across the step
+    live_turns(w, events[n:n + 8])  # across the step
     timing = w.plots.timing
     paint_now(timing)
     assert timing.plot_item.getAxis("bottom").picture is not kept[timing]["bottom"]
     newest = w.data.col("iteration")[-1]
     x0, x1 = timing.plot_item.vb.viewRange()[0]
     assert x0 <= 0 and newest * X_HEADROOM <= x1 <= 2 * newest
+
+
+@needs_qt
+def test_a_finished_run_is_fitted_closer_than_a_live_one_in_every_plot(qtbot, tmp_path):
+    """The live steps leave up to 45% of the width empty ahead of the data; once the run stops growing (the
+    views' non-live frame) every plot fits it with step_up, even a plot whose last turn drew the last record."""
+    w = make_window(qtbot, tmp_path)
+    live_turns(w, synthetic_records(300, k=4))
+    newest = w.data.col("iteration")[-1]
+    for plot in w.plots.live_plots:
+        assert plot.plot_item.vb.viewRange()[0][1] == pytest.approx(x_bound(newest) * 1.02)  # padding 2%
+    assert w.plots.live_ranges
+    w.views.on_frame(True)  # not live: the controller is not running
+    assert not w.plots.live_ranges
+    for plot in w.plots.live_plots:
+        assert plot.plot_item.vb.viewRange()[0][1] == pytest.approx(step_up(newest) * 1.02)
+    assert step_up(newest) < x_bound(newest)
 
 
 @needs_qt
