@@ -187,7 +187,7 @@ class RunViews:
         else:
             self._plot_due = self._words_due = False
             self.show_tokens()
-            if plots.stale(data):
+            if plots.stale(data) or plots.live_ranges:
                 plots.refresh(data)
         plots.refresh_titles(data)  # the titles agree with the status bar
         self.render_numbers()

@@ -33,6 +33,8 @@ def main() -> int:
     p.add_argument("trace", type=Path, help="a trace written by specscope run --trace")
     p.add_argument("--per-tick", type=int, default=2,
                    help="events handed to each tick (2: one iteration and its neighbour at ~30 iterations/s)")
+    p.add_argument("--dearest", type=int, default=0, metavar="N",
+                   help="also list the N dearest ticks: each plot's paint and each axis picture regenerated in them")
     args = p.parse_args()
 
     import pyqtgraph as pg  # type: ignore[import-untyped]
@@ -51,12 +53,33 @@ def main() -> int:
 
     paints: collections.Counter[str] = collections.Counter()
     paint = pg.GraphicsView.paintEvent
+    in_tick: list[str] = []  # what the current tick drew, for --dearest
 
     def counted(view: object, event: object) -> object:
         paints[type(view).__name__] += 1
-        return paint(view, event)
+        started = time.thread_time()
+        try:
+            return paint(view, event)
+        finally:
+            in_tick.append(f"{type(view).__name__} {1000 * (time.thread_time() - started):.1f}")
 
     pg.GraphicsView.paintEvent = counted  # before the plots exist: PySide binds a virtual override at construction
+    axis_paint = pg.AxisItem.paint
+    axes_redrawn: collections.Counter[str] = collections.Counter()
+
+    def axis_counted(axis: pg.AxisItem, *paint_args: object) -> object:
+        if axis.picture is not None:  # replayed from its picture (or not at all: the axes are pixmap-cached)
+            return axis_paint(axis, *paint_args)
+        views = axis.scene().views() if axis.scene() is not None else []
+        name = f"{type(views[0]).__name__ if views else '?'}.{axis.orientation}"
+        axes_redrawn[name] += 1
+        started = time.thread_time()
+        try:
+            return axis_paint(axis, *paint_args)
+        finally:
+            in_tick.append(f"  axis {name} {1000 * (time.thread_time() - started):.1f}")
+
+    pg.AxisItem.paint = axis_counted
     tmp = Path(tempfile.mkdtemp(prefix="specscope-replay-bench-"))
     window = MainWindow(settings=AppSettings(make_qsettings(str(tmp / "s.ini"))), data_dir=tmp,
                         check_interrupted=False)
@@ -70,22 +93,30 @@ def main() -> int:
     controller.state = RunState.RUNNING  # the views draw at the live pace (RunViews.on_frame)
     paints.clear()
     costs: list[float] = []
+    held: list[list[str]] = []
     due = time.monotonic()
     for i in range(0, len(observed), args.per_tick):
         due += TICK_S
         time.sleep(max(0.0, due - time.monotonic()))
         app.processEvents()
+        in_tick.clear()
         started = time.thread_time()
         controller._pending.extend(observed[i:i + args.per_tick])
         controller.tick()
         app.processEvents()  # the paints the tick asked for
         costs.append(1000 * (time.thread_time() - started))
+        held.append(list(in_tick))
+    dearest = sorted(range(len(costs)), key=costs.__getitem__, reverse=True)[:args.dearest]
+    dear = [(i, costs[i], held[i]) for i in dearest]
     costs.sort()
     n = len(costs)
     print(f"{n} ticks of {args.per_tick} events: the GUI thread's CPU per tick p50 {costs[n // 2]:.1f}, "
           f"p90 {costs[int(0.9 * n)]:.1f}, p99 {costs[min(n - 1, int(0.99 * n))]:.1f}, max {costs[-1]:.1f} ms; "
           f"{sum(costs) / 1000:.2f} s in all; {window.plots._turn} plot turns; paints "
-          + ", ".join(f"{k} {v}" for k, v in sorted(paints.items())))
+          + ", ".join(f"{k} {v}" for k, v in sorted(paints.items()))
+          + "; axis pictures redrawn " + ", ".join(f"{k} {v}" for k, v in sorted(axes_redrawn.items())))
+    for i, cost, drawn in dear:
+        print(f"  tick {i} ({i * args.per_tick} events in): {cost:.1f} ms: " + ", ".join(drawn))
     controller.state = RunState.STOPPED
     window.close()
     return 0

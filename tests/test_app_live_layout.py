@@ -110,6 +110,7 @@ def test_memory_curves_made_ahead_take_their_series_style_and_axis(qtbot, tmp_pa
     w = make_window(qtbot, tmp_path)
     memory = w.plots.memory
     made = list(memory.plot_item.vb.addedItems)
+    made_rates = list(memory.right.addedItems)
     counters = {"host_rss_bytes": 5e8, "target_kv_bytes": 4e6, "draft_kv_bytes": 1e6,
                 "pcie0_rx_bytes_per_s": 2e6}
     w.ingest([replace(e, memory={k: v * (1 + 0.01 * e.iteration) for k, v in counters.items()})
@@ -119,6 +120,7 @@ def test_memory_curves_made_ahead_take_their_series_style_and_axis(qtbot, tmp_pa
     assert rate in memory.right.addedItems and rate not in memory.plot_item.vb.addedItems
     assert memory.plot_item.getAxis("right").isVisible()
     assert [i for i in memory.plot_item.vb.addedItems if i not in made] == []  # no curve was made for them
+    assert [i for i in memory.right.addedItems if i not in made_rates] == []  # nor moved to the right view
     colours = {k: item.opts["pen"].color().name() for k, item in memory.series.items()}
     assert colours["target_kv_bytes"] != colours["host_rss_bytes"] != colours["pcie0_rx_bytes_per_s"]
     assert len(memory.series) < SPARE_SERIES

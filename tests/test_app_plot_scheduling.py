@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from specscope.app.widgets.plot_base import step_up
+from specscope.app.widgets.plot_base import X_HEADROOM, X_MIN_SPAN, step_up, x_bound
 
 from .app_helpers import make_window, qt_binding_broken, synthetic_records
 
@@ -21,6 +23,84 @@ def test_step_up_gives_a_round_bound_with_headroom():
     # Growing one by one crosses a bound only now and then.
     bounds = {step_up(n) for n in range(1, 20_001)}
     assert len(bounds) < 50
+
+
+def test_the_iteration_axis_steps_coarsely_and_keeps_the_newest_point_off_the_edge():
+    bounds = [x_bound(n) for n in range(20_001)]
+    assert all(b >= max(X_MIN_SPAN, n * X_HEADROOM) for n, b in enumerate(bounds))  # the newest point in view
+    assert bounds == sorted(bounds)  # it never comes back
+    assert x_bound(0) == x_bound(27) == X_MIN_SPAN  # a run's first iterations move no axis
+    assert len(set(bounds)) <= 20  # 0 to 20,000 iterations: step_up's bounds were twice as many
+    assert len(set(bounds)) < len({step_up(n) for n in range(1, 20_001)}) / 2
+    steps = sorted(set(bounds))
+    assert all(b / a <= 2.0 for a, b in itertools.pairwise(steps))  # no view twice too wide
+
+
+def paint_now(plot) -> None:
+    """Deliver the scene's pending updates and paint the plot now, as the next frame would."""
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()
+    plot.viewport().repaint()
+
+
+def live_turns(w, events) -> None:
+    """Feed ``events`` and draw one live period's worth of plot turns: each live plot once (and the advisor)."""
+    w.controller.feed(events)
+    for _ in range(5):
+        w.plots.refresh_one(w.data)
+
+
+@needs_qt
+def test_a_plot_turn_that_crosses_no_step_keeps_every_axis_picture(qtbot, tmp_path):
+    """pyqtgraph re-renders an axis' tick text (its picture) when its range changes or the view is resized (a
+    title or side axis laid out anew): on a shared machine that was most of a live plot's paint (issue 40)."""
+    w = make_window(qtbot, tmp_path)
+    w.resize(1600, 1000)  # as the bench: in a small window the titles wrap as their numbers change
+    events = synthetic_records(120, k=4)
+    live_turns(w, events[:40])
+    w.plots.refresh_titles(w.data)
+    for plot in w.plots.live_plots:  # twice: the first paint fits the side axes' width to their tick labels
+        paint_now(plot)
+        paint_now(plot)
+    kept = {plot: {side: plot.plot_item.getAxis(side).picture for side in ("bottom", "left")}
+            for plot in w.plots.live_plots}
+    assert all(picture is not None for sides in kept.values() for picture in sides.values())
+    bound = x_bound(w.data.col("iteration")[-1])
+    n = 40
+    while x_bound(w.data.col("iteration")[-1] + 2) == bound:  # turns short of the next step
+        live_turns(w, events[n:n + 1])
+        w.plots.refresh_titles(w.data)
+        n += 1
+        for plot in w.plots.live_plots:
+            paint_now(plot)
+            for side in ("bottom", "left"):
+                assert plot.plot_item.getAxis(side).picture is kept[plot][side], (type(plot).__name__, side)
+    assert n > 41  # the loop drew some turns
+    live_turns(w, events[n:n + 8])  # across the step
+    timing = w.plots.timing
+    paint_now(timing)
+    assert timing.plot_item.getAxis("bottom").picture is not kept[timing]["bottom"]
+    newest = w.data.col("iteration")[-1]
+    x0, x1 = timing.plot_item.vb.viewRange()[0]
+    assert x0 <= 0 and newest * X_HEADROOM <= x1 <= 2 * newest
+
+
+@needs_qt
+def test_a_finished_run_is_fitted_closer_than_a_live_one_in_every_plot(qtbot, tmp_path):
+    """The live steps leave up to 45% of the width empty ahead of the data; once the run stops growing (the
+    views' non-live frame) every plot fits it with step_up, even a plot whose last turn drew the last record."""
+    w = make_window(qtbot, tmp_path)
+    live_turns(w, synthetic_records(300, k=4))
+    newest = w.data.col("iteration")[-1]
+    for plot in w.plots.live_plots:
+        assert plot.plot_item.vb.viewRange()[0][1] == pytest.approx(x_bound(newest) * 1.02)  # padding 2%
+    assert w.plots.live_ranges
+    w.views.on_frame(True)  # not live: the controller is not running
+    assert not w.plots.live_ranges
+    for plot in w.plots.live_plots:
+        assert plot.plot_item.vb.viewRange()[0][1] == pytest.approx(step_up(newest) * 1.02)
+    assert step_up(newest) < x_bound(newest)
 
 
 @needs_qt

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from specscope.app.widgets.plot_base import step_up
+
 from .app_helpers import make_window, qt_binding_broken, synthetic_records, synthetic_stream
 
 pytestmark = [pytest.mark.gui,
@@ -173,3 +175,47 @@ def test_k_in_use_is_written_away_from_the_curve(qtbot, tmp_path):
     assert advisor.current.label.orthoPos < 0.5
     advisor.show_estimate(falling)
     assert advisor.current.label.orthoPos > 0.5
+
+
+def test_the_k_advisors_y_axis_grows_at_once_and_shrinks_only_when_half_empty():
+    from specscope.app.widgets.k_advisor import held_y_top
+
+    assert held_y_top(None, 0.6) == step_up(1.0)  # the 1.0 line (plain decoding) is always in view
+    assert held_y_top(None, 1.9) == 2.0
+    assert held_y_top(2.0, 1.5) == 2.0  # a lower curve keeps the axis
+    assert held_y_top(2.0, 2.1) == 2.5  # a higher one grows it at once
+    assert held_y_top(4.0, 1.4) == 1.5  # under half of it: it comes down
+
+
+def test_the_k_advisors_y_axis_holds_between_turns_and_respects_a_zoom(qtbot, tmp_path):
+    """pyqtgraph's auto-range followed every new curve: the left axis re-rendered its picture at each of the
+    advisor's turns (issue 40). Now a curve that fits keeps the range; one that outgrows it is still in view."""
+    from specscope.core.measure.snapshot import CurvePoint
+
+    w = make_window(qtbot, tmp_path)
+    w.ingest(synthetic_stream(synthetic_records(60, k=3, baseline_every=10)))
+    advisor = w.plots.k_advisor
+    vb = advisor.getPlotItem().vb
+    est = advisor.estimate
+    assert est is not None
+
+    def curve(top: float):
+        return replace(est, k=3, best_k=2, best_speedup=top,
+                       curve=tuple(CurvePoint(k, top - 0.1 * abs(k - 2)) for k in range(6)))
+
+    advisor.show_estimate(curve(1.8))
+    held = vb.viewRange()[1]
+    assert held[0] <= 0 and 1.8 < held[1] <= 2.5
+    for top in (1.7, 1.75, 1.6):
+        advisor.show_estimate(curve(top))
+        assert vb.viewRange()[1] == pytest.approx(held)  # the axis picture stays cached
+    advisor.show_estimate(curve(3.1))
+    assert vb.viewRange()[1][1] >= 3.1  # the star stays in view
+
+    vb.setYRange(0.5, 1.0, padding=0)  # the user's zoom
+    vb.sigRangeChangedManually.emit([False, True])
+    advisor.show_estimate(curve(5.0))
+    assert vb.viewRange()[1] == pytest.approx([0.5, 1.0])
+    advisor.getPlotItem().autoBtnClicked()  # 'A': the held range again, at the next curve
+    advisor.show_estimate(curve(4.9))
+    assert vb.viewRange()[1][0] <= 0 and vb.viewRange()[1][1] >= 4.9

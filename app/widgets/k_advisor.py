@@ -27,6 +27,7 @@ from specscope.app.widgets.plot_base import (
     plain_axes,
     room_for_last_tick,
     settle,
+    step_up,
 )
 from specscope.core.measure.measurement import Estimate
 
@@ -62,15 +63,29 @@ def next_k_span(shown: int, est: Estimate | None, k_before: int | None) -> int:
 K_LABEL_TOP = 0.97  # where "k in use" sits along its line (0 = the bottom of the view)
 
 
-def label_at_top(est: Estimate) -> bool:
-    """Whether "k in use" goes at the top of its line: yes unless the curve at that k is in the view's upper
-    half (the view spans the curve and the 1.0 line)."""
+def label_at_top(est: Estimate, y_range: tuple[float, float] | None = None) -> bool:
+    """Whether "k in use" goes at the top of its line: yes unless the curve at that k is in the upper half of
+    ``y_range`` (the view's; by default the span of the curve and the 1.0 line)."""
     values = [p.speedup for p in est.curve if p.speedup is not None]
     at_k = next((p.speedup for p in est.curve if p.k == est.k), None)
     if at_k is None or not values:
         return True
-    low, high = min([*values, 1.0]), max([*values, 1.0])
+    low, high = y_range if y_range is not None else (min([*values, 1.0]), max([*values, 1.0]))
     return high <= low or (at_k - low) / (high - low) <= 0.5
+
+
+Y_SHRINK_BELOW = 0.5  # the y axis comes down only when the curve's top needs less than half of it
+
+
+def held_y_top(shown: float | None, highest: float) -> float:
+    """The top of the advisor's y axis (its bottom is 0, as in the speed-up plot) for a curve reaching
+    ``highest``, given the top ``shown``: it grows at once to a round bound, and shrinks only when the curve
+    would fill less than half of it. pyqtgraph's auto-range followed every new curve, so the left axis
+    re-rendered its picture at each of the advisor's turns (3-5 ms of a words tick, issue 40)."""
+    wanted = step_up(max(highest, 1.0))  # the 1.0 line (plain decoding) always in view
+    if shown is None or wanted > shown or wanted <= shown * Y_SHRINK_BELOW:
+        return wanted
+    return shown
 
 
 def k_ticks(k_max: int) -> list[list[tuple[float, str]]]:
@@ -123,6 +138,11 @@ class KAdvisorPlot(pg.PlotWidget):
         self._lines: list[list[Span]] = [[Span(TITLE)]]
         self._stale_tip = ""  # which costs are stale and why, on hover over the title
         self._title_shown: tuple[object, ...] = ()  # what the title was last rendered from (lines, width)
+        # y: a held range (held_y_top), not pyqtgraph's auto-range, until the user zooms or pans; 'A' resumes it
+        self.y_top: float | None = None
+        self.y_follows = True
+        pi.enableAutoRange(axis="y", enable=False)
+        pi.vb.sigRangeChangedManually.connect(self._stop_following_y)
 
     def resizeEvent(self, ev: QResizeEvent) -> None:
         super().resizeEvent(ev)
@@ -139,6 +159,24 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.setXRange(-0.3, k_max + 0.3, padding=0)
         pi.enableAutoRange(axis="x", enable=False)
 
+    def _stop_following_y(self, *_: object) -> None:
+        self.y_follows = False
+
+    def _follow_y(self, highest: float) -> None:
+        """Hold the y range for a curve reaching ``highest`` (see held_y_top), unless the user zoomed or panned;
+        the auto-range button ('A', which turns pyqtgraph's auto-range on) hands it back to the held range."""
+        vb = self.getPlotItem().vb
+        if vb.autoRangeEnabled()[1]:
+            self.y_follows = True
+            self.y_top = None
+            vb.enableAutoRange(axis="y", enable=False)
+        if not self.y_follows:
+            return
+        top = held_y_top(self.y_top, highest)
+        if top != self.y_top:
+            self.y_top = top
+            vb.setYRange(0.0, top, padding=0)
+
     def show_estimate(self, est: Estimate | None) -> None:
         """Draw the measurement's curve: a gap (not a zero) where a k has no prediction, and say why."""
         if est is self.estimate:
@@ -149,6 +187,8 @@ class KAdvisorPlot(pg.PlotWidget):
         self._k_in_use = est.k if est is not None else None
         known = [p for p in est.curve if p.speedup is not None] if est is not None else []
         self.note.setVisible(not known)
+        if est is None:  # a new run (or none): its range starts over and follows, as the live plots' do
+            self.y_top, self.y_follows = None, True
         if est is None or not known:
             self.curve.setData([], [])
             self.best.setData([], [])
@@ -161,6 +201,7 @@ class KAdvisorPlot(pg.PlotWidget):
         ks = np.array([p.k for p in est.curve], dtype=float)
         ys = np.array([np.nan if p.speedup is None else p.speedup for p in est.curve])
         self.curve.setData(ks, ys, connect="finite")
+        self._follow_y(float(np.nanmax(ys)))
         gaps = [p for p in est.curve if p.speedup is None]
         tip = "; ".join(f"k={p.k}: {p.reason}" for p in gaps[:1] + gaps[-1:]) if gaps else ""
         self.setToolTip(f"no prediction where the curve stops — {tip}" if tip else "")
@@ -178,7 +219,8 @@ class KAdvisorPlot(pg.PlotWidget):
         """"k in use" at the top of its line, or at the bottom where the curve is high at that k: at the top
         it was written across the curve (and the star) when the k in use was the best."""
         label = self.current.label
-        at_top = label_at_top(est)
+        low, high = self.getPlotItem().vb.viewRange()[1]
+        at_top = label_at_top(est, (low, high))
         if (label.orthoPos > 0.5) == at_top:
             return
         anchor = (0, 0) if at_top else (0, 1)  # hanging below the top, or standing on the bottom

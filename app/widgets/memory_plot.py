@@ -69,6 +69,10 @@ def is_total(key: str) -> bool:
 
 
 SPARE_SERIES = 12  # curves made ahead: every memory counter a CPU run reports, and most of a GPU run's
+# and rate curves made ahead in the right-hand view: a CPU run's 13-14 series have two rates (host reads and
+# rchar; a model's reads under offload), and a curve made or moved between the views at the first records
+# were 20 of the 85 profiled ms of the window's longest tick after Start (issue 40, docs/bench-gui.md)
+SPARE_RATE_SERIES = 2
 
 
 TOTALS_TEXT = "machine totals"
@@ -97,6 +101,7 @@ class MemoryPlot(LivePlot):
         # Curves made with the window, given a key when the first records say which counters there are:
         # making and adding a dozen at once was the longest stretch of the GUI thread after Start.
         self._spare = [self._new_curve() for _ in range(SPARE_SERIES)]
+        self._spare_rates = [self._new_curve(self.right) for _ in range(SPARE_RATE_SERIES)]
         self.owner_colours: dict[str, str] = {}
         self._entries: dict[str, KeyEntry] = {}  # each series' key entry (the key lists the series drawn)
         self.lanes = FlagLanes(pi)
@@ -156,10 +161,11 @@ class MemoryPlot(LivePlot):
         self.right.setGeometry(self.plot_item.vb.sceneBoundingRect())
         self.right.linkedViewChanged(self.plot_item.vb, self.right.XAxis)
 
-    def _new_curve(self) -> pg.PlotDataItem:
+    def _new_curve(self, view: pg.ViewBox | None = None) -> pg.PlotDataItem:
+        """A curve in ``view`` (the right-hand one for rates; by default the plot's own, on the left axis)."""
         item = pg.PlotDataItem([], [])
         thin_out(item)
-        self.plot_item.addItem(item)
+        (view or self.plot_item).addItem(item)
         return item
 
     def _series(self, key: str) -> pg.PlotDataItem:
@@ -168,12 +174,12 @@ class MemoryPlot(LivePlot):
             owner = series_owner(key)
             colour, style = self._style_for(owner)
             name = series_name(key, owner)
-            item = self._spare.pop() if self._spare else self._new_curve()
-            item.setPen(pen(colour, 2.0 if is_rate(key) else 1.5, style))
             if is_rate(key):
-                self.plot_item.removeItem(item)
+                item = self._spare_rates.pop() if self._spare_rates else self._new_curve(self.right)
                 self.plot_item.showAxis("right")
-                self.right.addItem(item)
+            else:
+                item = self._spare.pop() if self._spare else self._new_curve()
+            item.setPen(pen(colour, 2.0 if is_rate(key) else 1.5, style))
             item.setVisible(self._drawn_series(key))
             self._entries[key] = KeyEntry(name, colour, style, owner)  # update_from lays the key out once
             self.series[key] = item

@@ -237,13 +237,33 @@ def settle(view: pg.ViewBox) -> None:
 ROUND_MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 
 
-def step_up(value: float) -> float:
-    """A round bound at least 5% above ``value`` (so a growing series crosses it only now and then)."""
+def round_up(value: float, mantissas: tuple[float, ...] = ROUND_MANTISSAS) -> float:
+    """The least round number (a mantissa times a power of ten) at or above ``value`` (1.0 for none above 0)."""
     if not value > 0:
         return 1.0
-    target = value * 1.05
-    base = 10.0 ** math.floor(math.log10(target))
-    return next(m * base for m in ROUND_MANTISSAS if m * base >= target)
+    base = 10.0 ** math.floor(math.log10(value))
+    return next(m * base for m in mantissas if m * base >= value * (1 - 1e-12))
+
+
+def step_up(value: float) -> float:
+    """A round bound at least 5% above ``value`` (so a growing series crosses it only now and then)."""
+    return round_up(value * 1.05) if value > 0 else 1.0
+
+
+# The live plots' x axis (iterations) in coarse steps, each about 1.5 times the last: a step re-renders every
+# axis picture of the plot (its tick text, 3-6 ms each on 2 busy cores) and every curve's clipped, downsampled
+# points, and with step_up's finer bounds a run at 13-46 iterations/s crossed one at most plot turns of its first
+# seconds (the memory and stacked time plots' paints, p99 ~23 ms, were the window's dearest; docs/bench-gui.md).
+X_MANTISSAS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0)
+X_HEADROOM = 1.1  # the newest iteration is never in the right tenth of the plot
+X_MIN_SPAN = 30.0  # the first 27 iterations cross no step (a run's first second or two)
+
+
+def x_bound(last: float) -> float:
+    """The right end of a live plot's iteration axis while its newest point is ``last``: a step function of
+    ``last``, at least ``X_HEADROOM`` times it, so the axis stays as it is (its picture cached) between steps.
+    A run that is not growing (finished, replayed, opened) is fitted closer, with ``step_up``."""
+    return max(X_MIN_SPAN, round_up(last * X_HEADROOM, X_MANTISSAS))
 
 
 class SharedXRange:
@@ -295,6 +315,7 @@ class RangeFollower:
         self.follow_y = y
         self.shared_x: SharedXRange | None = None  # x is one range across plots: see SharedXRange
         self.x_max = 0.0  # the last data extent applied
+        self.live = False  # the data grows while shown: x in x_bound's coarse steps (else fitted with step_up)
         vb.sigRangeChangedManually.connect(self.stop)
         self.reset()
 
@@ -349,7 +370,8 @@ class RangeFollower:
             y_lo = 0.0 if self.lo >= 0 else -step_up(-self.lo)
             y_hi = step_up(self.hi)
         old = self.shown or (math.nan, math.nan, math.nan)
-        new = (step_up(x_max) if x_follows else math.nan, y_lo if y_follows else math.nan,
+        x_hi = x_bound(x_max) if self.live else step_up(x_max)
+        new = (x_hi if x_follows else math.nan, y_lo if y_follows else math.nan,
                y_hi if y_follows else math.nan)
         x_moves = x_follows and new[0] != old[0]
         y_moves = y_follows and new[1:] != old[1:]
@@ -511,12 +533,18 @@ class LivePlot(pg.PlotWidget):
         self.follower.reset()
         self.show_empty(None)
 
-    def refresh(self, data: RunData, title: bool = True) -> None:
+    def refresh(self, data: RunData, title: bool = True, live: bool = False) -> None:
         """Redraw from ``data``; ``title=False`` leaves the title to the next ``refresh_title`` (a live plot
-        turn: the titles follow with the status bar's numbers, all of one snapshot)."""
+        turn: the titles follow with the status bar's numbers, all of one snapshot); ``live``: the run is
+        growing, its x axis steps coarsely (``x_bound``)."""
         if data.version == self._version:
+            if live != self.follower.live:  # the run stopped (or resumed) after this plot's last turn
+                self.follower.live = live
+                self.follower.apply(self.follower.x_max)
+                settle(self.plot_item.vb)
             return
         self._version = data.version
+        self.follower.live = live
         if title:
             self.refresh_title(data)
         self.update_from(data)

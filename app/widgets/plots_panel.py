@@ -58,6 +58,11 @@ class PlotsPanel(QWidget):
         return self.positions._version != data.version or any(
             p._version != data.version for p in self.live_plots)
 
+    @property
+    def live_ranges(self) -> bool:
+        """Whether some plot's x axis is still in a live run's coarse steps (a run that ended is fitted closer)."""
+        return any(p.follower.live for p in self.live_plots)
+
     def refresh_one(self, data: RunData) -> None:
         """Redraw the curves of the next plot in turn, not its title (the k advisor counts as one turn: its
         curve, star and title are drawn together by ``refresh_words``, as its title names the best k its star
@@ -65,7 +70,7 @@ class PlotsPanel(QWidget):
         turn = self._turn % 5
         self._turn += 1
         if turn < 4:
-            self.live_plots[turn].refresh(data, title=False)
+            self.live_plots[turn].refresh(data, title=False, live=True)
         else:
             self._advisor_due = True
 
