@@ -320,7 +320,7 @@ def test_bad_verify_input_is_one_sentence_and_exit_2(dirs, capsys, argv, sentenc
 def test_bench_prompts_of_the_wrong_shape_name_the_file_and_the_shape(dirs, capsys, tmp_path) -> None:
     bad = tmp_path / "prompts.json"
     bad.write_text(json.dumps([{"id": "a", "text": "w5"}]))
-    rc, _, err = cli(capsys, "bench", "--target", str(dirs["target"]), "--prompts", str(bad))
+    rc, _, err = cli(capsys, "bench", "--target", str(dirs["target"]), "--drafter", "lookup", "--prompts", str(bad))
     assert rc == 2
     line = one_sentence(err)
     assert f"prompt file {bad}: expected a JSON object shaped" in line and '"prompts": [{"id"' in line
@@ -330,7 +330,7 @@ def test_bench_prompts_of_the_wrong_shape_name_the_file_and_the_shape(dirs, caps
 def test_bench_prompts_not_utf8_name_the_file(dirs, capsys, tmp_path) -> None:
     bad = tmp_path / "pbad.bin"
     bad.write_bytes(b"\xff\xfe\x00garbage")
-    rc, _, err = cli(capsys, "bench", "--target", str(dirs["target"]), "--prompts", str(bad))
+    rc, _, err = cli(capsys, "bench", "--target", str(dirs["target"]), "--drafter", "lookup", "--prompts", str(bad))
     assert rc == 2 and f"prompt file {bad} is not UTF-8 text" in one_sentence(err)
 
 
