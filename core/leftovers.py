@@ -47,7 +47,7 @@ def exclusive_lock(lock: Path, on_wait: Callable[[], None] | None = None) -> Ite
         except BlockingIOError:
             if on_wait is not None:
                 on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock_fd(fd)
         yield
     finally:
         os.close(fd)  # releases the lock

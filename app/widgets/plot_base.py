@@ -538,6 +538,10 @@ class LivePlot(pg.PlotWidget):
         turn: the titles follow with the status bar's numbers, all of one snapshot); ``live``: the run is
         growing, its x axis steps coarsely (``x_bound``)."""
         if data.version == self._version:
+            # Drawn on a live turn, this plot has these curves but the title of the snapshot before (a live
+            # turn leaves it to the words tick): a full redraw shows the latest words too.
+            if title:
+                self.refresh_title(data)
             if live != self.follower.live:  # the run stopped (or resumed) after this plot's last turn
                 self.follower.live = live
                 self.follower.apply(self.follower.x_max)

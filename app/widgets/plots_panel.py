@@ -90,9 +90,6 @@ class PlotsPanel(QWidget):
         self.change_list.show_changes(data.markers)
         for plot in self.live_plots:
             plot.refresh(data)
-            # A plot drawn on a live turn has this version's curves but the title of the snapshot before
-            # (its title waits for the words tick): a full redraw shows the latest words too.
-            plot.refresh_title(data)
         self.positions.refresh(data)
         self.k_advisor.show_estimate(data.estimate)
 

@@ -105,11 +105,11 @@ def check_pair_choice(args: argparse.Namespace) -> str:
     drafter = args.drafter or default_drafter("demo" if args.demo else args.target)
     # The target first: a missing target is the first thing to fix, whatever the drafter needs.
     if not args.demo:
-        model_file_problem(args.target, opened_as_model=True)
+        check_model_files(args.target, opened_as_model=True)
     if not args.demo and drafter == "model" and not args.draft:
         raise ModelLoadError(f"the model drafter needs --draft (or choose --drafter {NO_DRAFT_NEEDED})")
     if args.draft:
-        model_file_problem(args.draft, opened_as_model=drafter == "model" and not args.demo)
+        check_model_files(args.draft, opened_as_model=drafter == "model" and not args.demo)
     # What the loader's validate_spec refuses that needs no file (mtp on the demo, a --draft the drafter or the
     # demo does not use, an EAGLE head folder missing, suffix settings out of range), said now in its words; the
     # placement options are checked when the engine parses them.
@@ -124,7 +124,7 @@ CHECKED_EARLY = frozenset({"lookup_max_ngram", "lookup_num_tokens", "early_exit_
                            "suffix_max_spec_factor", "suffix_min_token_prob", "suffix_max_cached_requests"})
 
 
-def model_file_problem(name: str, opened_as_model: bool) -> None:
+def check_model_files(name: str, opened_as_model: bool) -> None:
     """ModelLoadError when a named model has nothing there or an unreadable config.json, in the loader's words
     (an EAGLE head's folder is checked in its own words, so only its config is read here)."""
     from specscope.core.engine.pair_spec import ModelLoadError

@@ -97,7 +97,8 @@ def rollback_problem(config: PretrainedConfig) -> str | None:
     names = unrollable_layers(cache)
     if not names:
         return None
-    newer = sorted({needed for layer in cache.layers if (needed := _needs_newer(type(layer))) is not None})
+    newer = sorted({needed for layer in cache.layers if (needed := _needs_newer(type(layer))) is not None},
+                   key=Version)
     if newer:
         return (f"its cache layers ({', '.join(names)}) decode under speculation only with transformers "
                 f"{newer[-1]} or later (installed: {installed_transformers()}): upgrade transformers")
