@@ -16,7 +16,14 @@ from PySide6.QtWidgets import QWidget
 
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
-from specscope.app.widgets.plot_base import PLOT_MIN_HEIGHT, EmptyNote, cache_axes, plain_axes
+from specscope.app.widgets.plot_base import (
+    PLOT_MIN_HEIGHT,
+    EmptyNote,
+    cache_axes,
+    grid_axes,
+    plain_axes,
+    show_grid,
+)
 from specscope.core.measure.snapshot import PositionStat
 
 MIN_SAMPLES = 10  # a position reached fewer times than this is shown hatched: too few to read a rate
@@ -64,7 +71,7 @@ def set_label(label: pg.TextItem, text: str) -> None:
 
 class AcceptanceBars(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(parent, axisItems=grid_axes())
         pi = self.getPlotItem()
         # No axis titles: at 1280x720 the view is ~55 px tall, and the titles were cut and took the room the
         # bars' labels need. The plot's title says what the bars and ticks are; the full meaning is on hover.
@@ -80,7 +87,7 @@ class AcceptanceBars(pg.PlotWidget):
         self.tick_font.setPointSizeF(max(7.0, self.font().pointSizeF() - 1))  # "8 n=120" under a k=8 bar
         pi.getAxis("bottom").setStyle(tickFont=self.tick_font)
         pi.enableAutoRange(axis="y", enable=False)
-        pi.showGrid(y=True, alpha=0.2)
+        show_grid(pi, x=False)
         pi.setMouseEnabled(x=False, y=False)
         plain_axes(pi)
         cache_axes(pi)

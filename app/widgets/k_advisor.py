@@ -23,10 +23,12 @@ from specscope.app.widgets.plot_base import (
     PLOT_MIN_HEIGHT,
     EmptyNote,
     cache_axes,
+    grid_axes,
     pen,
     plain_axes,
     room_for_last_tick,
     settle,
+    show_grid,
     step_up,
 )
 from specscope.core.measure.measurement import Estimate
@@ -102,12 +104,12 @@ def _metrics(pt: int, bold: bool) -> QFontMetrics:
 
 class KAdvisorPlot(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(parent, axisItems=grid_axes())
         pi = self.getPlotItem()
         pi.setTitle(TITLE, size=f"{HEADLINE_PT}pt")
         pi.setLabel("bottom", "k")
         pi.setLabel("left", "×")
-        pi.showGrid(x=True, y=True, alpha=0.2)
+        show_grid(pi)
         plain_axes(pi)
         cache_axes(pi)
         room_for_last_tick(pi)
