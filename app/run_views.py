@@ -79,6 +79,7 @@ class RunViews:
         detail = FINISH_WORDS.get(c.finish_reason, c.finish_reason) if state in (
             RunState.FINISHED, RunState.REPLAY) else ""
         self._run_panel.show_state(state, detail)
+        self._status.hold(state.active)
         # live: the run panel's changes go to the token view, not the plots (app/live_layout.py)
         hold_plot_size(self._splitter, state.active)
         shown = c.shown

@@ -5,9 +5,10 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QWidget
 
 from specscope.app.theme import style_for
+from specscope.app.widgets.steady_label import SteadyLabel
 
 LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "target")
 
@@ -40,7 +41,7 @@ class TokenLegend(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(2, 0, 2, 0)
         # Both wrap or shrink: a fixed-width legend held the token column (tokens beside the plots) at ~800 px.
-        self.label = QLabel(legend_html())
+        self.label = SteadyLabel(legend_html())  # its counts change ten times a second while a run is live
         self.label.setWordWrap(True)
         self.label.setToolTip(legend_tooltip())
         self.counts_text = ""  # the counts as plain words ("accepted 9  rejected 2 …"), as the chips show them

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWi
 
 from specscope.app.run_state import RunState
 from specscope.app.widgets.elided_label import ElidedLabel, Span
+from specscope.app.widgets.steady_label import SteadyLabel
 
 STATE_COLOURS = {
     RunState.NO_MODEL: "#777777", RunState.LOADING: "#0072B2", RunState.READY: "#006B4E",
@@ -35,8 +36,8 @@ NOTE_STYLE = "color:#444444; background:#EEEEEE; padding:2px 6px"
 NO_VERDICT = "No verdict"  # core/measure/verdict.py's words when it cannot say yet
 
 
-def _wrapping(style: str) -> QLabel:
-    label = QLabel("")
+def _wrapping(style: str) -> SteadyLabel:
+    label = SteadyLabel("")
     label.setWordWrap(True)
     label.setStyleSheet(style)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -56,7 +57,7 @@ class RunPanel(QWidget):
         self.state = QLabel("")
         self.state.setMinimumWidth(110)
         self.pair = ElidedLabel()  # a long description ends in "…" (full text on hover), the drafter stays
-        self.k_in_use = QLabel("")
+        self.k_in_use = SteadyLabel("")  # changes with every snapshot: re-lays out the window only to grow
         self.k_in_use.setWordWrap(True)
         self.k_in_use.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens
         self.k_in_use.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -90,6 +91,8 @@ class RunPanel(QWidget):
         policy = self.k_in_use.sizePolicy()
         policy.setRetainSizeWhenHidden(hold)
         self.k_in_use.setSizePolicy(policy)
+        for line in (self.k_in_use, self.verdict, self.warning):
+            line.hold(hold)
         self._holding = hold
         self.setMinimumHeight(self.height() if hold and self.isVisible() else 0)
 

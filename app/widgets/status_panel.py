@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from specscope.app.run_data import RunData
 from specscope.app.widgets.elided_label import ElidedLabel
+from specscope.app.widgets.steady_label import SteadyLabel
 from specscope.core.units import format_bytes
 
 MEMORY_KEYS = ("gpu0_used_bytes", "cuda0_used_bytes", "device_used_bytes", "host_rss_bytes")
@@ -38,9 +39,10 @@ class StatusPanel:
         self.progress.setMaximumWidth(160)
         self.progress.setTextVisible(False)
         self.progress.hide()
-        self.metrics = QLabel("no run yet")
+        # the numbers change with every snapshot: their labels re-lay out the window only when they need more room
+        self.metrics = SteadyLabel("no run yet")
         self.device = QLabel("")
-        self.memory = QLabel("")
+        self.memory = SteadyLabel("")
         # Transient messages, in place of showMessage (which hides widgets). Elided with "…" where the numbers
         # on the right leave it too little room (a plain label was cut mid-word under them at 1280x720); the
         # whole message is its tooltip.
@@ -63,6 +65,11 @@ class StatusPanel:
             self._clear.start(timeout_ms)
         else:
             self._clear.stop()
+
+    def hold(self, on: bool) -> None:
+        """While a run is live the numbers' room only grows: nothing on the bar shifts as their digits do."""
+        self.metrics.hold(on)
+        self.memory.hold(on)
 
     def stop_timers(self) -> None:
         self._clear.stop()

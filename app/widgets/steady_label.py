@@ -1,0 +1,120 @@
+"""A label whose new text re-lays out the window only when it needs a different size.
+
+Every ``QLabel.setText`` asks its parent's layout to be redone (``updateGeometry``), and Qt passes that request
+up through every layout to the main window unless the label has a fixed size. The labels that change with each
+snapshot (the run panel's k line, the token legend's counts, the status bar's numbers) made the window lay
+itself out ten times a second while a run decoded: the label size hints of the whole window recomputed, their
+text laid out again, about a sixth of the GUI thread's time and the tail of its longest stretches beside a
+busy program (issue 40; docs/bench-gui.md).
+
+``SteadyLabel`` is a plain widget holding a ``QLabel`` it places itself (it has no layout, so the label's
+request stops here). It takes the label's size hints as its own and passes a request on only when one of them
+has changed. ``hold(True)`` makes the hints grow only (a number one digit shorter keeps its room) until
+``hold(False)``: while a run is live nothing around the label moves as its digits do.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QFontMetrics, QResizeEvent
+from PySide6.QtWidgets import QLabel, QWidget
+
+
+class SteadyLabel(QWidget):
+    """A ``QLabel`` (``.label``) in a host that relays its size hints, and a layout request only when they
+    change. The label's text, tooltip, style and wrapping are set through the host."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = QLabel(text, self)
+        self._held = False
+        self._hints = self._label_hints()
+        self.setSizePolicy(self.label.sizePolicy())
+
+    # ---- what the label shows --------------------------------------------------------------------------
+    def setText(self, text: str) -> None:
+        if text == self.label.text():
+            return
+        self.label.setText(text)  # its own request goes to this host, which has no layout to redo
+        self._relay()
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def clear(self) -> None:
+        self.setText("")
+
+    def setToolTip(self, text: str) -> None:
+        super().setToolTip(text)
+        self.label.setToolTip(text)
+
+    def setStyleSheet(self, style: str) -> None:
+        self.label.setStyleSheet(style)
+        self._relay()
+
+    def styleSheet(self) -> str:
+        return self.label.styleSheet()
+
+    def setWordWrap(self, on: bool) -> None:
+        self.label.setWordWrap(on)
+        self._relay()
+
+    def wordWrap(self) -> bool:
+        return self.label.wordWrap()
+
+    def setTextInteractionFlags(self, flags: Qt.TextInteractionFlag) -> None:
+        self.label.setTextInteractionFlags(flags)
+
+    def setAlignment(self, alignment: Qt.AlignmentFlag) -> None:
+        self.label.setAlignment(alignment)
+
+    def fontMetrics(self) -> QFontMetrics:
+        return self.label.fontMetrics()  # the label's style may set its font
+
+    # ---- size ------------------------------------------------------------------------------------------
+    def hold(self, on: bool) -> None:
+        """While on, the size hints only grow; off, they follow the text again (and the layout is redone
+        once if that makes them smaller)."""
+        self._held = on
+        if not on:
+            self._relay(force=True)
+
+    def _label_hints(self) -> tuple[QSize, QSize, int, int]:
+        """The label's size hint, minimum size hint, and (when it wraps) its height at this width, and the
+        width."""
+        label, width = self.label, self.width()
+        height_for_width = label.heightForWidth(width) if label.hasHeightForWidth() else -1
+        return label.sizeHint(), label.minimumSizeHint(), height_for_width, width
+
+    def _relay(self, force: bool = False) -> None:
+        new = self._label_hints()
+        old = self._hints
+        if self._held and not force:
+            new = (new[0].expandedTo(old[0]), new[1].expandedTo(old[1]),
+                   max(new[2], old[2]) if new[3] == old[3] else new[2], new[3])
+        self._hints = new
+        if new[:3] != old[:3] or force:
+            self.updateGeometry()
+
+    def sizeHint(self) -> QSize:
+        return self._hints[0]
+
+    def minimumSizeHint(self) -> QSize:
+        return self._hints[1]
+
+    def hasHeightForWidth(self) -> bool:
+        return self.label.hasHeightForWidth()
+
+    def heightForWidth(self, width: int) -> int:
+        height = self.label.heightForWidth(width)
+        return max(height, self._hints[2]) if self._held and width == self._hints[3] else height
+
+    def setSizePolicy(self, *policy: object) -> None:  # type: ignore[override]
+        super().setSizePolicy(*policy)  # type: ignore[call-overload]
+        self.label.setSizePolicy(self.sizePolicy())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.label.setGeometry(0, 0, event.size().width(), event.size().height())
+        if self.label.hasHeightForWidth() and event.size().width() != event.oldSize().width():
+            self._relay()  # the wrapped height at the new width

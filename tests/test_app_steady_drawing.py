@@ -1,0 +1,141 @@
+"""The window's cheap redraws while a run is live: labels whose new text re-lays out the window only when they
+need another size, and a plot grid drawn in opaque colours under the data (issue 40's latency)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from .app_helpers import qt_binding_broken
+
+pytestmark = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
+
+
+class LayoutRequests(QObject):
+    """Counts the layout requests a widget receives."""
+
+    def __init__(self, widget: QWidget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.count += 1
+        return False
+
+
+def _column(qtbot, label: QWidget) -> tuple[QWidget, LayoutRequests]:
+    window = QWidget()
+    qtbot.addWidget(window)
+    column = QVBoxLayout(window)
+    column.addWidget(label)
+    column.addStretch(1)
+    window.resize(400, 120)
+    window.show()
+    qtbot.waitExposed(window)
+    return window, LayoutRequests(window)
+
+
+def _settle(qtbot) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()
+    QApplication.processEvents()
+
+
+def test_a_steady_label_relays_only_a_new_size(qtbot):
+    from specscope.app.widgets.steady_label import SteadyLabel
+
+    label = SteadyLabel("α 0.51 · speed-up ×1.40")
+    window, requests = _column(qtbot, label)
+    _settle(qtbot)
+    requests.count = 0
+    label.hold(True)
+    for text in ("α 0.52 · speed-up ×1.41", "α 0.5 · speed-up ×1.4", "α 0.53 · speed-up ×1.38"):
+        label.setText(text)  # no longer than the first: the held room is enough
+        _settle(qtbot)
+    assert requests.count == 0
+    assert label.text() == "α 0.53 · speed-up ×1.38" and label.label.text() == label.text()
+
+    label.setText("α 0.53 · speed-up ×1.38 (1.10–1.71) · tokens per iteration 2.31")  # needs more room
+    _settle(qtbot)
+    assert requests.count >= 1
+    assert label.width() >= label.label.sizeHint().width()  # the layout gave it the room
+
+    wide = label.sizeHint().width()
+    label.setText("α 0.5")
+    assert label.sizeHint().width() == wide  # held: the room stays while a run is live
+    label.hold(False)
+    assert label.sizeHint().width() < wide  # released: it follows the text again
+
+
+def test_a_plain_label_asks_the_window_for_a_layout_at_every_new_text(qtbot):
+    """What the steady label is for: the same changes made to a QLabel re-lay out the window each time."""
+    label = QLabel("α 0.51 · speed-up ×1.40")
+    window, requests = _column(qtbot, label)
+    _settle(qtbot)
+    requests.count = 0
+    for text in ("α 0.52 · speed-up ×1.41", "α 0.5 · speed-up ×1.4", "α 0.53 · speed-up ×1.38"):
+        label.setText(text)
+        _settle(qtbot)
+    assert requests.count >= 3
+
+
+def test_a_wrapping_steady_label_grows_when_its_text_needs_another_line(qtbot):
+    from specscope.app.widgets.steady_label import SteadyLabel
+
+    label = SteadyLabel("k in use: 4 · α 0.52")
+    label.setWordWrap(True)
+    window, requests = _column(qtbot, label)
+    _settle(qtbot)
+    one_line = label.height()
+    label.setText(" ".join(["α 0.52 · speed-up ×1.41 (1.10–1.71)"] * 6))  # wraps at 400 px
+    _settle(qtbot)
+    assert requests.count >= 1
+    assert label.height() > one_line
+    assert label.label.height() == label.height()  # the inner label fills its host
+
+
+def test_the_grid_is_opaque_and_under_the_curves(qtbot):
+    import pyqtgraph as pg  # type: ignore[import-untyped]
+
+    from specscope.app.theme import PLOT_BACKGROUND
+    from specscope.app.widgets.plot_base import GRID_ALPHA, grid_axes, opaque_over_background, show_grid
+
+    plot = pg.PlotWidget(axisItems=grid_axes())
+    qtbot.addWidget(plot)
+    plot.resize(400, 300)
+    item = plot.getPlotItem()
+    show_grid(item)
+    item.setXRange(0, 10, padding=0)
+    item.setYRange(0, 10, padding=0)
+    curve_colour = "#D55E00"
+    item.plot([5, 5], [0, 10], pen=pg.mkPen(curve_colour, width=3))  # along the x = 5 grid line
+    plot.show()
+    qtbot.waitExposed(plot)
+
+    bottom = item.getAxis("bottom")
+    image = QImage(400, 300, QImage.Format.Format_ARGB32_Premultiplied)
+    painter = QPainter(image)
+    _, tick_specs, _ = bottom.generateDrawSpecs(painter)
+    painter.end()
+    assert tick_specs and all(pen.color().alpha() == 255 for pen, _, _ in tick_specs)
+    grey = opaque_over_background(QColor(0, 0, 0, round(255 * GRID_ALPHA)), QColor(PLOT_BACKGROUND))
+    assert grey.red() == grey.green() == grey.blue() == round(255 * (1 - GRID_ALPHA))
+
+    shot = plot.grab().toImage()
+    view = plot.mapFromScene(item.vb.sceneBoundingRect()).boundingRect()
+    x = plot.mapFromScene(item.vb.mapViewToScene(pg.Point(5, 5))).x()
+    middle = view.center().y()
+    seen = {shot.pixelColor(x + dx, middle).name() for dx in (-1, 0, 1)}
+    assert curve_colour.lower() in seen  # the grid line at x = 5 is drawn under the curve, not over it
