@@ -57,7 +57,7 @@ def test_a_steady_label_relays_only_a_new_size(qtbot):
     from specscope.app.widgets.steady_label import SteadyLabel
 
     label = SteadyLabel("α 0.51 · speed-up ×1.40")
-    window, requests = _column(qtbot, label)
+    _window, requests = _column(qtbot, label)
     _settle(qtbot)
     requests.count = 0
     label.hold(True)
@@ -82,7 +82,7 @@ def test_a_steady_label_relays_only_a_new_size(qtbot):
 def test_a_plain_label_asks_the_window_for_a_layout_at_every_new_text(qtbot):
     """What the steady label is for: the same changes made to a QLabel re-lay out the window each time."""
     label = QLabel("α 0.51 · speed-up ×1.40")
-    window, requests = _column(qtbot, label)
+    _window, requests = _column(qtbot, label)
     _settle(qtbot)
     requests.count = 0
     for text in ("α 0.52 · speed-up ×1.41", "α 0.5 · speed-up ×1.4", "α 0.53 · speed-up ×1.38"):
@@ -96,7 +96,7 @@ def test_a_wrapping_steady_label_grows_when_its_text_needs_another_line(qtbot):
 
     label = SteadyLabel("k in use: 4 · α 0.52")
     label.setWordWrap(True)
-    window, requests = _column(qtbot, label)
+    _window, requests = _column(qtbot, label)
     _settle(qtbot)
     one_line = label.height()
     label.setText(" ".join(["α 0.52 · speed-up ×1.41 (1.10–1.71)"] * 6))  # wraps at 400 px
