@@ -97,6 +97,7 @@ class RunViews:
         self._panel.set_drafter(c.pair_drafter_shown(chosen))
         self._drill_control.set_state(state.value)
         menus.restart_worker_action.setEnabled(c.on_worker and not state.active and state != RunState.LOADING)
+        self._plots.set_live(state.active or state == RunState.READY)
         self._plots.set_idle_text(self.idle_text(state), c.data)
         self.update_title()
 

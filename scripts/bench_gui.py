@@ -214,6 +214,7 @@ def main() -> int:
     if args.pair != "none":
         window.start_run()
     lateness: list[float] = []
+    probe_at: list[float] = []  # when each probe ran, seconds after Start
     clock = QElapsedTimer()
     clock.start()
     last = [clock.nsecsElapsed()]
@@ -235,6 +236,7 @@ def main() -> int:
         now = clock.nsecsElapsed()
         cpu = time.thread_time()
         lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
+        probe_at.append(now / 1e9)
         own_ms.append(1000 * (cpu - last_cpu[0]))
         if lateness[-1] > 150:
             pauses.append((now / 1e9, lateness[-1]))
@@ -279,6 +281,10 @@ def main() -> int:
               "measurement is the window idle after it")
     if pauses:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
+    # where the tail is: a run's first second (every plot's first curves, axes and key) or its steady state
+    latest = sorted(range(len(lateness)), key=lateness.__getitem__, reverse=True)[:max(8, len(lateness) // 100)]
+    print("the latest probes (s after Start: ms late, ms of the GUI thread's CPU): " + ", ".join(
+        f"{probe_at[i]:.2f}: {lateness[i]:.0f}, {own_ms[i]:.0f}" for i in sorted(latest)))
     late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
     print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 99):.1f} ms, max "
           f"{max(own_ms):.1f} ms; of the {len(late)} probes later than 100 ms, "

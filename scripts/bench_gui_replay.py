@@ -91,6 +91,9 @@ def main() -> int:
     observed = list(feed_all(read_trace(args.trace).events))
     controller.reset_data()
     controller.state = RunState.RUNNING  # the views draw at the live pace (RunViews.on_frame)
+    if hasattr(window, "views"):  # and lay out what a live run holds (the run panel's k line, the plots' axes)
+        window.views.render_state(controller.state)
+    app.processEvents()
     paints.clear()
     costs: list[float] = []
     held: list[list[str]] = []

@@ -139,3 +139,92 @@ def test_the_grid_is_opaque_and_under_the_curves(qtbot):
     middle = view.center().y()
     seen = {shot.pixelColor(x + dx, middle).name() for dx in (-1, 0, 1)}
     assert curve_colour.lower() in seen  # the grid line at x = 5 is drawn under the curve, not over it
+
+
+def test_a_live_runs_first_records_move_no_plot(qtbot, tmp_path):
+    """Issue 40: in a run's first second all six plots were laid out again (each then repaints whole, its axes
+    included): their side axes narrowed from the empty plot's '0.8' to the data's labels, the memory plot's
+    right (MiB/s) axis and two lines of key appeared with its first records."""
+    from dataclasses import replace
+
+    from PySide6.QtWidgets import QApplication
+
+    from specscope.app.run_state import RunState
+
+    from .app_helpers import make_window, synthetic_records
+
+    w = make_window(qtbot, tmp_path)
+    w.resize(1600, 1000)
+    w.views.render_state(RunState.RUNNING)  # as at Start: the run panel's room held, the plots laid out ahead
+    qtbot.wait(50)
+    plots = [*w.plots.live_plots, w.plots.positions, w.plots.k_advisor]
+
+    def views() -> list[tuple[float, float, float, float]]:
+        QApplication.processEvents()
+        return [p.getPlotItem().vb.geometry().getRect() for p in plots]
+
+    before = views()
+    counters = {"host_rss_bytes": 5e8, "target_weights_bytes": 2.6e8, "draft_weights_bytes": 6e7,
+                "target_kv_bytes": 4e7, "draft_kv_bytes": 1e7, "read_bytes_per_s": 3e5}
+    w.ingest([replace(e, memory={k: v * (1 + 0.01 * (e.iteration % 5)) for k, v in counters.items()})
+              if hasattr(e, "tokens") else e for e in synthetic_records(40, k=4, baseline_every=10)])
+    memory = w.plots.memory
+    assert memory.keys and any(name.startswith("read") for name in (k.name for k in memory.keys))
+    assert memory.plot_item.getAxis("right").isVisible()
+    after = views()
+    moved = [(type(p).__name__, b, a) for p, b, a in zip(plots, before, after, strict=True) if a != b]
+    assert not moved, moved
+
+    w.views.render_state(RunState.FINISHED)  # over: a rate was drawn, so its axis stays
+    assert memory.plot_item.getAxis("right").isVisible()
+
+
+def title_width(plot) -> float:
+    import html
+
+    from PySide6.QtGui import QTextDocument
+
+    doc = QTextDocument()
+    doc.setDocumentMargin(0)
+    doc.setDefaultFont(plot.plot_item.titleLabel.item.font())
+    doc.setHtml(f"<span style='font-size:9pt'><b>{html.escape(plot.title_text)}</b></span>")
+    return float(doc.idealWidth())
+
+
+def test_a_key_line_fits_the_title_without_wrapping(qtbot, tmp_path):
+    """The key's lines are packed by the width the title draws them at (bold group names, glyphs from a
+    fallback font): measured with the text font's metrics, a line was wider than the title and wrapped
+    mid-entry ("draft ━━ weights cpu ╍╍" / "offloaded")."""
+    from dataclasses import replace
+
+    from .app_helpers import make_window, synthetic_records
+
+    w = make_window(qtbot, tmp_path)
+    counters = {"target_weights_bytes": 2.6e8, "target_offloaded_bytes": 0.0, "target_kv_bytes": 4e7,
+                "target_rollback_bytes": 1e6, "draft_weights_bytes": 6e7, "draft_offloaded_bytes": 0.0,
+                "draft_kv_bytes": 1e7, "draft_rollback_bytes": 1e5, "read_bytes_per_s": 3e5}
+    w.ingest([replace(e, memory=dict(counters)) if hasattr(e, "tokens") else e for e in synthetic_records(10, k=4)])
+    memory = w.plots.memory
+    title = memory.plot_item.titleLabel.item
+    checked = 0
+    for width in range(1250, 1700, 30):  # narrower, the title itself wraps (fit_title centres it)
+        w.resize(width, 1000)
+        qtbot.waitUntil(lambda width=width: w.width() == width)
+        qtbot.wait(20)
+        memory._show_keys()
+        if "offloaded" not in memory.plot_item.titleLabel.text:
+            continue  # folded into the tooltip at this size
+        column = memory.width() - 24.0 - memory._axes_width()  # the title's room (LivePlot._show_keys)
+        if title_width(memory) > column:
+            continue  # the title's own line wraps (fit_title centres it): not the key's doing
+        wrapped_at = title.textWidth()
+
+        def shown_lines() -> int:
+            return title.document().begin().layout().lineCount()  # one block: title, headline, key lines
+
+        title.setTextWidth(-1)
+        unwrapped = shown_lines()
+        title.setTextWidth(wrapped_at)
+        assert shown_lines() == unwrapped, width  # no key line wraps (mid-entry) in the title's room
+        checked += 1
+    assert checked >= 2

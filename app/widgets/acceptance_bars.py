@@ -21,6 +21,7 @@ from specscope.app.widgets.plot_base import (
     EmptyNote,
     cache_axes,
     grid_axes,
+    hold_axis_room,
     plain_axes,
     show_grid,
 )
@@ -91,6 +92,7 @@ class AcceptanceBars(pg.PlotWidget):
         pi.setMouseEnabled(x=False, y=False)
         plain_axes(pi)
         cache_axes(pi)
+        hold_axis_room(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=PLOT_COLOURS["bars"], pen=None)
         pale = pg.mkColor(PLOT_COLOURS["bars"])

@@ -24,6 +24,7 @@ from specscope.app.widgets.plot_base import (
     EmptyNote,
     cache_axes,
     grid_axes,
+    hold_axis_room,
     pen,
     plain_axes,
     room_for_last_tick,
@@ -112,6 +113,7 @@ class KAdvisorPlot(pg.PlotWidget):
         show_grid(pi)
         plain_axes(pi)
         cache_axes(pi)
+        hold_axis_room(pi)
         room_for_last_tick(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,

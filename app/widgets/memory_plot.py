@@ -80,6 +80,7 @@ TOTALS_TEXT = "machine totals"
 
 class MemoryPlot(LivePlot):
     title_text = "Models' memory (GiB; reads MiB/s right)"
+    reserved_key_lines = 2  # the draft's, the target's and the reads' entries, found in the first records
     totals_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -113,7 +114,8 @@ class MemoryPlot(LivePlot):
         self.totals_box.setStyleSheet("QCheckBox { font-size: 8pt; background: rgba(255,255,255,200); }")
         self.totals_box.toggled.connect(self.set_show_totals)
         self.totals_box.adjustSize()
-        pi.hideAxis("right")  # shown once a rate series (what a step read, PCIe) exists
+        pi.hideAxis("right")  # shown once a rate series (what a step read, PCIe) exists, or a run is live
+        self._live = False
 
     def empty_text(self, data: RunData | None) -> str | None:
         if data is not None and len(data) and not any(plotted(k) for k in data.memory):
@@ -224,6 +226,16 @@ class MemoryPlot(LivePlot):
         settle(self.right)
         self.lanes.sync(data)
 
+    def expect_rates(self, live: bool) -> None:
+        """While a run can start or is live the right (MiB/s) axis is there before its first rate: appearing
+        with the first records it re-laid the plot out (every axis and curve drawn again) in a run's first
+        second. With no rate series once the run is over, it goes."""
+        self._live = live
+        if live:
+            self.plot_item.showAxis("right")
+        elif not any(is_rate(k) for k in self.series):
+            self.plot_item.hideAxis("right")
+
     @property
     def bands(self) -> list[ShadedBand]:
         """The paging bands drawn (busy and drill bands are in ``lanes``)."""
@@ -237,5 +249,5 @@ class MemoryPlot(LivePlot):
         self._drawn = 0
         for item in self.series.values():
             item.setData([], [])
-        if not any(is_rate(k) for k in self.series):
+        if not self._live and not any(is_rate(k) for k in self.series):
             self.plot_item.hideAxis("right")

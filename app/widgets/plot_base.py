@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pyqtgraph as pg  # type: ignore[import-untyped]
 from PySide6.QtCore import QRect, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPen, QResizeEvent
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPen, QResizeEvent, QTextDocument
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from specscope.app.run_data import Marker, RunData
@@ -95,15 +97,18 @@ GROUP_GAP = "&nbsp;&nbsp;&nbsp;&nbsp;"
 ENTRY_GAP = "&nbsp;&nbsp;"
 
 
-def pack_key_lines(chunks: list[KeyChunk], width_px: float, metrics: QFontMetricsF) -> list[list[KeyChunk]]:
+PACK_SLACK_PX = 2.0  # pieces measured one by one add up a fraction of a pixel short of the line drawn
+
+
+def pack_key_lines(chunks: list[KeyChunk], width_px: float, measure: Callable[[str], float]) -> list[list[KeyChunk]]:
     """The chunks greedily packed into lines no wider than ``width_px`` (a chunk wider than a line gets a
-    line of its own)."""
+    line of its own); ``measure`` gives the width of a piece of the key's HTML as the title draws it."""
     lines: list[list[KeyChunk]] = []
     used = 0.0
     for chunk in chunks:
-        w = metrics.horizontalAdvance(chunk.plain)
-        gap = metrics.horizontalAdvance("    " if chunk.starts_group else "  ")
-        if lines and used + gap + w <= width_px:
+        w = measure(chunk.html)
+        gap = measure(GROUP_GAP if chunk.starts_group else ENTRY_GAP)
+        if lines and used + gap + w <= width_px - PACK_SLACK_PX:
             lines[-1].append(chunk)
             used += gap + w
         else:
@@ -117,17 +122,27 @@ def key_line_html(line: list[KeyChunk]) -> str:
                    for i, c in enumerate(line))
 
 
+# A key line with nothing to show: a key glyph in the background's colour, so that it is as tall as a line of
+# entries (the glyphs come from a taller fallback font than the text's).
+BLANK_KEY_LINE = f"<span style='color:{PLOT_BACKGROUND}'>{KEY_GLYPHS['solid']}</span>"
+
+
 def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0, headline: str = "",
-               headline_line: bool = False) -> str:
+               headline_line: bool = False, key_lines: int = 0) -> str:
     """The plot's title, the snapshot's headline number on its own line (so neither is cut), and its key on
     the next line(s); ``folded`` entries are left to the tooltip. ``headline_line``: the headline's line is
-    there (blank) before the headline is, so its arrival changes no height."""
+    there (blank) before the headline is, so its arrival changes no height; ``key_lines``: as many key lines
+    are there (blank where the key has fewer), for the same reason."""
     head = (f"<br><span style='font-size:{KEY_FONT_PT}pt'>{html.escape(headline) or '&nbsp;'}</span>"
             if headline or headline_line else "")
+    if not lines and key_lines:
+        return (f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:{KEY_FONT_PT}pt'>"
+                + "<br>".join([BLANK_KEY_LINE] * key_lines) + "</span>")
     if not lines:
         hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
         return f"<b>{html.escape(title)}</b>{hint}{head}"
     rows = [key_line_html(line) for line in lines]
+    rows += [BLANK_KEY_LINE] * (key_lines - len(rows))
     if folded:
         rows[-1] += f"&nbsp;&nbsp;&nbsp;&nbsp;<i>… {folded} more (hover the title)</i>"
     return (f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:{KEY_FONT_PT}pt'>" + "<br>".join(rows)
@@ -245,14 +260,21 @@ class GridAxis(pg.AxisItem):
         if specs is None or self.grid is False:
             return specs
         axis_spec, tick_specs, text_specs = specs
-        background = QColor(PLOT_BACKGROUND)
-        opaque = []
-        for tick_pen, p1, p2 in tick_specs:
-            if tick_pen.color().alpha() < 255:
-                tick_pen = QPen(tick_pen)
-                tick_pen.setColor(opaque_over_background(tick_pen.color(), background))
-            opaque.append((tick_pen, p1, p2))
-        return axis_spec, opaque, text_specs
+        return axis_spec, [(self._opaque(tick_pen), p1, p2) for tick_pen, p1, p2 in tick_specs], text_specs
+
+    _opaque_pens: ClassVar[dict[tuple[int, int], QPen]] = {}  # (a translucent pen's rgba, its width): opaque
+
+    def _opaque(self, tick_pen: QPen) -> QPen:
+        colour = tick_pen.color()
+        if colour.alpha() == 255:
+            return tick_pen
+        key = (colour.rgba(), tick_pen.width())
+        opaque = self._opaque_pens.get(key)
+        if opaque is None:
+            opaque = QPen(tick_pen)
+            opaque.setColor(opaque_over_background(colour, QColor(PLOT_BACKGROUND)))
+            self._opaque_pens[key] = opaque
+        return opaque
 
 
 def grid_axes() -> dict[str, GridAxis]:
@@ -268,6 +290,15 @@ def show_grid(plot_item: pg.PlotItem, x: bool = True, y: bool = True) -> None:
     plot_item.showGrid(x=x, y=y, alpha=GRID_ALPHA)
     for name in ("left", "bottom"):
         plot_item.getAxis(name).setZValue(AXES_UNDER_VIEW_Z)
+
+
+def hold_axis_room(plot_item: pg.PlotItem) -> None:
+    """Each axis keeps the room its widest tick text needed (pyqtgraph gives it back when the text narrows).
+    An axis that narrows or widens re-lays out its plot: the view moves, and every axis picture and curve is
+    drawn again. A plot's first records narrowed the empty plot's '0.8' to '5' in all six plots at once, the
+    longest stretch of a run's first second (issue 40)."""
+    for axis in plot_item.axes.values():
+        axis["item"].setStyle(autoReduceTextSpace=False)
 
 
 def cache_axes(plot_item: pg.PlotItem) -> None:
@@ -437,6 +468,10 @@ class LivePlot(pg.PlotWidget):
     """A PlotWidget whose curves redraw from RunData columns; subclasses implement ``update_from``."""
 
     title_text = ""
+    # Key lines kept under the title before the key has entries: a key that comes with the first records
+    # (the memory plot's series) then changes no height (a taller title re-lays out the plot and repaints it
+    # whole, its axes included, in a run's first second).
+    reserved_key_lines = 0
 
     def __init__(self, parent: QWidget | None = None, x_label: str = "iteration") -> None:
         super().__init__(parent, axisItems=grid_axes())
@@ -448,12 +483,14 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setClipToView(True)
         plain_axes(self.plot_item)
         cache_axes(self.plot_item)
+        hold_axis_room(self.plot_item)
         # The key sits under the title, outside the data: a legend box inside the view covered the first
         # bars, the host-available line and the control-change labels.
         self.keys: list[KeyEntry] = []
         self._key_font = QFont(self.font())
         self._key_font.setPointSizeF(KEY_FONT_PT)
         self._key_layout: tuple[int, ...] | None = None
+        self._key_widths: dict[str, float] = {}  # a key chunk's HTML -> its width in the title (_key_width)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.change_markers = ChangeMarkers(self.plot_item)
         self._headline = ""  # as shown: the snapshot's headline number under the title, if any
@@ -530,13 +567,29 @@ class LivePlot(pg.PlotWidget):
             self._headline = headline
             self._show_keys()
 
+    def _key_width(self, key_html: str) -> float:
+        """A piece of the key as wide as the title draws it: its bold group names, the glyphs from a fallback
+        font and the gaps measured by a text layout, not by the text font's metrics (which made a line of the
+        key wrap in the title, mid-entry)."""
+        width = self._key_widths.get(key_html)
+        if width is None:
+            doc = QTextDocument()
+            doc.setDocumentMargin(0)
+            doc.setDefaultFont(self.plot_item.titleLabel.item.font())
+            doc.setHtml(f"<span style='font-size:{KEY_FONT_PT}pt; white-space:pre'>{key_html}</span>")
+            width = self._key_widths[key_html] = float(doc.idealWidth())
+        return width
+
     def _show_keys(self, force: bool = True) -> None:
         """The key under the title, in as many lines as the plot's height allows while its data area keeps
         MIN_VIEW_PX; what does not fit is folded into the title's tooltip, which always holds the whole key."""
         metrics = QFontMetricsF(self._key_font)
+        measure = self._key_width
         chunks = key_chunks(self.keys)
         width = max(100.0, self.width() - 24.0 - self._axes_width())
-        lines = pack_key_lines(chunks, width, metrics)
+        # a line of the title has the column less the text item's margins (fit_title wraps at the column)
+        line_room = width - 2 * self.plot_item.titleLabel.item.document().documentMargin()
+        lines = pack_key_lines(chunks, line_room, measure)
         head_lines = 1 + self.has_headline  # the title, and the headline's line
         room = max(0, int((self.height() - KEY_LINE_PX * head_lines - 4 - AXES_PX - MIN_VIEW_PX) // KEY_LINE_PX))
         layout_key = (len(self.keys), len(lines), room if len(lines) > room else -1, int(width) // 8)
@@ -547,15 +600,17 @@ class LivePlot(pg.PlotWidget):
         if len(lines) > room:
             # The lines that fit, each leaving room at its end for "… N more: hover" on the last one.
             note = metrics.horizontalAdvance("    … 99 more (hover the title)")
-            lines = pack_key_lines(chunks, max(50.0, width - note), metrics)[:room]
+            lines = pack_key_lines(chunks, max(50.0, line_room - note), measure)[:room]
             folded = len(self.keys) - sum(c.count for line in lines for c in line)
-        self.plot_item.setTitle(title_html(self.title_text, lines, folded, self._headline, self.has_headline),
-                                size="9pt")
+        key_lines = max(len(lines), min(self.reserved_key_lines, room))
+        self.plot_item.setTitle(title_html(self.title_text, lines, folded, self._headline, self.has_headline,
+                                           key_lines), size="9pt")
         title_height = fit_title(self.plot_item.titleLabel, width)
         self.plot_item.titleLabel.setToolTip("<br>".join(key_line_html(line)
-                                                         for line in pack_key_lines(chunks, 420.0, metrics)))
-        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys.
-        height = max(KEY_LINE_PX * (head_lines + len(lines)) + 4, title_height)
+                                                         for line in pack_key_lines(chunks, 420.0, measure)))
+        # pyqtgraph fixes the title row at 30 px: room for the title and each line of keys (at least the lines
+        # kept for a key that comes with the first records, where the plot has room for them).
+        height = max(KEY_LINE_PX * (head_lines + key_lines) + 4, title_height)
         self.plot_item.titleLabel.setMaximumHeight(height)
         self.plot_item.layout.setRowFixedHeight(0, height)
         # The view set the plot's geometry at its old minimum width (a longer title): set it again.

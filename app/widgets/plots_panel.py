@@ -103,6 +103,11 @@ class PlotsPanel(QWidget):
         else:
             self.k_advisor.show_title(est)
 
+    def set_live(self, live: bool) -> None:
+        """A run is live or can start (or neither): the plots lay out ahead what its first records would
+        change."""
+        self.memory.expect_rates(live)
+
     def set_idle_text(self, text: str, data: RunData) -> None:
         """What the live plots say while the run has no iteration yet."""
         for plot in self.live_plots:

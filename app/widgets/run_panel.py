@@ -91,6 +91,8 @@ class RunPanel(QWidget):
         policy = self.k_in_use.sizePolicy()
         policy.setRetainSizeWhenHidden(hold)
         self.k_in_use.setSizePolicy(policy)
+        if hold and not self.k_in_use.text():
+            self.k_in_use.setText("&nbsp;")  # one line's room, kept (held) when the first snapshot fills it
         for line in (self.k_in_use, self.verdict, self.warning):
             line.hold(hold)
         self._holding = hold

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFontMetrics, QResizeEvent
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 
 class SteadyLabel(QWidget):
@@ -28,6 +28,7 @@ class SteadyLabel(QWidget):
         super().__init__(parent)
         self.label = QLabel(text, self)
         self._held = False
+        self._stale = False  # the text changed while hidden: measure when asked
         self._hints = self._label_hints()
         self.setSizePolicy(self.label.sizePolicy())
 
@@ -86,28 +87,53 @@ class SteadyLabel(QWidget):
         height_for_width = label.heightForWidth(width) if label.hasHeightForWidth() else -1
         return label.sizeHint(), label.minimumSizeHint(), height_for_width, width
 
-    def _relay(self, force: bool = False) -> None:
-        new = self._label_hints()
+    def _grown(self, new: tuple[QSize, QSize, int, int]) -> tuple[QSize, QSize, int, int]:
         old = self._hints
+        return (new[0].expandedTo(old[0]), new[1].expandedTo(old[1]),
+                max(new[2], old[2]) if new[3] == old[3] else new[2], new[3])
+
+    def _relay(self, force: bool = False) -> None:
+        """Measure the label again, and ask for a layout if it needs another size. Each measure lays its text
+        out, so only what the layout reads is measured: nothing while hidden (Qt lays the window out again when
+        it is shown), and a wrapping label as wide as its row (its width ignored) only by its height."""
+        if self.isHidden() and not force:
+            self._stale = True
+            return
+        old = self._hints
+        label = self.label
+        if not force and not self._stale and label.hasHeightForWidth() and (
+                self.sizePolicy().horizontalPolicy() == QSizePolicy.Policy.Ignored) and old[3] == self.width():
+            height = label.heightForWidth(self.width())
+            if height == old[2] or (self._held and height < old[2]):
+                return  # the same lines at this width: nothing around it moves
+        new = self._label_hints()
         if self._held and not force:
-            new = (new[0].expandedTo(old[0]), new[1].expandedTo(old[1]),
-                   max(new[2], old[2]) if new[3] == old[3] else new[2], new[3])
+            new = self._grown(new)
+        self._stale = False
         self._hints = new
         if new[:3] != old[:3] or force:
             self.updateGeometry()
 
+    def _current(self) -> tuple[QSize, QSize, int, int]:
+        if self._stale:  # text set while hidden, now asked for
+            self._stale = False
+            new = self._label_hints()
+            self._hints = self._grown(new) if self._held else new
+        return self._hints
+
     def sizeHint(self) -> QSize:
-        return self._hints[0]
+        return self._current()[0]
 
     def minimumSizeHint(self) -> QSize:
-        return self._hints[1]
+        return self._current()[1]
 
     def hasHeightForWidth(self) -> bool:
         return self.label.hasHeightForWidth()
 
     def heightForWidth(self, width: int) -> int:
         height = self.label.heightForWidth(width)
-        return max(height, self._hints[2]) if self._held and width == self._hints[3] else height
+        hints = self._current()
+        return max(height, hints[2]) if self._held and width == hints[3] else height
 
     def setSizePolicy(self, *policy: object) -> None:  # type: ignore[override]
         super().setSizePolicy(*policy)  # type: ignore[call-overload]
