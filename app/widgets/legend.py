@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QSizePolicy, QWidget
 
 from specscope.app.theme import style_for
 from specscope.app.widgets.steady_label import SteadyLabel
@@ -43,6 +43,9 @@ class TokenLegend(QWidget):
         # Both wrap or shrink: a fixed-width legend held the token column (tokens beside the plots) at ~800 px.
         self.label = SteadyLabel(legend_html())  # its counts change ten times a second while a run is live
         self.label.setWordWrap(True)
+        # as wide as its row leaves it (it wraps), never what makes the row wide; and with its width ignored,
+        # new counts are measured by their wrapped height alone (SteadyLabel)
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.label.setToolTip(legend_tooltip())
         self.counts_text = ""  # the counts as plain words ("accepted 9  rejected 2 …"), as the chips show them
         self.show_rejected = QCheckBox("show rejected")

@@ -18,7 +18,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QHelpEvent, QTextCharForm
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
 from specscope.app.theme import STATUS_STYLES, style_for
-from specscope.app.widgets.token_document import TokenDocument, pieces, visible_text
+from specscope.app.widgets.token_document import Piece, TokenDocument, pieces, visible_text
 from specscope.core.records import IterationRecord, TokenRecord
 
 STATUS_NAMES = tuple(STATUS_STYLES)
@@ -96,6 +96,9 @@ class TokenView(QPlainTextEdit):
         self._documents = {shown: TokenDocument(self, font, self._formats, hide_rejected=not shown)
                            for shown in (True, False)}
         self.show_rejected = True
+        # What the document not on screen has still to take: it is brought up to date when it is shown, not
+        # at each append (each append lays its text out: half the token view's cost while a run is live).
+        self._backlog: dict[bool, list[Piece]] = {True: [], False: []}
         self.setDocument(self._shown_document.document)
         # Not below MIN_LINES, whatever the splitter's saved sizes or the lines a live run adds above the plots
         # (app/live_layout.py gives those lines' room from the tokens): at 1280x720 it had come down to ~4.
@@ -119,6 +122,8 @@ class TokenView(QPlainTextEdit):
     def clear_tokens(self) -> None:
         for doc in self._documents.values():
             doc.clear()
+        for backlog in self._backlog.values():
+            backlog.clear()
         self.counts.clear()
         self._seen_text.clear()
         self._matches.clear()
@@ -138,8 +143,8 @@ class TokenView(QPlainTextEdit):
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         shown = pieces(items)
-        for doc in self._documents.values():
-            doc.append(shown)
+        self._shown_document.append(shown)
+        self._backlog[not self.show_rejected].extend(shown)
         if at_bottom:
             bar.setValue(bar.maximum())
 
@@ -148,6 +153,9 @@ class TokenView(QPlainTextEdit):
         if show == self.show_rejected:
             return
         self.show_rejected = show
+        backlog, self._backlog[show] = self._backlog[show], []
+        if backlog:
+            self._shown_document.append(backlog)
         self.setDocument(self._shown_document.document)
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
