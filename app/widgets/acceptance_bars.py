@@ -70,6 +70,9 @@ def set_label(label: pg.TextItem, text: str) -> None:
         label.setText(text)
 
 
+LABELS_AHEAD = 8  # rate labels made ahead: one per position up to k = 8 (more are made when a larger k needs them)
+
+
 class AcceptanceBars(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent, axisItems=grid_axes())
@@ -108,6 +111,8 @@ class AcceptanceBars(pg.PlotWidget):
         self._ticks: list[list[tuple[int, str]]] | None = None
         self._rates = np.zeros(0)
         self._reached = np.zeros(0, dtype=np.int64)
+        for i in range(LABELS_AHEAD):  # made with the window, not in the tick that draws the first bars
+            self._label(i)
         self.empty = EmptyNote(self, "no proposals yet: bars appear once the drafter proposes")  # last: see resize
 
     def _label(self, i: int) -> pg.TextItem:

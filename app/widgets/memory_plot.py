@@ -68,7 +68,7 @@ def is_total(key: str) -> bool:
     return series_owner(key) in TOTAL_OWNERS
 
 
-SPARE_SERIES = 12  # curves made ahead: every memory counter a CPU run reports, and most of a GPU run's
+SPARE_SERIES = 16  # curves made ahead: every memory counter a CPU run reports, and most of a GPU run's
 # and rate curves made ahead in the right-hand view: a CPU run's 13-14 series have two rates (host reads and
 # rchar; a model's reads under offload), and a curve made or moved between the views at the first records
 # were 20 of the 85 profiled ms of the window's longest tick after Start (issue 40, docs/bench-gui.md)
