@@ -228,3 +228,33 @@ def test_a_key_line_fits_the_title_without_wrapping(qtbot, tmp_path):
         assert shown_lines() == unwrapped, width  # no key line wraps (mid-entry) in the title's room
         checked += 1
     assert checked >= 2
+
+
+def test_a_finished_runs_k_line_keeps_its_wrapped_height(qtbot):
+    """Seen at 1280x720: when a run finished, the run panel set the k line's size policy (its room no longer
+    held); the policy had no height-for-width flag, the label then asked for its unwrapped size hint (four
+    lines of a narrow 'nice' width) and the panel grew by 56 px, the plots shrinking under it."""
+    from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+    from specscope.app.run_state import RunState
+    from specscope.app.widgets.run_panel import RunPanel
+
+    holder = QWidget()
+    qtbot.addWidget(holder)
+    col = QVBoxLayout(holder)
+    panel = RunPanel()
+    col.addWidget(panel)
+    col.addWidget(QLabel("below"), 1)
+    holder.resize(1000, 500)
+    holder.show()
+    panel.show_state(RunState.RUNNING)
+    panel.show_k(3, False, "", "α 0.54 (run) · speed-up ×1.28 (1.14–1.43), run · measurement overhead 3.0%")
+    qtbot.wait(20)
+    running = panel.height()
+    panel.show_state(RunState.FINISHED)
+    qtbot.wait(20)
+    assert panel.k_in_use.hasHeightForWidth() and panel.k_in_use.label.hasHeightForWidth()
+    assert panel.height() == running
+
+    panel.k_in_use.setSizePolicy(QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred))
+    assert panel.k_in_use.sizePolicy().hasHeightForWidth()  # a policy handed in keeps the wrap flag

@@ -58,6 +58,7 @@ class SteadyLabel(QWidget):
 
     def setWordWrap(self, on: bool) -> None:
         self.label.setWordWrap(on)
+        self._keep_wrap_flag()
         self._relay()
 
     def wordWrap(self) -> bool:
@@ -136,8 +137,19 @@ class SteadyLabel(QWidget):
         return max(height, hints[2]) if self._held and width == hints[3] else height
 
     def setSizePolicy(self, *policy: object) -> None:  # type: ignore[override]
+        """The host's policy, and the label's: both say whether it wraps (its height for a width), whatever
+        the policy handed in says (a QLabel sets that flag with its word wrap; a policy set over it lost it,
+        and the wrapped label asked for its unwrapped height, four lines in a narrow window)."""
         super().setSizePolicy(*policy)  # type: ignore[call-overload]
-        self.label.setSizePolicy(self.sizePolicy())
+        self._keep_wrap_flag()
+
+    def _keep_wrap_flag(self) -> None:
+        wraps = self.label.wordWrap()
+        policy = self.sizePolicy()
+        if policy.hasHeightForWidth() != wraps:
+            policy.setHeightForWidth(wraps)
+            super().setSizePolicy(policy)
+        self.label.setSizePolicy(policy)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
