@@ -109,13 +109,17 @@ DEMO_PROMPT = "List one hundred facts about the ocean, numbered, one per line."
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of each thread of this process, by name (threads of one name summed)."""
+    """CPU seconds so far of each thread of this process, by name (threads of one name summed): a Python
+    thread by its ``threading`` name (the GUI thread is MainThread), any other by the system's."""
+    import threading
+
     import psutil
 
+    python_names = {t.native_id: t.name for t in threading.enumerate()}
     out: dict[str, float] = {}
     for t in psutil.Process().threads():
         try:
-            name = Path(f"/proc/self/task/{t.id}/comm").read_text().strip()
+            name = python_names.get(t.id) or Path(f"/proc/self/task/{t.id}/comm").read_text().strip()
         except OSError:
             name = "?"
         out[name] = out.get(name, 0.0) + t.user_time + t.system_time

@@ -175,6 +175,13 @@ def test_a_live_runs_first_records_move_no_plot(qtbot, tmp_path):
     moved = [(type(p).__name__, b, a) for p, b, a in zip(plots, before, after, strict=True) if a != b]
     assert not moved, moved
 
+    right = memory.plot_item.getAxis("right")
+    memory.viewport().repaint()
+    picture = right.picture
+    assert picture is not None
+    w.views.render_state(RunState.RUNNING)  # the views render the state again and again: the axis is kept
+    assert right.picture is picture  # (pyqtgraph's showAxis drops the picture even of a shown axis)
+
     w.views.render_state(RunState.FINISHED)  # over: a rate was drawn, so its axis stays
     assert memory.plot_item.getAxis("right").isVisible()
 

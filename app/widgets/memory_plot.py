@@ -178,7 +178,8 @@ class MemoryPlot(LivePlot):
             name = series_name(key, owner)
             if is_rate(key):
                 item = self._spare_rates.pop() if self._spare_rates else self._new_curve(self.right)
-                self.plot_item.showAxis("right")
+                if not self.plot_item.getAxis("right").isVisible():
+                    self.plot_item.showAxis("right")
             else:
                 item = self._spare.pop() if self._spare else self._new_curve()
             item.setPen(pen(colour, 2.0 if is_rate(key) else 1.5, style))
@@ -231,9 +232,10 @@ class MemoryPlot(LivePlot):
         with the first records it re-laid the plot out (every axis and curve drawn again) in a run's first
         second. With no rate series once the run is over, it goes."""
         self._live = live
-        if live:
+        shown = self.plot_item.getAxis("right").isVisible()
+        if live and not shown:  # pyqtgraph redraws an axis' picture at every showAxis, shown or not
             self.plot_item.showAxis("right")
-        elif not any(is_rate(k) for k in self.series):
+        elif not live and shown and not any(is_rate(k) for k in self.series):
             self.plot_item.hideAxis("right")
 
     @property
