@@ -191,3 +191,19 @@ def synthetic_stream(records: list[Any], *, description: str = "tiny synthetic p
     events.append(RunFinished(reason=reason, iterations=len(records), tokens=last.generated_len,
                               elapsed_s=last.t_end_s - first.t_start_s, prefill_ms=5.0, t_s=last.t_end_s))
     return events
+
+
+def in_column(qtbot: Any, widget: Any, width: int = 1200, height: int = 500) -> Any:
+    """``widget`` on top of a stretching label in a shown window ``width`` x ``height``: what it asks of a
+    layout moves the label, as the run panel's lines move the token view. Keep the window returned: qtbot
+    holds it weakly, and the widget goes with it."""
+    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+    holder = QWidget()
+    qtbot.addWidget(holder)
+    col = QVBoxLayout(holder)
+    col.addWidget(widget)
+    col.addWidget(QLabel("below"), 1)
+    holder.resize(width, height)
+    holder.show()
+    return holder

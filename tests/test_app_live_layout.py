@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from .app_helpers import load_tiny, make_window, qt_binding_broken, synthetic_records
+from .app_helpers import in_column, load_tiny, make_window, qt_binding_broken, synthetic_records
 
 pytestmark = [pytest.mark.gui,
               pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))]
@@ -63,19 +63,11 @@ def test_a_live_runs_panel_lines_move_the_token_view_not_the_plots(qtbot, tmp_pa
 
 
 def test_the_run_panel_has_the_k_lines_room_from_start(qtbot):
-    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
-
     from specscope.app.run_controller import RunState
     from specscope.app.widgets.run_panel import RunPanel
 
-    holder = QWidget()
-    qtbot.addWidget(holder)
-    col = QVBoxLayout(holder)
     panel = RunPanel()
-    col.addWidget(panel)
-    col.addWidget(QLabel("below"), 1)
-    holder.resize(1200, 500)
-    holder.show()
+    _holder = in_column(qtbot, panel)  # kept: the panel goes with it
     panel.show_state(RunState.READY)
     qtbot.wait(20)
     ready = panel.height()

@@ -13,9 +13,9 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QImage, QPainter
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
-from .app_helpers import qt_binding_broken
+from .app_helpers import in_column, qt_binding_broken
 
 pytestmark = pytest.mark.skipif(bool(qt_binding_broken()), reason=str(qt_binding_broken()))
 
@@ -35,13 +35,7 @@ class LayoutRequests(QObject):
 
 
 def _column(qtbot, label: QWidget) -> tuple[QWidget, LayoutRequests]:
-    window = QWidget()
-    qtbot.addWidget(window)
-    column = QVBoxLayout(window)
-    column.addWidget(label)
-    column.addStretch(1)
-    window.resize(400, 120)
-    window.show()
+    window = in_column(qtbot, label, width=400, height=120)
     qtbot.waitExposed(window)
     return window, LayoutRequests(window)
 
@@ -241,19 +235,13 @@ def test_a_finished_runs_k_line_keeps_its_wrapped_height(qtbot):
     """Seen at 1280x720: when a run finished, the run panel set the k line's size policy (its room no longer
     held); the policy had no height-for-width flag, the label then asked for its unwrapped size hint (four
     lines of a narrow 'nice' width) and the panel grew by 56 px, the plots shrinking under it."""
-    from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+    from PySide6.QtWidgets import QSizePolicy
 
     from specscope.app.run_state import RunState
     from specscope.app.widgets.run_panel import RunPanel
 
-    holder = QWidget()
-    qtbot.addWidget(holder)
-    col = QVBoxLayout(holder)
     panel = RunPanel()
-    col.addWidget(panel)
-    col.addWidget(QLabel("below"), 1)
-    holder.resize(1000, 500)
-    holder.show()
+    _holder = in_column(qtbot, panel, width=1000)  # kept: the panel goes with it
     panel.show_state(RunState.RUNNING)
     panel.show_k(3, False, "", "α 0.54 (run) · speed-up ×1.28 (1.14–1.43), run · measurement overhead 3.0%")
     qtbot.wait(20)

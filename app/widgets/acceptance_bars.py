@@ -19,9 +19,7 @@ from specscope.app.theme import PLOT_COLOURS
 from specscope.app.widgets.plot_base import (
     PLOT_MIN_HEIGHT,
     EmptyNote,
-    cache_axes,
     grid_axes,
-    hold_axis_room,
     plain_axes,
     show_grid,
 )
@@ -94,8 +92,6 @@ class AcceptanceBars(pg.PlotWidget):
         show_grid(pi, x=False)
         pi.setMouseEnabled(x=False, y=False)
         plain_axes(pi)
-        cache_axes(pi)
-        hold_axis_room(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=PLOT_COLOURS["bars"], pen=None)
         pale = pg.mkColor(PLOT_COLOURS["bars"])

@@ -22,9 +22,7 @@ from specscope.app.widgets.elided_label import Span, elide_spans
 from specscope.app.widgets.plot_base import (
     PLOT_MIN_HEIGHT,
     EmptyNote,
-    cache_axes,
     grid_axes,
-    hold_axis_room,
     pen,
     plain_axes,
     room_for_last_tick,
@@ -112,8 +110,6 @@ class KAdvisorPlot(pg.PlotWidget):
         pi.setLabel("left", "×")
         show_grid(pi)
         plain_axes(pi)
-        cache_axes(pi)
-        hold_axis_room(pi)
         room_for_last_tick(pi)
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.curve = pi.plot([], [], pen=pen(PLOT_COLOURS["predicted_speedup"], 2), symbol="o", symbolSize=5,

@@ -135,15 +135,12 @@ def title_html(title: str, lines: list[list[KeyChunk]], folded: int = 0, headlin
     are there (blank where the key has fewer), for the same reason."""
     head = (f"<br><span style='font-size:{KEY_FONT_PT}pt'>{html.escape(headline) or '&nbsp;'}</span>"
             if headline or headline_line else "")
-    if not lines and key_lines:
-        return (f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:{KEY_FONT_PT}pt'>"
-                + "<br>".join([BLANK_KEY_LINE] * key_lines) + "</span>")
-    if not lines:
-        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
-        return f"<b>{html.escape(title)}</b>{hint}{head}"
     rows = [key_line_html(line) for line in lines]
     rows += [BLANK_KEY_LINE] * (key_lines - len(rows))
-    if folded:
+    if not rows:
+        hint = f" <span style='font-size:{KEY_FONT_PT}pt'><i>(key: hover the title)</i></span>" if folded else ""
+        return f"<b>{html.escape(title)}</b>{hint}{head}"
+    if folded and lines:
         rows[-1] += f"&nbsp;&nbsp;&nbsp;&nbsp;<i>… {folded} more (hover the title)</i>"
     return (f"<b>{html.escape(title)}</b>{head}<br><span style='font-size:{KEY_FONT_PT}pt'>" + "<br>".join(rows)
             + "</span>")
@@ -163,13 +160,6 @@ def fit_title(label: pg.LabelItem, width_px: float) -> float:
     label.updateMin()
     label.resizeEvent(None)
     return float(item.boundingRect().height())
-
-
-def plain_axes(plot_item: pg.PlotItem) -> None:
-    """No automatic SI prefix: the axis label already gives the unit, and pyqtgraph would turn ×0.5 into
-    "500 (x0.001)"."""
-    for axis in plot_item.axes.values():
-        axis["item"].enableAutoSIPrefix(False)
 
 
 class EmptyNote(QLabel):
@@ -292,20 +282,21 @@ def show_grid(plot_item: pg.PlotItem, x: bool = True, y: bool = True) -> None:
         plot_item.getAxis(name).setZValue(AXES_UNDER_VIEW_Z)
 
 
-def hold_axis_room(plot_item: pg.PlotItem) -> None:
-    """Each axis keeps the room its widest tick text needed (pyqtgraph gives it back when the text narrows).
-    An axis that narrows or widens re-lays out its plot: the view moves, and every axis picture and curve is
-    drawn again. A plot's first records narrowed the empty plot's '0.8' to '5' in all six plots at once, the
-    longest stretch of a run's first second (issue 40)."""
+def plain_axes(plot_item: pg.PlotItem) -> None:
+    """Every plot's axes:
+    - no automatic SI prefix: the axis label already gives the unit, and pyqtgraph would turn ×0.5 into
+      "500 (x0.001)";
+    - painted from a pixmap cache: replaying the axis picture, text included, costs more than the curves, and
+      an axis only changes when its range does;
+    - keeping the room their widest tick text needed (pyqtgraph gives it back when the text narrows): an axis
+      that narrows or widens re-lays out its plot, the view moves and every axis picture and curve is drawn
+      again. A run's first records narrowed the empty plot's '0.8' to '5' in all six plots at once, the longest
+      stretch of a run's first second (issue 40)."""
     for axis in plot_item.axes.values():
-        axis["item"].setStyle(autoReduceTextSpace=False)
-
-
-def cache_axes(plot_item: pg.PlotItem) -> None:
-    """Paint each axis (tick text and grid) from a pixmap cache: replaying the axis picture, text included,
-    costs more than the curves, and an axis only changes when its range does."""
-    for axis in plot_item.axes.values():
-        axis["item"].setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        item = axis["item"]
+        item.enableAutoSIPrefix(False)
+        item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        item.setStyle(autoReduceTextSpace=False)
 
 
 def settle(view: pg.ViewBox) -> None:
@@ -482,8 +473,6 @@ class LivePlot(pg.PlotWidget):
         self.plot_item.setDownsampling(auto=True, mode="peak")
         self.plot_item.setClipToView(True)
         plain_axes(self.plot_item)
-        cache_axes(self.plot_item)
-        hold_axis_room(self.plot_item)
         # The key sits under the title, outside the data: a legend box inside the view covered the first
         # bars, the host-available line and the control-change labels.
         self.keys: list[KeyEntry] = []

@@ -42,9 +42,6 @@ class SteadyLabel(QWidget):
     def text(self) -> str:
         return self.label.text()
 
-    def clear(self) -> None:
-        self.setText("")
-
     def setToolTip(self, text: str) -> None:
         super().setToolTip(text)
         self.label.setToolTip(text)
@@ -66,9 +63,6 @@ class SteadyLabel(QWidget):
 
     def setTextInteractionFlags(self, flags: Qt.TextInteractionFlag) -> None:
         self.label.setTextInteractionFlags(flags)
-
-    def setAlignment(self, alignment: Qt.AlignmentFlag) -> None:
-        self.label.setAlignment(alignment)
 
     def fontMetrics(self) -> QFontMetrics:
         return self.label.fontMetrics()  # the label's style may set its font
