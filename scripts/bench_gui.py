@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -111,8 +112,6 @@ DEMO_PROMPT = "List one hundred facts about the ocean, numbered, one per line."
 def thread_cpu() -> dict[str, float]:
     """CPU seconds so far of each thread of this process, by name (threads of one name summed): a Python
     thread by its ``threading`` name (the GUI thread is MainThread), any other by the system's."""
-    import threading
-
     import psutil
 
     python_names = {t.native_id: t.name for t in threading.enumerate()}
@@ -125,6 +124,14 @@ def thread_cpu() -> dict[str, float]:
         out[name] = out.get(name, 0.0) + t.user_time + t.system_time
     return out
 
+
+def run_delay_ns() -> int:
+    """Nanoseconds the calling thread has so far spent runnable but waiting for a core (the kernel's
+    schedstat; 0 where the system does not keep it)."""
+    try:
+        return int(Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def main() -> int:
@@ -219,6 +226,7 @@ def main() -> int:
         window.start_run()
     lateness: list[float] = []
     probe_at: list[float] = []  # when each probe ran, seconds after Start
+    probe_wall: list[float] = []  # ... on the monotonic clock (to line probes up with --stretches)
     clock = QElapsedTimer()
     clock.start()
     last = [clock.nsecsElapsed()]
@@ -233,6 +241,9 @@ def main() -> int:
     # computing (its own work) or the window waiting for a core or for the GIL (the machine, another thread).
     own_ms: list[float] = []
     last_cpu = [time.thread_time()]
+    # ... and how long it sat runnable without a core (the kernel's run delay; Linux only)
+    waited_ms: list[float] = []
+    last_wait = [run_delay_ns()]
 
     def probe() -> None:
         if heartbeat is not None:
@@ -241,7 +252,11 @@ def main() -> int:
         cpu = time.thread_time()
         lateness.append(max(0.0, (now - last[0]) / 1e6 - period_ms))
         probe_at.append(now / 1e9)
+        probe_wall.append(time.monotonic())
         own_ms.append(1000 * (cpu - last_cpu[0]))
+        wait = run_delay_ns()
+        waited_ms.append((wait - last_wait[0]) / 1e6)
+        last_wait[0] = wait
         if lateness[-1] > 150:
             pauses.append((now / 1e9, lateness[-1]))
         last[0] = now
@@ -287,8 +302,9 @@ def main() -> int:
         print("pauses over 150 ms (s after Start: ms): " + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in pauses))
     # where the tail is: a run's first second (every plot's first curves, axes and key) or its steady state
     latest = sorted(range(len(lateness)), key=lateness.__getitem__, reverse=True)[:max(8, len(lateness) // 100)]
-    print("the latest probes (s after Start: ms late, ms of the GUI thread's CPU): " + ", ".join(
-        f"{probe_at[i]:.2f}: {lateness[i]:.0f}, {own_ms[i]:.0f}" for i in sorted(latest)))
+    print("the latest probes (s after Start: ms late, ms of the GUI thread's CPU, ms it waited for a core): "
+          + ", ".join(f"{probe_at[i]:.2f}: {lateness[i]:.0f}, {own_ms[i]:.0f}, {waited_ms[i]:.0f}"
+                      for i in sorted(latest)))
     late = [(x, c) for x, c in zip(lateness, own_ms, strict=True) if x > 100]
     print(f"the GUI thread's own CPU between probes: p99 {percentile(own_ms, 99):.1f} ms, max "
           f"{max(own_ms):.1f} ms; of the {len(late)} probes later than 100 ms, "
@@ -297,6 +313,18 @@ def main() -> int:
           f"~{1000 / TICK_MS:.0f} a second, redraws one plot in turn)")
     if args.stretches:
         from scripts.gui_stretches import report, report_collections
+
+        # what the GUI thread did between each of the latest probes and the one before (its stretches)
+        t0 = app._t0  # type: ignore[attr-defined]
+        for i in sorted(latest):
+            if i == 0:
+                continue
+            lo, hi = probe_wall[i - 1] - t0, probe_wall[i] - t0
+            inside = [s for s in app.stretches if lo <= s.end_s <= hi and s.cpu_ms >= 0.5]  # type: ignore[attr-defined]
+            print(f"  probe at {probe_at[i]:.2f} s, {lateness[i]:.0f} ms late: " + ", ".join(
+                f"{s.label} {s.cpu_ms:.1f}" + (" (" + ", ".join(f"{k} {v:.1f}" for k, v in s.paints.items()
+                                                                 if v >= 0.5) + ")" if s.paints else "")
+                for s in inside))
 
         print(report(app.stretches))  # type: ignore[attr-defined]
         print(report_collections(app.collections))  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import pyqtgraph as pg  # type: ignore[import-untyped]
 
 from specscope.app.run_data import RunData
 from specscope.app.theme import PLOT_COLOURS
+from specscope.app.widgets.column_area import ColumnArea
 from specscope.app.widgets.flag_bands import FlagLanes
 from specscope.app.widgets.plot_base import LivePlot, pen, thin_out
 
@@ -23,6 +24,7 @@ class TimingPlot(LivePlot):
         self.plot_item.setLabel("left", "ms")
         # Stacked areas: each curve is a running sum, drawn back to front so the bands read bottom-up.
         # Created back to front (rollback on top of the stack is drawn first); the key reads bottom-up.
+        self.areas: list[ColumnArea] = []  # each curve's area, made with it (the order they are drawn in)
         self.total = self._area("rollback", PLOT_COLOURS["rollback"])
         self.draft_verify = self._area("verify", PLOT_COLOURS["verify"])
         self.draft = self._area("draft", PLOT_COLOURS["draft"])
@@ -35,11 +37,11 @@ class TimingPlot(LivePlot):
         self.lanes = FlagLanes(self.plot_item)
 
     def _area(self, name: str, colour: str):
-        brush = pg.mkBrush(pg.mkColor(colour).lighter(130))
-        item = self.curve(name, colour, width=1, style="fill")
-        item.setFillLevel(0)
-        item.setBrush(brush)
-        return item
+        """A stacked curve: its area (pixel columns, see ColumnArea) and, over it, its outline."""
+        area = ColumnArea(pg.mkColor(colour).lighter(130))
+        self.plot_item.addItem(area)
+        self.areas.append(area)
+        return self.curve(name, colour, width=1, style="fill")
 
     def reset(self) -> None:
         super().reset()
@@ -52,10 +54,11 @@ class TimingPlot(LivePlot):
         x = data.col("iteration")
         d = data.col("draft_ms")
         dv = d + data.col("verify_ms")
-        self.draft.setData(x, d)
-        self.draft_verify.setData(x, dv)
         total = dv + data.col("rollback_ms")
-        self.total.setData(x, total)
+        for curve, area, y in zip((self.total, self.draft_verify, self.draft), self.areas, (total, dv, d),
+                                  strict=True):
+            curve.setData(x, y)
+            area.setData(x, y)
         whole = data.col("iteration_ms")
         unsplit = np.isnan(d) & np.isfinite(whole)  # an attached engine's pass: no draft/verify split
         if unsplit.any() and not self._engine_key:
