@@ -249,7 +249,38 @@ def test_a_finished_runs_k_line_keeps_its_wrapped_height(qtbot):
     panel.show_state(RunState.FINISHED)
     qtbot.wait(20)
     assert panel.k_in_use.hasHeightForWidth() and panel.k_in_use.label.hasHeightForWidth()
-    assert panel.height() == running
+    assert panel.height() == running - panel.note_line_px()  # only the note line's room, held while live, goes
 
     panel.k_in_use.setSizePolicy(QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred))
     assert panel.k_in_use.sizePolicy().hasHeightForWidth()  # a policy handed in keeps the wrap flag
+
+
+def test_a_runs_first_verdict_or_warning_moves_nothing_below_the_run_panel(qtbot):
+    """The first note line of a run (the verdict or a warning) takes room held for it from Start: the panel
+    keeps its height, so the plots below it are not moved and repainted whole in the middle of the run."""
+    from specscope.app.run_state import RunState
+    from specscope.app.widgets.run_panel import RunPanel
+
+    for note in ("verdict", "warning"):
+        panel = RunPanel()
+        holder = in_column(qtbot, panel, width=1000)
+        below = holder.layout().itemAt(1).widget()  # the plots, in the window
+        qtbot.waitExposed(holder)
+        panel.show_state(RunState.RUNNING)
+        panel.show_k(3, False, "", "α 0.54 (run) · speed-up ×0.82 (0.70–0.95), run")
+        qtbot.wait(20)
+        height, top = panel.height(), below.y()
+        if note == "verdict":
+            panel.show_verdict("Speculation is slower than plain decoding (×0.82 (0.70–0.95), run)")
+        else:
+            panel.show_warning("draft: 3 of 3 layers on disk", 120)
+        qtbot.wait(20)
+        assert (panel.height(), below.y()) == (height, top), note
+        line = panel.verdict if note == "verdict" else panel.warning
+        assert line.isVisible() and line.height() >= line.fontMetrics().lineSpacing()
+        # a second note line is not held for: the panel grows (and keeps that height while the run is live)
+        other = panel.warning if note == "verdict" else panel.verdict
+        other.setText("a second line")
+        other.show()
+        qtbot.wait(20)
+        assert panel.height() > height

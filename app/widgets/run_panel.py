@@ -31,8 +31,9 @@ STATE_HINTS = {
 }
 
 
-VERDICT_STYLE = "color:#FFFFFF; background:#A34400; padding:2px 6px; font-weight:bold"
-NOTE_STYLE = "color:#444444; background:#EEEEEE; padding:2px 6px"
+NOTE_PADDING_PX = 2  # above and below a verdict's or warning's text
+VERDICT_STYLE = f"color:#FFFFFF; background:#A34400; padding:{NOTE_PADDING_PX}px 6px; font-weight:bold"
+NOTE_STYLE = f"color:#444444; background:#EEEEEE; padding:{NOTE_PADDING_PX}px 6px"
 NO_VERDICT = "No verdict"  # core/measure/verdict.py's words when it cannot say yet
 
 
@@ -70,9 +71,10 @@ class RunPanel(QWidget):
         col.addLayout(row)
         col.addWidget(self.k_in_use)  # its own line: the numbers must be read in full
         self.verdict = _wrapping(VERDICT_STYLE)
-        self.warning = _wrapping("color:#7A3300; background:#FBE3D1; padding:2px 6px")
+        self.warning = _wrapping(f"color:#7A3300; background:#FBE3D1; padding:{NOTE_PADDING_PX}px 6px")
         col.addWidget(self.verdict)
         col.addWidget(self.warning)
+        col.addStretch(1)  # room held for a note line stays below the lines shown
         self._holding = False  # a run is live: the panel keeps its height (see hold_height)
 
     def show_state(self, state: RunState, detail: str = "") -> None:
@@ -84,10 +86,11 @@ class RunPanel(QWidget):
 
     def hold_height(self, hold: bool) -> None:
         """While a run is live the panel's height only grows: the k line has its room from Start (before the
-        first snapshot fills it), and a line that goes (a verdict, a wrap) leaves its room until the run ends.
-        A change of this panel's height re-lays out the window below it: with the plots resized too (each then
-        repaints from scratch, its axes included) that was 55-60 ms of the GUI thread on a 2-core machine, so
-        while a run is live the window also gives such changes to the token view (its splitter's stretch)."""
+        first snapshot fills it), so has one note line (the verdict or the warning, whichever comes first), and
+        a line that goes (a verdict, a wrap) leaves its room until the run ends. A change of this panel's height
+        moves and resizes everything below it: every plot then repaints whole, its axes included (15-25 ms of
+        the GUI thread, twice that beside a busy program: the first verdict or warning of a run was among the
+        latest moments of issue 40's latency bench). A note line that never comes leaves a blank line."""
         policy = self.k_in_use.sizePolicy()
         policy.setRetainSizeWhenHidden(hold)
         self.k_in_use.setSizePolicy(policy)
@@ -96,7 +99,19 @@ class RunPanel(QWidget):
         for line in (self.k_in_use, self.verdict, self.warning):
             line.hold(hold)
         self._holding = hold
-        self.setMinimumHeight(self.height() if hold and self.isVisible() else 0)
+        if not hold or not self.isVisible():
+            self.setMinimumHeight(0)
+            return
+        layout = self.layout()
+        layout.invalidate()  # the k line's room, just given
+        wanted = layout.sizeHint().height()
+        if not (self.verdict.isVisible() or self.warning.isVisible()):
+            wanted += self.note_line_px()
+        self.setMinimumHeight(max(self.height(), wanted))
+
+    def note_line_px(self) -> int:
+        """The height a one-line verdict or warning adds to the panel (its text, its padding, the spacing)."""
+        return self.verdict.fontMetrics().lineSpacing() + 2 * NOTE_PADDING_PX + self.layout().spacing()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
