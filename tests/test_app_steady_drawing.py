@@ -284,3 +284,41 @@ def test_a_runs_first_verdict_or_warning_moves_nothing_below_the_run_panel(qtbot
         other.show()
         qtbot.wait(20)
         assert panel.height() > height
+
+
+def test_a_plots_turn_is_painted_after_the_timers_due_meanwhile(qtbot):
+    """A live plot's new points and its repaint are two stretches of the GUI thread with a pass of the event
+    loop's timers between them (paint_later): timers and input due meanwhile wait for one half, not both."""
+    from PySide6.QtCore import QCoreApplication, QElapsedTimer, QTimer
+
+    from specscope.app.widgets.paint_later import paint_after_queued
+
+    class Counted(QWidget):
+        def __init__(self) -> None:
+            super().__init__()
+            self.paints: list[str] = []
+
+        def paintEvent(self, event) -> None:
+            self.paints.append("paint")
+
+    widget = Counted()
+    qtbot.addWidget(widget)
+    widget.resize(200, 100)
+    widget.show()
+    qtbot.waitExposed(widget)
+    qtbot.wait(20)
+    widget.paints.clear()
+    due = QTimer()  # a timer that comes due while the turn is being computed
+    due.setSingleShot(True)
+    due.timeout.connect(lambda: widget.paints.append("timer"))
+    due.start(1)
+    paint_after_queued(widget)
+    clock = QElapsedTimer()
+    clock.start()
+    while clock.elapsed() < 5:  # the turn's work
+        pass
+    widget.update()
+    QCoreApplication.sendPostedEvents()  # the pass that painted at once before
+    assert widget.paints == []
+    qtbot.waitUntil(lambda: "paint" in widget.paints, timeout=1000)
+    assert widget.paints[0] == "timer" and widget.updatesEnabled()

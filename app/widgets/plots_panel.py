@@ -11,6 +11,7 @@ from specscope.app.widgets.alpha_plot import AlphaPlot
 from specscope.app.widgets.k_advisor import KAdvisorPlot
 from specscope.app.widgets.markers import ChangeList
 from specscope.app.widgets.memory_plot import MemoryPlot
+from specscope.app.widgets.paint_later import paint_after_queued
 from specscope.app.widgets.plot_base import LivePlot, SharedXRange, room_for_last_tick
 from specscope.app.widgets.speedup_plot import SpeedupPlot
 from specscope.app.widgets.timing_plot import TimingPlot
@@ -70,7 +71,9 @@ class PlotsPanel(QWidget):
         turn = self._turn % 5
         self._turn += 1
         if turn < 4:
-            self.live_plots[turn].refresh(data, title=False, live=True)
+            plot = self.live_plots[turn]
+            paint_after_queued(plot.viewport())  # the event loop serves what is due before this turn's repaint
+            plot.refresh(data, title=False, live=True)
         else:
             self._advisor_due = True
 

@@ -1,0 +1,24 @@
+"""A widget's repaint held until the event loop has served what came due while it was being changed.
+
+Qt paints what a timer's work made dirty in the very next pass of its event loop, before the timers that came
+due meanwhile and before the input that arrived: a live plot's turn (its new points and ranges, then its
+repaint) was one stretch of the GUI thread, and on a machine shared with a busy program the window's input
+and timers waited for both halves (issue 40's latency; docs/bench-gui.md). Holding the repaint until a
+one-millisecond timer fires puts a pass of the event loop's timers between the two halves: timers due earlier
+fire first, and input queued meanwhile is handled. (A zero-delay single shot would not: Qt 6 posts it as an
+event, handled before the timers.) The repaint is the same one, a few milliseconds later.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QWidget
+
+
+def paint_after_queued(widget: QWidget) -> None:
+    """Hold ``widget``'s repaints until the event loop's next pass of due timers, then repaint it whole (Qt
+    drops the updates asked for while held)."""
+    if not widget.updatesEnabled() or not widget.isVisible():
+        return
+    widget.setUpdatesEnabled(False)
+    QTimer.singleShot(1, widget, lambda: widget.setUpdatesEnabled(True))  # a precise timer (under 2 s)
