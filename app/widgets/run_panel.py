@@ -51,7 +51,7 @@ def _wrapping(style: str) -> SteadyLabel:
 class RunPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        col = QVBoxLayout(self)
+        col = self._column = QVBoxLayout(self)
         col.setContentsMargins(4, 2, 4, 2)
         col.setSpacing(2)
         row = QHBoxLayout()
@@ -104,7 +104,7 @@ class RunPanel(QWidget):
         if not hold or not self.isVisible():
             self.setMinimumHeight(0)
             return
-        layout = self.layout()
+        layout = self._column
         layout.invalidate()  # the k line's room, just given
         shown = sum(1 for line in (self.verdict, self.warning) if line.isVisible())
         wanted = layout.sizeHint().height() + max(0, self.notes_held() - shown) * self.note_line_px()
@@ -118,7 +118,7 @@ class RunPanel(QWidget):
 
     def note_line_px(self) -> int:
         """The height a one-line verdict or warning adds to the panel (its text, its padding, the spacing)."""
-        return self.verdict.fontMetrics().lineSpacing() + 2 * NOTE_PADDING_PX + self.layout().spacing()
+        return self.verdict.fontMetrics().lineSpacing() + 2 * NOTE_PADDING_PX + self._column.spacing()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
