@@ -32,7 +32,6 @@ STATE_HINTS = {
 
 
 NOTE_PADDING_PX = 2  # above and below a verdict's or warning's text
-NOTES_ROOM_SHARE = 20  # both note lines are held from Start where they take under 1/20 of the central area
 VERDICT_STYLE = f"color:#FFFFFF; background:#A34400; padding:{NOTE_PADDING_PX}px 6px; font-weight:bold"
 NOTE_STYLE = f"color:#444444; background:#EEEEEE; padding:{NOTE_PADDING_PX}px 6px"
 NO_VERDICT = "No verdict"  # core/measure/verdict.py's words when it cannot say yet
@@ -87,12 +86,13 @@ class RunPanel(QWidget):
 
     def hold_height(self, hold: bool) -> None:
         """While a run is live the panel's height only grows: the k line has its room from Start (before the
-        first snapshot fills it), so have the note lines (the verdict and the warning) where the window is tall
-        enough for their room to cost little (see ``notes_held``), and a line that goes (a verdict, a wrap)
-        leaves its room until the run ends. A change of this panel's height moves and resizes everything below
-        it: every plot then repaints whole, its axes included (15-25 ms of the GUI thread, twice that beside a
-        busy program: a run's first verdict and first warning were among the latest moments of issue 40's
-        latency bench). A note line that never comes leaves a blank line until the run ends."""
+        first snapshot fills it), so has one note line (the verdict or the warning, whichever comes first; a run
+        that has both grows once more), and a line that goes (a verdict, a wrap) leaves its room until the run
+        ends. A change of this panel's height moves and resizes everything below it: every plot then repaints
+        whole, its axes included (15-25 ms of the GUI thread, twice that beside a busy program: a run's first
+        verdict or warning was among the latest moments of issue 40's latency bench). A note line that never
+        comes leaves a blank line until the run ends; both held were a grey band above the plots in every run
+        without a note, the common one."""
         policy = self.k_in_use.sizePolicy()
         policy.setRetainSizeWhenHidden(hold)
         self.k_in_use.setSizePolicy(policy)
@@ -106,15 +106,10 @@ class RunPanel(QWidget):
             return
         layout = self._column
         layout.invalidate()  # the k line's room, just given
-        shown = sum(1 for line in (self.verdict, self.warning) if line.isVisible())
-        wanted = layout.sizeHint().height() + max(0, self.notes_held() - shown) * self.note_line_px()
+        wanted = layout.sizeHint().height()
+        if not (self.verdict.isVisible() or self.warning.isVisible()):
+            wanted += self.note_line_px()
         self.setMinimumHeight(max(self.height(), wanted))
-
-    def notes_held(self) -> int:
-        """How many note lines have room from Start: both where the window's central area is tall (two blank
-        lines are under a twentieth of it), else one (the first note of a run, most often the only one)."""
-        area = self.parentWidget() or self  # the window's central area: this panel, the plots, the tokens
-        return 2 if area.height() >= NOTES_ROOM_SHARE * 2 * self.note_line_px() else 1
 
     def note_line_px(self) -> int:
         """The height a one-line verdict or warning adds to the panel (its text, its padding, the spacing)."""
