@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from specscope.app.live_layout import hold_plot_size
 from specscope.app.run_state import RunState
 from specscope.app.sentences import FINISH_WORDS
+from specscope.app.widgets.paint_later import after_queued, hold_repaints
 from specscope.app.widgets.plot_base import IDLE_TEXT
 from specscope.core.records import ATTACHED_MODE, DrillEvent, IterationRecord
 
@@ -178,8 +179,18 @@ class RunViews:
                 return
             if self._words_due:
                 self._words_due = False
-                plots.refresh_words(data)
+                # All of them painted together a pass of the event loop later, the titles set then: timers and
+                # input due meanwhile wait for the words or their repaint, not both (issue 40's latency)
+                release = hold_repaints([*plots.word_widgets(), self._run_panel, *self._status.widgets(),
+                                         self._panel.k_in_use])
+                show_titles = plots.refresh_words(data)
                 self.render_numbers()
+
+                def paint_words() -> None:
+                    show_titles()
+                    release()
+
+                after_queued(self._run_panel, paint_words)
                 return
             if time.monotonic() - self._shown_at < LIVE_VIEW_PERIOD_S:
                 return

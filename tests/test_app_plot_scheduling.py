@@ -228,7 +228,7 @@ def test_a_live_periods_text_plot_and_words_are_drawn_on_three_ticks_not_one(qtb
     monkeypatch.setattr(w.token_view, "append_records", lambda recs: (calls.append("text"), real_append(recs)))
     views._shown_at = -1e9
     views.add_records(records[30:40])
-    monkeypatch.setattr(w.plots, "refresh_words", lambda data: calls.append("words"))
+    monkeypatch.setattr(w.plots, "refresh_words", lambda data: (calls.append("words"), lambda: None)[1])
     views.on_frame(True)
     assert calls == ["text"]  # the period's text, and its plot waits for the next tick
     views.on_frame(True)
@@ -262,10 +262,12 @@ def test_after_a_words_tick_every_surface_shows_one_snapshot(qtbot, tmp_path, mo
                 *(p.plot_item.titleLabel.text for p in w.plots.live_plots)] == words_before
         views.on_frame(True)  # the words tick
         est = w.data.estimate
+        qtbot.waitUntil(lambda: w.run_panel.updatesEnabled())  # painted a pass of the loop later, titles set then
         if est is None or est.alpha is None:
             continue
         numbers = html.unescape(w.run_panel.k_in_use.text())
         assert est.alpha_text() in numbers
+        assert est.alpha_text() in w.plots.alpha.plot_item.titleLabel.text
         if w.plots.k_advisor.estimate is est:  # the advisor's turn: its title and the numbers agree
             assert est.alpha_text() in w.plots.k_advisor.title_text
             checked += 1

@@ -11,14 +11,32 @@ event, handled before the timers.) The repaint is the same one, a few millisecon
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from collections.abc import Callable, Iterable
+
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QWidget
 
 
+def hold_repaints(widgets: Iterable[QWidget]) -> Callable[[], None]:
+    """Hold these widgets' repaints; returns their release, which repaints each whole (Qt drops the updates
+    asked for while held)."""
+    held = [w for w in widgets if w.updatesEnabled() and w.isVisible()]
+    for widget in held:
+        widget.setUpdatesEnabled(False)
+
+    def release() -> None:
+        for widget in held:
+            widget.setUpdatesEnabled(True)
+
+    return release
+
+
+def after_queued(context: QObject, then: Callable[[], None]) -> None:
+    """Call ``then`` at the event loop's next pass of due timers (a precise one-millisecond timer: Qt 6 runs a
+    zero-delay single shot as a posted event, before the timers); not at all once ``context`` is gone."""
+    QTimer.singleShot(1, context, then)
+
+
 def paint_after_queued(widget: QWidget) -> None:
-    """Hold ``widget``'s repaints until the event loop's next pass of due timers, then repaint it whole (Qt
-    drops the updates asked for while held)."""
-    if not widget.updatesEnabled() or not widget.isVisible():
-        return
-    widget.setUpdatesEnabled(False)
-    QTimer.singleShot(1, widget, lambda: widget.setUpdatesEnabled(True))  # a precise timer (under 2 s)
+    """Hold ``widget``'s repaints until the event loop's next pass of due timers, then repaint it whole."""
+    after_queued(widget, hold_repaints([widget]))

@@ -551,7 +551,9 @@ class LivePlot(pg.PlotWidget):
     def refresh_title(self, data: RunData) -> None:
         """Show the snapshot's headline now (every frame: cheap when unchanged), so the titles agree with the
         status bar while the curves redraw at their own turn."""
-        headline = self.headline_for(data)
+        self.show_headline(self.headline_for(data))
+
+    def show_headline(self, headline: str) -> None:
         if headline != self._headline:
             self._headline = headline
             self._show_keys()

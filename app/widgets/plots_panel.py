@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
 
@@ -48,6 +50,7 @@ class PlotsPanel(QWidget):
         for row, stretch in enumerate((3, 3, 2)):
             grid.setRowStretch(row, stretch)
         self._turn = 0
+        self._titles_set = 0  # titles shown so far: a deferred show (refresh_words) yields to a newer one
         self._advisor_due = False  # the k advisor's turn came: drawn with the next words
 
     @property
@@ -77,17 +80,36 @@ class PlotsPanel(QWidget):
         else:
             self._advisor_due = True
 
-    def refresh_words(self, data: RunData) -> None:
+    def refresh_words(self, data: RunData) -> Callable[[], None]:
         """The live period's words, all of one snapshot: the change list, the acceptance bars (a handful of
         rectangles: they show the snapshot the numbers beside them show, not one several turns old), the k
         advisor when its turn came, and every title. On a tick of their own, after the plot's: together, every
-        plot whose title moved repainted in the same frame as the plot drawn (docs/bench-gui.md)."""
+        plot whose title moved repainted in the same frame as the plot drawn (docs/bench-gui.md).
+
+        The live plots' titles are returned, to be shown when the caller lets the words be painted (see
+        RunViews.on_frame: their repaint waits a pass of the event loop, with the run panel's and the status
+        bar's numbers): a title is in its plot's scene, and holding a plot's repaint repaints it whole. They are
+        not shown if the titles are refreshed meanwhile (the run ended: they show a newer snapshot)."""
         self.change_list.show_changes(data.markers)
         self.positions.refresh(data)
         if self._advisor_due:
             self._advisor_due = False
             self.k_advisor.show_estimate(data.estimate)
-        self.refresh_titles(data)
+        self._advisor_title(data)
+        self._titles_set += 1
+        generation = self._titles_set
+        headlines = [(plot, plot.headline_for(data)) for plot in self.live_plots]
+
+        def show_titles() -> None:
+            if generation == self._titles_set:
+                for plot, headline in headlines:
+                    plot.show_headline(headline)
+
+        return show_titles
+
+    def word_widgets(self) -> list[QWidget]:
+        """What ``refresh_words`` changes besides the live plots' titles (held with the numbers: see above)."""
+        return [self.change_list, self.positions.viewport(), self.k_advisor.viewport()]
 
     def refresh(self, data: RunData) -> None:
         self.change_list.show_changes(data.markers)
@@ -98,8 +120,12 @@ class PlotsPanel(QWidget):
 
     def refresh_titles(self, data: RunData) -> None:
         """Every frame: the titles show the latest snapshot's words (the curves redraw at their own turn)."""
+        self._titles_set += 1
         for plot in self.live_plots:
             plot.refresh_title(data)
+        self._advisor_title(data)
+
+    def _advisor_title(self, data: RunData) -> None:
         est, drawn = data.estimate, self.k_advisor.estimate
         if est is not None and drawn is not None and est.best_k != drawn.best_k:
             self.k_advisor.show_estimate(est)  # the title names the best k: its star must not mark another
