@@ -181,8 +181,8 @@ class RunViews:
                 self._words_due = False
                 # All of them painted together a pass of the event loop later, the titles set then: timers and
                 # input due meanwhile wait for the words or their repaint, not both (issue 40's latency)
-                release = hold_repaints([*plots.word_widgets(), self._run_panel, *self._status.widgets(),
-                                         self._panel.k_in_use])
+                release = hold_repaints([*plots.word_widgets(), *self._run_panel.number_lines(),
+                                         *self._status.number_labels(), self._panel.k_in_use])
                 show_titles = plots.refresh_words(data)
                 self.render_numbers()
 

@@ -111,6 +111,10 @@ class RunPanel(QWidget):
             wanted += self.note_line_px()
         self.setMinimumHeight(max(self.height(), wanted))
 
+    def number_lines(self) -> list[QWidget]:
+        """The lines a snapshot changes: the k line, the verdict, the warning."""
+        return [self.k_in_use, self.verdict, self.warning]
+
     def note_line_px(self) -> int:
         """The height a one-line verdict or warning adds to the panel (its text, its padding, the spacing)."""
         return self.verdict.fontMetrics().lineSpacing() + 2 * NOTE_PADDING_PX + self._column.spacing()

@@ -55,6 +55,10 @@ class StatusPanel:
         for w in (self.progress, self.metrics, self.device, self.memory):
             bar.addPermanentWidget(w)
 
+    def number_labels(self) -> list[QWidget]:
+        """The labels a snapshot changes (the live numbers, the memory)."""
+        return [self.metrics, self.memory]
+
     def widgets(self) -> list[QWidget]:
         return [self.progress, self.metrics, self.device, self.memory, self.message]
 
