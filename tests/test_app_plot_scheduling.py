@@ -345,3 +345,21 @@ def test_a_full_redraw_shows_the_latest_title_on_a_plot_drawn_on_its_live_turn(q
     assert speedup._version == w.data.version and speedup._headline != moved
     w.views.redraw_all()
     assert speedup._headline == moved
+
+
+@needs_qt
+def test_the_words_titles_shown_late_never_cover_a_newer_snapshots(qtbot, tmp_path):
+    """The live plots' titles of a words tick are shown when the words are painted, a pass of the event loop
+    later; if the run ends meanwhile and every title is refreshed with the final snapshot, the older ones are
+    dropped, not shown over it."""
+    w = make_window(qtbot, tmp_path)
+    events = synthetic_records(40, k=4)
+    w.controller.feed(events[:20])
+    show_older = w.plots.refresh_words(w.data)
+    older = w.plots.alpha.headline_for(w.data)
+    w.controller.feed(events[20:])
+    w.plots.refresh_titles(w.data)  # the run ended: everything drawn at once, the final snapshot
+    newer = w.plots.alpha.headline_for(w.data)
+    assert newer != older
+    show_older()
+    assert newer in w.plots.alpha.plot_item.titleLabel.text and older not in w.plots.alpha.plot_item.titleLabel.text
