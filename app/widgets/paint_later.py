@@ -19,8 +19,9 @@ from PySide6.QtWidgets import QWidget
 
 def hold_repaints(widgets: Iterable[QWidget]) -> Callable[[], None]:
     """Hold these widgets' repaints; returns their release, which repaints each whole (Qt drops the updates
-    asked for while held)."""
-    held = [w for w in widgets if w.updatesEnabled() and w.isVisible()]
+    asked for while held). A hidden one is held too: shown meanwhile (a run's first verdict), it is painted with
+    the rest."""
+    held = [w for w in widgets if w.updatesEnabled()]
     for widget in held:
         widget.setUpdatesEnabled(False)
 
@@ -39,4 +40,5 @@ def after_queued(context: QObject, then: Callable[[], None]) -> None:
 
 def paint_after_queued(widget: QWidget) -> None:
     """Hold ``widget``'s repaints until the event loop's next pass of due timers, then repaint it whole."""
-    after_queued(widget, hold_repaints([widget]))
+    if widget.isVisible():
+        after_queued(widget, hold_repaints([widget]))
