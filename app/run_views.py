@@ -187,8 +187,10 @@ class RunViews:
                 self.render_numbers()
 
                 def paint_words() -> None:
-                    show_titles()
-                    release()
+                    try:
+                        show_titles()
+                    finally:
+                        release()  # never left held: a held label would not be painted again
 
                 after_queued(self._run_panel, paint_words)
                 return

@@ -40,8 +40,10 @@ def test_a_live_runs_panel_lines_move_the_token_view_not_the_plots(qtbot, tmp_pa
     w.controller.timer.stop()  # the tick would put the snapshot's own verdict back
     qtbot.wait(50)
     plots, panel, tokens = plot_sizes(w), w.run_panel.height(), w.token_view.height()
-    w.run_panel.show_verdict(VERDICT)
-    w.run_panel.show_warning("machine busy: paging suspected", 12)
+    # Lines longer than any the run shows by itself: on a loaded machine its own verdict and a slow-step warning
+    # (two lines each) may already hold their room, which the panel keeps while the run is live
+    w.run_panel.show_verdict(f"{VERDICT}; {VERDICT}")
+    w.run_panel.show_warning(" ".join(["machine busy: paging suspected, draft: 3 of 3 layers on disk."] * 6), 12)
     qtbot.waitUntil(lambda: w.run_panel.height() > panel)
     qtbot.wait(50)
     assert plot_sizes(w) == plots  # the lines took their room from the token view
