@@ -23,7 +23,8 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 
 
 class ColumnArea(pg.GraphicsObject):
-    """The area between y = 0 and the curve ``(x, y)`` (``x`` ascending) in one colour."""
+    """The area between y = 0 and the curve ``(x, y)`` in one colour. ``x`` is ascending (a run's iterations):
+    a column's points are found by bisection."""
 
     def __init__(self, colour: QColor) -> None:
         super().__init__()
@@ -39,9 +40,6 @@ class ColumnArea(pg.GraphicsObject):
     def setData(self, x: np.ndarray, y: np.ndarray) -> None:
         x = np.asarray(x, dtype=float)
         y = np.asarray(y, dtype=float)
-        if len(x) > 1 and np.any(np.diff(x) < 0):
-            order = np.argsort(x, kind="stable")
-            x, y = x[order], y[order]
         self._x, self._y = x, y
         self._path = None
         finite = np.isfinite(x) & np.isfinite(y)
@@ -54,9 +52,6 @@ class ColumnArea(pg.GraphicsObject):
             self._bounds = QRectF()
         self.informViewBoundsChanged()
         self.update()
-
-    def getData(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._x, self._y
 
     def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: object = None) -> tuple[float | None, float | None]:
         if self._bounds.isNull():

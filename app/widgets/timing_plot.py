@@ -24,7 +24,7 @@ class TimingPlot(LivePlot):
         self.plot_item.setLabel("left", "ms")
         # Stacked areas: each curve is a running sum, drawn back to front so the bands read bottom-up.
         # Created back to front (rollback on top of the stack is drawn first); the key reads bottom-up.
-        self.areas: list[ColumnArea] = []  # each curve's area, made with it (the order they are drawn in)
+        self.stack: list[tuple[pg.PlotDataItem, ColumnArea]] = []  # each curve with its area, back to front
         self.total = self._area("rollback", PLOT_COLOURS["rollback"])
         self.draft_verify = self._area("verify", PLOT_COLOURS["verify"])
         self.draft = self._area("draft", PLOT_COLOURS["draft"])
@@ -40,8 +40,9 @@ class TimingPlot(LivePlot):
         """A stacked curve: its area (pixel columns, see ColumnArea) and, over it, its outline."""
         area = ColumnArea(pg.mkColor(colour).lighter(130))
         self.plot_item.addItem(area)
-        self.areas.append(area)
-        return self.curve(name, colour, width=1, style="fill")
+        curve = self.curve(name, colour, width=1, style="fill")
+        self.stack.append((curve, area))
+        return curve
 
     def reset(self) -> None:
         super().reset()
@@ -55,8 +56,7 @@ class TimingPlot(LivePlot):
         d = data.col("draft_ms")
         dv = d + data.col("verify_ms")
         total = dv + data.col("rollback_ms")
-        for curve, area, y in zip((self.total, self.draft_verify, self.draft), self.areas, (total, dv, d),
-                                  strict=True):
+        for (curve, area), y in zip(self.stack, (total, dv, d), strict=True):  # the order they were made in
             curve.setData(x, y)
             area.setData(x, y)
         whole = data.col("iteration_ms")
